@@ -1,0 +1,29 @@
+"""Layers shared by every model family: the norm-placement switch, norm factories, residual wiring."""
+from .norm import norm_factory
+from .placement import (
+    BLOCK_PLACEMENTS,
+    MODEL_PLACEMENTS,
+    NORM_KINDS,
+    NormConfigError,
+    NormSpec,
+    deepnorm_constants,
+    layer_plan,
+    num_post_layers,
+)
+from .init import init_deepnorm_
+from .residual import PlacedResidual, apply_placement
+
+__all__ = [
+    "BLOCK_PLACEMENTS",
+    "MODEL_PLACEMENTS",
+    "NORM_KINDS",
+    "NormConfigError",
+    "NormSpec",
+    "PlacedResidual",
+    "apply_placement",
+    "deepnorm_constants",
+    "init_deepnorm_",
+    "layer_plan",
+    "norm_factory",
+    "num_post_layers",
+]

@@ -1,0 +1,45 @@
+"""Placement-specific weight initialization (only DeepNorm defines its own)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .placement import deepnorm_constants
+
+
+@torch.no_grad()
+def init_deepnorm_(
+    qkv: torch.Tensor,
+    proj: torch.Tensor,
+    fc1: torch.Tensor,
+    fc2: torch.Tensor,
+    hidden: int,
+    intermediate: int,
+    num_layers: int,
+    paper_compat: bool = False,
+) -> None:
+    """DeepNorm init of one block, in place.
+
+    DeepNet: scale the default init of the value rows of the fused ``qkv`` (rows [q; k; v]), the
+    attention output ``proj`` and the MLP weights ``fc1``/``fc2`` by b = (8L)^(-1/4) (as torchscale
+    does); q/k are left unchanged.
+
+    ``paper_compat``: what the official Mix-LN code does instead — xavier-normal with gain
+    (8L)^(+1/4) on v/o/MLP weights and gain 1 on q/k, each computed for its unfused matrix
+    (``intermediate`` is the output width of one MLP input matrix).
+    """
+    _, b = deepnorm_constants(num_layers, paper_compat)
+    if not paper_compat:
+        for w in (qkv[2 * hidden :], proj, fc1, fc2):
+            w.mul_(b)
+        return
+
+    def xavier_normal_(w: torch.Tensor, fan_in: int, fan_out: int, gain: float) -> None:
+        w.normal_(0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+    xavier_normal_(qkv[: 2 * hidden], hidden, hidden, 1.0)
+    xavier_normal_(qkv[2 * hidden :], hidden, hidden, b)
+    xavier_normal_(proj, hidden, hidden, b)
+    xavier_normal_(fc1, hidden, intermediate, b)
+    xavier_normal_(fc2, intermediate, hidden, b)

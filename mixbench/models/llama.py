@@ -1,0 +1,187 @@
+"""LLaMA decoder (RMSNorm, SwiGLU, RoPE, causal SDPA attention, no biases, untied head) with a per-block norm placement.
+
+Sizes follow the Mix-LN / GaLore configs (paper Table 7; hidden/intermediate/heads/layers from the
+official ``configs/llama_*.json``).  Parameter count = 2·V·H + L·(4H² + 3H·F + 2H) + H.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..layers import NormSpec, PlacedResidual, deepnorm_constants, init_deepnorm_, norm_factory
+
+
+@dataclass
+class LlamaConfig:
+    """Architecture of one LLaMA model; ``num_layers`` counts decoder blocks."""
+
+    vocab_size: int = 32000
+    hidden_size: int = 512
+    intermediate_size: int = 1368
+    num_heads: int = 8
+    num_layers: int = 12
+    max_seq_len: int = 2048  # length of the RoPE cache
+    rope_theta: float = 10000.0
+    init_std: float = 0.02  # N(0, init_std) for every Linear
+    embed_init_std: float = 0.02  # the official Mix-LN code uses sqrt(2/5) ≈ 0.632 here (all placements)
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def num_params(self, sandwich: bool = False) -> int:
+        """Closed-form parameter count (RMSNorm, untied head, final norm)."""
+        h, f, v, n = self.hidden_size, self.intermediate_size, self.vocab_size, self.num_layers
+        norms_per_block = 4 if sandwich else 2
+        return 2 * v * h + n * (4 * h * h + 3 * h * f + norms_per_block * h) + h
+
+
+LLAMA_PRESETS: dict[str, dict] = {
+    # name: hidden, intermediate, heads, layers  (paper sizes; vocab 32000)
+    "llama_71m": dict(hidden_size=512, intermediate_size=1368, num_heads=8, num_layers=12),
+    "llama_130m": dict(hidden_size=768, intermediate_size=2048, num_heads=12, num_layers=12),
+    "llama_250m": dict(hidden_size=768, intermediate_size=2560, num_heads=16, num_layers=24),
+    "llama_350m": dict(hidden_size=1024, intermediate_size=2736, num_heads=16, num_layers=24),
+    "llama_1b": dict(hidden_size=2048, intermediate_size=5461, num_heads=32, num_layers=24),
+    "llama_7b": dict(hidden_size=4096, intermediate_size=11008, num_heads=32, num_layers=32),
+    # small sizes for CPU runs and tests
+    "llama_tiny": dict(hidden_size=256, intermediate_size=688, num_heads=4, num_layers=6, vocab_size=8192),
+    "llama_debug": dict(hidden_size=64, intermediate_size=176, num_heads=4, num_layers=4, vocab_size=512),
+}
+
+
+def rope_cache(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables of shape (seq_len, head_dim) for rotary embeddings (rotate-half layout)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin for x of shape (B, heads, T, head_dim)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal attention; q/k/v share one fused projection ``qkv`` (rows [q; k; v])."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=False)
+        self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, t, h = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, h))
+
+
+class SwiGLU(nn.Module):
+    """fc2(silu(x W_gate) * (x W_up)); gate and up share one fused projection ``fc1`` (rows [gate; up])."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.fc2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.fc1(x).chunk(2, dim=-1)
+        return self.fc2(F.silu(gate) * up)
+
+
+class LlamaBlock(PlacedResidual, nn.Module):
+    """One decoder block: attention then SwiGLU, each wrapped by this block's norm placement."""
+
+    def __init__(self, cfg: LlamaConfig, placement: str, make_norm, residual_scale: float = 1.0):
+        super().__init__()
+        self.norm1 = make_norm(cfg.hidden_size)
+        self.attn = CausalSelfAttention(cfg)
+        self.norm2 = make_norm(cfg.hidden_size)
+        self.mlp = SwiGLU(cfg)
+        self.setup_placement(placement, cfg.hidden_size, make_norm, residual_scale)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return self.placed_forward(x, lambda h: self.attn(h, cos, sin), self.mlp)
+
+
+class Llama(nn.Module):
+    """Token embedding → L placed blocks → optional final norm → untied LM head."""
+
+    family = "lm"
+
+    def __init__(self, cfg: LlamaConfig, norm: NormSpec = NormSpec()):
+        super().__init__()
+        self.cfg, self.norm_spec = cfg, norm
+        self.plan = norm.plan(cfg.num_layers)
+        make_norm = norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False)
+        deep_a, _ = deepnorm_constants(cfg.num_layers, norm.paper_compat)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.blocks = nn.ModuleList(LlamaBlock(cfg, p, make_norm, residual_scale=deep_a) for p in self.plan)
+        self.norm = make_norm(cfg.hidden_size) if norm.final_norm else nn.Identity()
+        self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """N(0, init_std) Linears, N(0, embed_init_std) embedding, unit norm gains; then DeepNorm's own init."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=self.cfg.init_std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=self.cfg.embed_init_std)
+            elif hasattr(module, "weight") and isinstance(module, (nn.RMSNorm, nn.LayerNorm)):
+                nn.init.ones_(module.weight)
+        for block in self.blocks:
+            if block.placement == "deepnorm":
+                init_deepnorm_(
+                    block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc1.weight, block.mlp.fc2.weight,
+                    self.cfg.hidden_size, self.cfg.intermediate_size, self.cfg.num_layers, self.norm_spec.paper_compat,
+                )
+
+    def forward_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (B, T, H) after the final norm."""
+        t = input_ids.shape[1]
+        if t > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {t} exceeds model.max_seq_len={self.cfg.max_seq_len}")
+        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.norm(x)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, V)."""
+        return self.head(self.forward_hidden(input_ids))
+
+
+def build_llama(name: str, norm: NormSpec = NormSpec(), **overrides) -> Llama:
+    cfg = llama_config(name, **overrides)
+    return Llama(cfg, norm)
+
+
+def llama_config(name: str, **overrides) -> LlamaConfig:
+    valid = {f.name for f in fields(LlamaConfig)}
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        raise ValueError(f"unknown LLaMA option(s) {unknown}; valid: {', '.join(sorted(valid))}")
+    return LlamaConfig(**{**LLAMA_PRESETS[name], **overrides})
+
+
+def llama_defaults(name: str) -> dict:
+    return asdict(LlamaConfig(**LLAMA_PRESETS[name]))

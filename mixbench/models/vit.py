@@ -1,0 +1,77 @@
+"""timm Vision Transformers with a per-block norm placement.
+
+Built with ``timm.create_model`` and its ``block_fn`` hook: :class:`PlacedViTBlock` subclasses timm's
+``Block`` (same submodules ``norm1, attn, ls1, drop_path1, norm2, mlp, ls2, drop_path2``) and only
+rewires the residuals, so Pre-LN, Post-LN and Mix-LN models have exactly the parameters and
+``state_dict`` keys of timm's own ``vit_tiny_patch16_224`` / ``vit_small_patch16_224``.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import timm
+import torch
+from timm.models.vision_transformer import Block
+
+from ..layers import NormSpec, PlacedResidual, deepnorm_constants, init_deepnorm_, norm_factory
+
+# mixbench name -> (timm architecture, defaults in mixbench's vocabulary)
+VIT_PRESETS: dict[str, dict] = {
+    "vit_tiny": dict(timm_name="vit_tiny_patch16_224", hidden_size=192, num_heads=3, num_layers=12),
+    "vit_small": dict(timm_name="vit_small_patch16_224", hidden_size=384, num_heads=6, num_layers=12),
+    "vit_debug": dict(timm_name="vit_tiny_patch16_224", hidden_size=32, num_heads=2, num_layers=4),
+}
+VIT_DEFAULTS = dict(img_size=224, patch_size=16, num_classes=1000, mlp_ratio=4.0, drop_path_rate=0.0, global_pool="token")
+# mixbench option -> timm keyword
+_TIMM_KEYS = dict(hidden_size="embed_dim", num_layers="depth")
+
+
+class PlacedViTBlock(PlacedResidual, Block):
+    """timm ``Block`` whose two residual sub-layers follow ``plan[depth]`` (see :mod:`mixbench.layers.residual`)."""
+
+    def __init__(self, dim: int, *, plan: list[str], residual_scale: float = 1.0, depth: int = 0, norm_layer=None, **kwargs):
+        super().__init__(dim=dim, norm_layer=norm_layer, depth=depth, **kwargs)
+        self.setup_placement(plan[depth], dim, norm_layer, residual_scale)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        return self.placed_forward(
+            x,
+            lambda h: self.drop_path1(self.ls1(self.attn(h, attn_mask=attn_mask, is_causal=is_causal))),
+            lambda h: self.drop_path2(self.ls2(self.mlp(h))),
+        )
+
+
+def vit_defaults(name: str) -> dict:
+    preset = {k: v for k, v in VIT_PRESETS[name].items() if k != "timm_name"}
+    return {**VIT_DEFAULTS, **preset}
+
+
+def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
+    """Create ``name`` (``vit_tiny`` | ``vit_small`` | ``vit_debug``) with the given norm placement."""
+    options = vit_defaults(name)
+    unknown = sorted(set(overrides) - set(options))
+    if unknown:
+        raise ValueError(f"unknown ViT option(s) {unknown}; valid: {', '.join(sorted(options))}")
+    options.update(overrides)
+    num_layers = options["num_layers"]
+    plan = norm.plan(num_layers)
+    deep_a, _ = deepnorm_constants(num_layers, norm.paper_compat)
+    timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items()}
+    model = timm.create_model(
+        VIT_PRESETS[name]["timm_name"],
+        pretrained=False,
+        block_fn=partial(PlacedViTBlock, plan=plan, residual_scale=deep_a),
+        norm_layer=norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, family="timm"),
+        final_norm=norm.final_norm,
+        **timm_kwargs,
+    )
+    for block in model.blocks:
+        if block.placement == "deepnorm":
+            init_deepnorm_(
+                block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc1.weight, block.mlp.fc2.weight,
+                options["hidden_size"], block.mlp.fc1.out_features, num_layers, norm.paper_compat,
+            )
+    model.family = "vision"
+    model.plan = plan
+    model.norm_spec = norm
+    return model
