@@ -1,0 +1,38 @@
+"""Data modules by name (the ``data.loader`` config key), imported lazily.
+
+A task plugin may add its own with :func:`register_datamodule`.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+from pathlib import Path
+
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+
+_DATAMODULES: dict[str, str] = {
+    "cifar10_embedded": "mixbench.data.images:EmbeddedCifarDataModule",
+    "text": "mixbench.data.text:TextDataModule",
+}
+
+
+def register_datamodule(name: str, target: str) -> None:
+    """Register ``"module:attr"`` under ``name``; re-registering a different target is an error."""
+    if name in _DATAMODULES and _DATAMODULES[name] != target:
+        raise ValueError(f"data loader {name!r} is already registered as {_DATAMODULES[name]}")
+    _DATAMODULES[name] = target
+
+
+def list_datamodules() -> list[str]:
+    return sorted(_DATAMODULES)
+
+
+def get_datamodule_class(name: str):
+    if name not in _DATAMODULES:
+        hint = difflib.get_close_matches(name, _DATAMODULES, n=1)
+        raise ValueError(
+            f"unknown data loader {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "")
+            + f" Valid: {', '.join(list_datamodules())}"
+        )
+    module, attr = _DATAMODULES[name].split(":")
+    return getattr(importlib.import_module(module), attr)
