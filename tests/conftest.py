@@ -1,0 +1,23 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture
+def rng():
+    return torch.Generator().manual_seed(0)
+
+
+def randomize_norms(module: torch.nn.Module, generator: torch.Generator) -> None:
+    """Give every norm a non-trivial gain/bias so placements produce clearly different outputs."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)) or type(m).__name__ in ("LayerNorm", "RmsNorm"):
+                m.weight.copy_(1.0 + 0.5 * torch.randn(m.weight.shape, generator=generator))
+                if getattr(m, "bias", None) is not None:
+                    m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=generator))
