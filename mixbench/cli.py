@@ -6,13 +6,10 @@ import logging
 import sys
 from pathlib import Path
 
-from .config import ConfigError
-from .layers import NormConfigError
-from .results import RecordError
-from .tasks import TaskError
+from .errors import MixbenchError
 
 log = logging.getLogger("mixbench")
-USER_ERRORS = (ConfigError, NormConfigError, TaskError, RecordError, FileNotFoundError)
+USER_ERRORS = (MixbenchError, FileNotFoundError)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -19,16 +19,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from .errors import ConfigError
 from .layers import NormSpec
 from .models import model_defaults, model_family
+from .optim import OPTIMIZERS
 from .project import project_root
 from .tasks import get_task
 
 GROUPS = ("task", "model", "norm", "data")
-
-
-class ConfigError(ValueError):
-    """A command-line choice or override is invalid; the message names the fix."""
 
 
 def _did_you_mean(word: str, options) -> str:
@@ -85,9 +83,11 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
     else:
         old = OmegaConf.select(cfg, key)
         numeric = (int, float)
-        if isinstance(old, numeric) and not isinstance(old, bool) and not (isinstance(parsed, numeric) and not isinstance(parsed, bool)):
+        if parsed is None:
+            pass  # null is always allowed (it means "unset" / "use the default")
+        elif isinstance(old, numeric) and not isinstance(old, bool) and not (isinstance(parsed, numeric) and not isinstance(parsed, bool)):
             raise ConfigError(f"{key} expects a number, got {value!r}")
-        if isinstance(old, bool) and not isinstance(parsed, bool):
+        elif isinstance(old, bool) and not isinstance(parsed, bool):
             raise ConfigError(f"{key} expects true or false, got {value!r}")
     OmegaConf.update(cfg, key, parsed, merge=False, force_add=True)
 
@@ -126,11 +126,10 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
 
 def validate(cfg: DictConfig) -> None:
     """Fail at config time on bad values that would otherwise surface mid-run."""
-    try:
-        spec = norm_spec(cfg)
-        spec.plan(int(cfg.model.num_layers))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    spec = norm_spec(cfg)
+    spec.plan(int(cfg.model.num_layers))
+    if cfg.optim.name not in OPTIMIZERS:
+        raise ConfigError(f"unknown optim.name {cfg.optim.name!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
 def norm_spec(cfg: DictConfig) -> NormSpec:

@@ -5,6 +5,7 @@ import math
 
 import torch
 import torch.nn as nn
+from .errors import ConfigError
 
 OPTIMIZERS = ("adam", "adamw")
 
@@ -26,7 +27,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8, fused: bool | None = None) -> torch.optim.Optimizer:
     """``adam`` (L2-coupled decay, as the paper's LLaMA runs with wd 0) or ``adamw`` (decoupled decay)."""
     if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optim.name {name!r}; valid: {', '.join(OPTIMIZERS)}")
+        raise ConfigError(f"unknown optim.name {name!r}; valid: {', '.join(OPTIMIZERS)}")
     cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
     if fused is None:
         fused = all(p.is_cuda for p in model.parameters())

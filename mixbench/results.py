@@ -11,12 +11,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import MixbenchError
+
 SCHEMA = "mixbench.result/1"
 REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
 STATUSES = ("completed", "diverged", "failed")
 
 
-class RecordError(ValueError):
+class RecordError(MixbenchError):
     """A results file is malformed."""
 
 

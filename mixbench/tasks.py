@@ -20,12 +20,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from .errors import ConfigError
 from .project import project_root
 
 FAMILIES = ("lm", "vision")
 
 
-class TaskError(ValueError):
+class TaskError(ConfigError):
     """A task name or task.yaml is invalid."""
 
 

@@ -8,6 +8,8 @@ import difflib
 import importlib
 from pathlib import Path
 
+from ..errors import ConfigError
+
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
 _DATAMODULES: dict[str, str] = {
@@ -30,7 +32,7 @@ def list_datamodules() -> list[str]:
 def get_datamodule_class(name: str):
     if name not in _DATAMODULES:
         hint = difflib.get_close_matches(name, _DATAMODULES, n=1)
-        raise ValueError(
+        raise ConfigError(
             f"unknown data loader {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "")
             + f" Valid: {', '.join(list_datamodules())}"
         )

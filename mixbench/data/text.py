@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from . import ASSETS_DIR
+from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
 IGNORE_INDEX = -100
@@ -52,7 +53,7 @@ def special_id(tokenizer, candidates: tuple[str, ...], what: str) -> int:
         idx = tokenizer.token_to_id(token)
         if idx is not None:
             return idx
-    raise ValueError(f"tokenizer has no {what} token (looked for {', '.join(candidates)})")
+    raise ConfigError(f"tokenizer has no {what} token (looked for {', '.join(candidates)})")
 
 
 def read_texts(files: list[str]) -> list[str]:
@@ -129,7 +130,7 @@ class TextDataModule(L.LightningDataModule):
     ):
         super().__init__()
         if mode not in ("pack", "pad"):
-            raise ValueError(f"data.mode must be 'pack' or 'pad', got {mode!r}")
+            raise ConfigError(f"data.mode must be 'pack' or 'pad', got {mode!r}")
         self.train_path = str(EMBEDDED_TEXT / "c4-train.*.json.gz") if train_path == "embedded" else train_path
         self.val_path = str(EMBEDDED_TEXT / "c4-validation.*.json.gz") if val_path == "embedded" else val_path
         self.tokenizer_name, self.seq_len, self.mode = tokenizer, seq_len, mode

@@ -27,12 +27,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..errors import ConfigError
+
 BLOCK_PLACEMENTS = ("pre", "post", "sandwich", "deepnorm")
 MODEL_PLACEMENTS = ("pre", "post", "mix", "sandwich", "deepnorm", "custom")
 NORM_KINDS = ("rmsnorm", "layernorm")
 
 
-class NormConfigError(ValueError):
+class NormConfigError(ConfigError):
     """A norm setting is invalid; the message says which values are valid."""
 
 

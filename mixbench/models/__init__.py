@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 
 from ..layers import NormSpec
+from ..errors import ConfigError
 
 LM_MODELS = ("llama_71m", "llama_130m", "llama_250m", "llama_350m", "llama_1b", "llama_7b", "llama_tiny", "llama_debug")
 VISION_MODELS = ("vit_tiny", "vit_small", "vit_debug")
@@ -22,7 +23,7 @@ def model_family(name: str) -> str:
     if name in VISION_MODELS:
         return "vision"
     hint = difflib.get_close_matches(name, list_models(), n=1)
-    raise ValueError(
+    raise ConfigError(
         f"unknown model {name!r}"
         + (f" — did you mean {hint[0]!r}?" if hint else "")
         + f" Valid: {', '.join(list_models())}"

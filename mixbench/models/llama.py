@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..layers import NormSpec, PlacedResidual, deepnorm_constants, init_deepnorm_, norm_factory
+from ..errors import ConfigError
 
 
 @dataclass
@@ -30,7 +31,7 @@ class LlamaConfig:
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
+            raise ConfigError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
 
     @property
     def head_dim(self) -> int:
@@ -179,7 +180,7 @@ def llama_config(name: str, **overrides) -> LlamaConfig:
     valid = {f.name for f in fields(LlamaConfig)}
     unknown = sorted(set(overrides) - valid)
     if unknown:
-        raise ValueError(f"unknown LLaMA option(s) {unknown}; valid: {', '.join(sorted(valid))}")
+        raise ConfigError(f"unknown LLaMA option(s) {unknown}; valid: {', '.join(sorted(valid))}")
     return LlamaConfig(**{**LLAMA_PRESETS[name], **overrides})
 
 

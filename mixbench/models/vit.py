@@ -14,6 +14,7 @@ import torch
 from timm.models.vision_transformer import Block
 
 from ..layers import NormSpec, PlacedResidual, deepnorm_constants, init_deepnorm_, norm_factory
+from ..errors import ConfigError
 
 # mixbench name -> (timm architecture, defaults in mixbench's vocabulary)
 VIT_PRESETS: dict[str, dict] = {
@@ -51,7 +52,7 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     options = vit_defaults(name)
     unknown = sorted(set(overrides) - set(options))
     if unknown:
-        raise ValueError(f"unknown ViT option(s) {unknown}; valid: {', '.join(sorted(options))}")
+        raise ConfigError(f"unknown ViT option(s) {unknown}; valid: {', '.join(sorted(options))}")
     options.update(overrides)
     num_layers = options["num_layers"]
     plan = norm.plan(num_layers)

@@ -1,0 +1,71 @@
+"""End to end: ``mixbench run`` with a tiny budget on the embedded data, then ``mixbench table``."""
+import json
+from pathlib import Path
+
+import pytest
+
+from mixbench.cli import main
+
+TINY_VIT = ["model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=3", "trainer.max_epochs=1",
+            "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]
+
+
+def records(results_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results_dir.rglob("record.json"))]
+
+
+def test_vit_run_then_table(tmp_path, capsys):
+    for norm in ("pre", "mix"):
+        assert main(["run", "task=vit_tiny", f"norm={norm}", "norm.alpha=0.5", f"results_dir={tmp_path}", *TINY_VIT]) == 0
+    recs = records(tmp_path)
+    assert [r["status"] for r in recs] == ["completed", "completed"]
+    mix = next(r for r in recs if r["norm"]["placement"] == "mix")
+    assert mix["norm"]["plan"] == ["post", "pre"]
+    assert mix["dataset"]["name"] == "cifar10_embedded" and "CIFAR-10" in mix["dataset"]["label"]
+    assert 0.0 <= mix["metrics"]["val/top1"] <= 100.0 and mix["steps"] == 3
+    for key in ("config", "versions", "git", "hardware", "wall_time_s", "seed"):
+        assert key in mix
+    assert mix["versions"]["torch"] and mix["config"]["norm"]["alpha"] == 0.5
+    run_dir = Path(mix["run_dir"])
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "model.pt").is_file()
+    capsys.readouterr()
+    assert main(["table", "--results-dir", str(tmp_path), "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "mix(α=0.5)" in out and "| pre |" in out and "cifar10_embedded" in out
+
+
+def test_llama_run_records_perplexity(tmp_path):
+    args = ["run", "task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "norm=mix", "trainer.max_steps=2",
+            "trainer.val_check_interval=null", "trainer.limit_val_batches=2", "data.seq_len=32", "trainer.enable_progress_bar=false",
+            f"results_dir={tmp_path}"]
+    assert main(args) == 0
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "completed" and rec["norm"]["plan"] == ["post", "pre", "pre", "pre"]
+    assert rec["metrics"]["val/ppl"] == pytest.approx(2.718281828 ** rec["metrics"]["val/loss"], rel=1e-4)
+    assert rec["primary_metric"] == {"name": "val/ppl", "higher_is_better": False, "value": rec["metrics"]["val/ppl"]}
+
+
+def test_vocab_mismatch_fails_with_the_fix(tmp_path, caplog):
+    assert main(["run", "task=llama_lm", "model=llama_debug", f"results_dir={tmp_path}"]) == 2
+    assert "set model.vocab_size=8192" in caplog.text
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "failed" and "vocab_size" in rec["error"]
+
+
+def test_bad_input_never_touches_earlier_results(tmp_path, caplog):
+    assert main(["run", "task=vit_tiny", f"results_dir={tmp_path}", *TINY_VIT]) == 0
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".yaml")}
+    assert main(["run", "task=vit_tiny", "norm=mix", "norm.alpha=2", f"results_dir={tmp_path}"]) == 2
+    assert "norm.alpha must be in [0, 1]" in caplog.text
+    assert main(["run", "task=vit_tiny", "data.loader=nope", f"results_dir={tmp_path}", *TINY_VIT]) == 2
+    assert "unknown data loader 'nope'" in caplog.text
+    after = {p: p.read_bytes() for p in before}
+    assert after == before
+
+
+def test_print_config_and_list(capsys):
+    assert main(["run", "task=vit_small", "norm=mix", "--print-config"]) == 0
+    assert "placement: mix" in capsys.readouterr().out
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "vit_small" in out and "llama_1b" in out and "deepnorm" in out
