@@ -37,6 +37,15 @@ def cmd_table(args: argparse.Namespace) -> int:
     records, problems = load_records(args.results_dir)
     for problem in problems:
         log.warning("skipped unreadable record: %s", problem)
+    if args.paper:
+        from .reproduce import paper_comparison, render_comparison
+
+        text = render_comparison(args.paper, *paper_comparison(args.paper, records), fmt="csv" if args.format == "csv" else "md")
+        if args.out:
+            Path(args.out).write_text(text)
+        else:
+            sys.stdout.write(text)
+        return 0
     if not records:
         log.warning("no result records under %s; create some with `mixbench run task=...`", args.results_dir)
         return 0
@@ -55,6 +64,17 @@ def cmd_table(args: argparse.Namespace) -> int:
         log.info("wrote %s", args.out)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from .reproduce import reproduce
+
+    seeds = tuple(range(args.seeds)) if args.seeds else (0,)
+    records = reproduce(args.table, args.scale, seeds, tuple(args.overrides), args.dry_run)
+    if records:
+        counts = {s: sum(r["status"] == s for r in records) for s in ("completed", "diverged", "failed")}
+        log.info("%s (%s scale): %s; see `mixbench table%s`", args.table, args.scale, counts, f" --paper {args.table}" if args.scale == "paper" else "")
     return 0
 
 
@@ -96,7 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--results-dir", default="results")
     table.add_argument("--format", choices=("rich", "md", "csv", "latex"), default="rich")
     table.add_argument("--out", help="write the table to this file")
+    table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")
     table.set_defaults(func=cmd_table)
+    rep = sub.add_parser("reproduce", help="run one of the paper's grids (table1, table4, table5, table6)",
+                         description="mixbench reproduce TABLE [--scale paper|proxy] [--dry-run] [--seeds N] [key=value ...]")
+    rep.add_argument("table")
+    rep.add_argument("overrides", nargs="*", metavar="key=value", help="applied to every run, e.g. data.path=... results_dir=...")
+    rep.add_argument("--scale", choices=("paper", "proxy"), default="paper")
+    rep.add_argument("--seeds", type=int, default=1, help="run seeds 0..N-1")
+    rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
+    rep.set_defaults(func=cmd_reproduce)
     lst = sub.add_parser("list", help="show tasks, norms, models and datasets")
     lst.set_defaults(func=cmd_list)
     return parser

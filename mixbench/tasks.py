@@ -8,7 +8,7 @@ imported by path when that task is selected (it may register data loaders with
 model), ``data`` (default ``configs/data/<choice>.yaml``), optional ``norm`` (default choice,
 ``pre``), ``metrics`` (list of ``{name, higher_is_better, primary?}``, exactly one primary) and
 ``recipe`` (config merged over ``configs/defaults.yaml``: optim, trainer, model, data settings).
-``base: <task>`` inherits every key of another task (this file's keys win).
+``base: <task>`` inherits every key of another task (this file's keys win; ``recipe`` is merged key by key).
 """
 from __future__ import annotations
 
@@ -96,7 +96,10 @@ def _inherit(raw: dict, by_name: dict[str, tuple[Path, dict]], path: Path, seen:
     if base not in by_name or base in seen:
         raise TaskError(f"{path}: base task {base!r} " + ("is circular" if base in seen else "does not exist"))
     parent = _inherit(by_name[base][1], by_name, by_name[base][0], (*seen, raw["name"]))
-    return {**{k: v for k, v in parent.items() if k != "base"}, **{k: v for k, v in raw.items() if k != "base"}}
+    merged = {**{k: v for k, v in parent.items() if k != "base"}, **{k: v for k, v in raw.items() if k != "base"}}
+    if "recipe" in raw and "recipe" in parent:  # recipes merge key by key
+        merged["recipe"] = OmegaConf.to_container(OmegaConf.merge(parent["recipe"], raw["recipe"]))
+    return merged
 
 
 def discover_tasks(root: str | Path | None = None) -> dict[str, TaskSpec]:

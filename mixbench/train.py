@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import secrets
 import sys
@@ -14,8 +15,10 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from .config import ConfigError, norm_spec
+from .callbacks import DivergenceMonitor, ThroughputMonitor
+from .config import norm_spec
 from .data import get_datamodule_class
+from .errors import ConfigError
 from .lit import CausalLMModule, ImageClassifierModule, OptimConfig
 from .models import build_model
 from .provenance import git_commit, hardware, package_versions
@@ -25,18 +28,54 @@ from .tasks import get_task
 log = logging.getLogger(__name__)
 
 
+def is_child_rank() -> bool:
+    """True in the extra processes Lightning launches for DDP (they re-run the same command)."""
+    return int(os.environ.get("LOCAL_RANK", 0)) > 0 or int(os.environ.get("NODE_RANK", 0)) > 0
+
+
 def run_directory(cfg: DictConfig, label: str) -> Path:
-    """A new folder ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<random>``; never reused."""
-    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label.replace("α", "alpha")).strip("_")
+    """``run_dir`` if given, else a new ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``."""
+    if cfg.run_dir is not None:
+        path = Path(cfg.run_dir)
+        if (path / "record.json").exists() and not is_child_rank():
+            raise ConfigError(f"run_dir {path} already holds a finished run; choose another run_dir (or leave it unset)")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     path = Path(cfg.results_dir) / "runs" / cfg.task.name / cfg.model.name / slug / f"seed{cfg.seed}-{stamp}-{secrets.token_hex(2)}"
     path.mkdir(parents=True, exist_ok=False)
     return path
 
 
+def world_size(trainer_cfg: DictConfig) -> int:
+    devices = trainer_cfg.devices
+    if isinstance(devices, int) and devices > 0:
+        per_node = devices
+    elif isinstance(devices, (list, tuple)) or OmegaConf.is_list(devices):
+        per_node = len(devices)
+    else:  # "auto" / -1
+        per_node = max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
+    return per_node * int(trainer_cfg.num_nodes)
+
+
+def accumulation_steps(global_batch: int | None, micro_batch: int, world: int) -> int:
+    """Gradient accumulation that turns ``micro_batch`` per device on ``world`` devices into ``global_batch``."""
+    if global_batch is None:
+        return 1
+    if global_batch % (micro_batch * world):
+        raise ConfigError(f"data.global_batch_size={global_batch} is not a multiple of data.batch_size={micro_batch} × {world} device(s); "
+                          "change data.batch_size (the per-device micro-batch)")
+    return global_batch // (micro_batch * world)
+
+
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     options = OmegaConf.to_container(cfg.data, resolve=True)
-    return get_datamodule_class(options.pop("loader"))(**options)
+    if cfg.task.family == "lm" and options.get("path") is None and options.get("max_train_tokens") is None and cfg.trainer.max_steps > 0:
+        # a streamed source is cached up to what the run will consume (+1%)
+        global_batch = options.get("global_batch_size") or options["batch_size"] * world_size(cfg.trainer)
+        options["max_train_tokens"] = int(cfg.trainer.max_steps * global_batch * options["seq_len"] * 1.01)
+    return get_datamodule_class(options.pop("loader"))(seed=cfg.seed, **options)
 
 
 def check_data_fits_model(cfg: DictConfig, datamodule) -> None:
@@ -51,38 +90,51 @@ def check_data_fits_model(cfg: DictConfig, datamodule) -> None:
 def build_lightning_module(cfg: DictConfig, model, datamodule) -> L.LightningModule:
     optim = OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
     if cfg.task.family == "lm":
-        return CausalLMModule(model, optim)
+        return CausalLMModule(model, optim, loss_chunk_size=cfg.loss.chunk_size)
     return ImageClassifierModule(model, optim, num_classes=datamodule.num_classes, label_smoothing=cfg.loss.label_smoothing)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path) -> L.Trainer:
-    from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
+def count_tokens(batch: dict) -> int:
+    return batch["input_ids"].numel()
+
+
+def count_images(batch) -> int:
+    return len(batch[1])
+
+
+def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
+    if cfg.task.family == "lm":
+        return ThroughputMonitor(count_tokens, model.flops_per_token(cfg.data.seq_len), cfg.trainer.log_every_n_steps)
+    return ThroughputMonitor(count_images, None, cfg.trainer.log_every_n_steps)
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list) -> L.Trainer:
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar, TQDMProgressBar
     from lightning.pytorch.loggers import CSVLogger
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     if kwargs.get("precision") is None:
         kwargs["precision"] = "bf16-mixed" if torch.cuda.is_available() and kwargs.get("accelerator") in ("auto", "gpu", "cuda") else "32-true"
-    callbacks = [LearningRateMonitor(logging_interval="step")]
+    if not torch.cuda.is_available() and str(kwargs["precision"]).startswith("bf16") and kwargs.get("accelerator") == "auto":
+        log.warning("no GPU: running %s on the CPU", kwargs["precision"])
+    kwargs["accumulate_grad_batches"] = accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
+    callbacks = [*callbacks, LearningRateMonitor(logging_interval="step")]
     if kwargs.get("enable_progress_bar", True):
-        callbacks.append(RichProgressBar() if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=5))
+        callbacks.append(RichProgressBar() if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=10))
+    if cfg.checkpoint_every_n_steps:
+        callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=cfg.checkpoint_every_n_steps, save_last=True, save_top_k=-1))
     return L.Trainer(
         **kwargs,
         default_root_dir=str(run_dir),
         logger=CSVLogger(str(run_dir), name="", version="logs"),
         callbacks=callbacks,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(cfg.checkpoint_every_n_steps),
+        use_distributed_sampler=cfg.task.family != "lm",  # LM data modules shard by rank themselves
     )
 
 
-def run(cfg: DictConfig) -> dict:
-    """Train + evaluate ``cfg`` (from :func:`mixbench.config.compose`); returns the written record."""
-    started, t0 = datetime.now(timezone.utc), time.perf_counter()
-    spec = norm_spec(cfg)
-    task = get_task(cfg.task.name)
-    task.load_plugin()
-    run_dir = run_directory(cfg, spec.label())
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    record = {
+def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) -> dict:
+    return {
         "schema": SCHEMA, "run_id": run_dir.name, "run_dir": str(run_dir), "status": "failed",
         "task": cfg.task.name, "family": cfg.task.family, "scale": cfg.scale, "seed": cfg.seed,
         "model": {"name": cfg.model.name, "options": OmegaConf.to_container(cfg.model)},
@@ -94,6 +146,22 @@ def run(cfg: DictConfig) -> dict:
         "versions": package_versions(), "git": git_commit(), "hardware": hardware(),
         "started_at": started.isoformat(), "finished_at": None, "wall_time_s": None, "error": None,
     }
+
+
+def run(cfg: DictConfig) -> dict:
+    """Train + evaluate ``cfg`` (from :func:`mixbench.config.compose`); returns the record (written by rank 0)."""
+    started, t0 = datetime.now(timezone.utc), time.perf_counter()
+    spec = norm_spec(cfg)
+    task = get_task(cfg.task.name)
+    task.load_plugin()
+    run_dir = run_directory(cfg, spec.label())
+    relaunches = world_size(cfg.trainer) > 1 and "spawn" not in str(cfg.trainer.strategy)
+    if relaunches and cfg.run_dir is None and "run_dir=" not in " ".join(sys.argv):
+        sys.argv.append(f"run_dir={run_dir}")  # DDP processes Lightning launches re-run this command: share the folder
+    primary = not is_child_rank()
+    if primary:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    record = new_record(cfg, spec, task, run_dir, started)
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build_datamodule(cfg)
@@ -106,18 +174,28 @@ def run(cfg: DictConfig) -> dict:
         record["model"]["num_params"] = sum(p.numel() for p in model.parameters())
         log.info("%s | %s | %s: plan %s, %.2fM parameters", cfg.task.name, cfg.model.name, spec.label(),
                  _plan_summary(model.plan), record["model"]["num_params"] / 1e6)
+        divergence, throughput = DivergenceMonitor(**cfg.divergence), throughput_monitor(cfg, model)
         if cfg.compile:
             model.compile()
         module = build_lightning_module(cfg, model, datamodule)
-        trainer = build_trainer(cfg, run_dir)
-        trainer.fit(module, datamodule=datamodule)
+        trainer = build_trainer(cfg, run_dir, [divergence, throughput])
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.resume_from)
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
         record["steps"] = trainer.global_step
+        record["effective"] = {"world_size": trainer.world_size, "accumulate_grad_batches": trainer.accumulate_grad_batches,
+                               "precision": str(trainer.precision), "micro_batch_size": cfg.data.batch_size,
+                               "global_batch_size": cfg.data.batch_size * trainer.world_size * trainer.accumulate_grad_batches}
+        record["throughput"] = throughput.summary
         value = record["metrics"].get(task.primary_metric.name)
         record["primary_metric"]["value"] = value
-        record["status"] = "completed" if value is not None and math.isfinite(value) else "diverged"
-        if cfg.save_weights:
+        if divergence.diverged_at_step is not None or value is None or not math.isfinite(value):
+            record["status"] = "diverged"
+            record["divergence"] = {"step": divergence.diverged_at_step, "reason": divergence.reason or "non-finite final metric",
+                                    "last_finite_validation": divergence.last_finite_val}
+        else:
+            record["status"] = "completed"
+        if cfg.save_weights and primary:
             torch.save(model.state_dict(), run_dir / "model.pt")
     except BaseException as err:
         record["error"] = f"{type(err).__name__}: {err}"
@@ -125,8 +203,9 @@ def run(cfg: DictConfig) -> dict:
     finally:
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
         record["wall_time_s"] = round(time.perf_counter() - t0, 2)
-        write_record(record, run_dir / "record.json")
-        log.info("record written to %s", run_dir / "record.json")
+        if primary:
+            write_record(record, run_dir / "record.json")
+            log.info("record written to %s", run_dir / "record.json")
     return record
 
 

@@ -1,10 +1,14 @@
 """Causal-LM text data in C4's file format (gzip JSON lines ``{"text","timestamp","url"}``).
 
+Sources: local shards (``path``: a glob, ``embedded`` for the sample shipped with mixbench) or, when
+``path`` is null, the hub dataset ``hub`` (e.g. ``allenai/c4`` / ``en``) streamed through HF datasets.
+Text is tokenized once into a memory-mapped cache (:mod:`mixbench.data.tokens`).
+
 Two sequence modes, both producing ``input_ids`` (T) and next-token ``labels`` (T, -100 = ignored):
 
 * ``pack``: documents + EOS concatenated and cut into windows of T+1 tokens (no padding).
-* ``pad``: the Mix-LN paper's protocol — each document + EOS is truncated / right-padded to T;
-  labels are the shifted ids with pads (and the last position) excluded from the loss.
+* ``pad``: the Mix-LN paper's protocol — each document + EOS truncated / right-padded to T; the
+  labels are the shifted ids, with padding (and the last position) excluded from the loss.
 """
 from __future__ import annotations
 
@@ -17,113 +21,112 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from . import ASSETS_DIR
 from ..errors import ConfigError
+from . import ASSETS_DIR
+from .samplers import EpochShuffleSampler, ShardSampler
+from .tokens import PAD_CANDIDATES, TokenizerSpec, TokenStore, build_cache, special_id
 
 log = logging.getLogger(__name__)
 IGNORE_INDEX = -100
-EMBEDDED_TEXT = ASSETS_DIR / "text"
-EMBEDDED_TOKENIZER = ASSETS_DIR / "tokenizer.json"
-EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>")
-PAD_CANDIDATES = ("<pad>",)
+EMBEDDED_TRAIN = str(ASSETS_DIR / "text" / "c4-train.*.json.gz")
 
 
 def resolve_files(pattern: str) -> list[str]:
     files = sorted(glob.glob(str(Path(pattern).expanduser())))
     if not files:
         raise FileNotFoundError(
-            f"no files match data path {pattern!r}; set data.train_path / data.val_path to a glob of "
-            "C4-format .json.gz (or .json/.jsonl) shards"
+            f"no files match data path {pattern!r}; set data.path (and data.val_path) to a glob of C4-format "
+            ".json.gz shards, e.g. data.path='/data/c4/en/c4-train.*.json.gz'"
         )
     return files
 
 
-def load_tokenizer(name_or_path: str):
-    """A HF ``tokenizers.Tokenizer`` from ``embedded`` (the shipped BPE) or a ``tokenizer.json`` path."""
-    from tokenizers import Tokenizer
-
-    path = EMBEDDED_TOKENIZER if name_or_path == "embedded" else Path(name_or_path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"tokenizer file {str(path)!r} not found; set data.tokenizer=embedded or a tokenizer.json path")
-    return Tokenizer.from_file(str(path))
+def validation_glob(train_glob: str) -> str:
+    """C4 layout: ``c4-train.*`` → ``c4-validation.*`` next to it."""
+    if "train" not in Path(train_glob).name:
+        raise ConfigError(f"cannot derive a validation glob from {train_glob!r}; set data.val_path")
+    head, name = str(Path(train_glob).parent), Path(train_glob).name
+    return str(Path(head) / name.replace("train", "validation"))
 
 
-def special_id(tokenizer, candidates: tuple[str, ...], what: str) -> int:
-    for token in candidates:
-        idx = tokenizer.token_to_id(token)
-        if idx is not None:
-            return idx
-    raise ConfigError(f"tokenizer has no {what} token (looked for {', '.join(candidates)})")
+class PackedWindows(Dataset):
+    """Window i = tokens [i(T+1), (i+1)(T+1)) of the stream: inputs its first T, labels its last T.
+    ``max_targets`` keeps the first windows holding at most that many target tokens."""
 
-
-def read_texts(files: list[str]) -> list[str]:
-    """Document texts of C4-format shards, in file order, through HF ``datasets`` (works offline)."""
-    from datasets import load_dataset
-
-    return load_dataset("json", data_files=files, split="train")["text"]
-
-
-def tokenize_documents(texts: list[str], tokenizer, eos_id: int, batch: int = 512) -> list[np.ndarray]:
-    docs = []
-    for start in range(0, len(texts), batch):
-        for enc in tokenizer.encode_batch(texts[start : start + batch], add_special_tokens=False):
-            docs.append(np.asarray(enc.ids + [eos_id], dtype=np.int32))
-    return docs
-
-
-def pack_sequences(docs: list[np.ndarray], seq_len: int) -> np.ndarray:
-    """(N, T+1) windows of the concatenated token stream; the incomplete tail is dropped."""
-    stream = np.concatenate(docs)
-    n = len(stream) // (seq_len + 1)
-    return stream[: n * (seq_len + 1)].reshape(n, seq_len + 1)
-
-
-def pad_sequences(docs: list[np.ndarray], seq_len: int, pad_id: int) -> np.ndarray:
-    """(N, T) rows: each document (with EOS) truncated or right-padded with ``pad_id``."""
-    out = np.full((len(docs), seq_len), pad_id, dtype=np.int32)
-    for i, doc in enumerate(docs):
-        out[i, : min(len(doc), seq_len)] = doc[:seq_len]
-    return out
-
-
-class TokenWindows(Dataset):
-    """Rows of token ids → ``{"input_ids", "labels"}``."""
-
-    def __init__(self, rows: np.ndarray, mode: str, pad_id: int):
-        self.rows, self.mode, self.pad_id = torch.from_numpy(rows.astype(np.int64)), mode, pad_id
+    def __init__(self, store: TokenStore, seq_len: int, max_targets: int | None = None):
+        self.store, self.seq_len = store, seq_len
+        self.length = store.num_tokens // (seq_len + 1)
+        if max_targets is not None:
+            self.length = min(self.length, max(1, max_targets // seq_len))
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.length
 
     def __getitem__(self, i: int) -> dict:
-        row = self.rows[i]
-        if self.mode == "pack":
-            return {"input_ids": row[:-1], "labels": row[1:].clone()}
-        labels = torch.full_like(row, IGNORE_INDEX)
-        labels[:-1] = row[1:]
-        labels[labels == self.pad_id] = IGNORE_INDEX
-        return {"input_ids": row, "labels": labels}
+        row = torch.from_numpy(self.store.read(i * (self.seq_len + 1), self.seq_len + 1).astype(np.int64))
+        return {"input_ids": row[:-1], "labels": row[1:]}
+
+    def num_target_tokens(self) -> int:
+        return len(self) * self.seq_len
+
+
+class PaddedDocuments(Dataset):
+    """Item i = document i (with EOS) truncated / right-padded to T; pads are never targets.
+    ``max_targets`` keeps the first documents until they hold that many target tokens."""
+
+    def __init__(self, store: TokenStore, seq_len: int, pad_id: int, max_targets: int | None = None):
+        self.store, self.seq_len, self.pad_id = store, seq_len, pad_id
+        self.length = store.num_documents
+        if max_targets is not None:
+            targets = np.cumsum(np.minimum(np.diff(store.doc_offsets), seq_len) - 1)
+            self.length = min(self.length, int(np.searchsorted(targets, max_targets, side="left")) + 1)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> dict:
+        doc = torch.from_numpy(self.store.document(i)[: self.seq_len].astype(np.int64))
+        ids = torch.full((self.seq_len,), self.pad_id, dtype=torch.long)
+        ids[: len(doc)] = doc
+        labels = torch.full((self.seq_len,), IGNORE_INDEX, dtype=torch.long)
+        labels[: len(doc) - 1] = doc[1:]
+        return {"input_ids": ids, "labels": labels}
+
+    def num_target_tokens(self) -> int:
+        lengths = np.minimum(np.diff(self.store.doc_offsets[: self.length + 1]), self.seq_len)
+        return int((lengths - 1).sum())
 
 
 class TextDataModule(L.LightningDataModule):
-    """Tokenizes C4-format shards once in ``setup`` and serves packed or padded windows.
+    """Token-cached C4-format text for causal LM training.
 
-    ``train_path`` / ``val_path``: globs, or ``embedded`` for the public-domain sample shipped with
-    mixbench (Austen, Melville, Shakespeare, US State of the Union addresses, Python docs).
-    ``batch_size`` is per device.
+    ``batch_size`` is the micro-batch per device; ``global_batch_size`` (optional) is reached by
+    gradient accumulation (see :func:`mixbench.train.accumulation_steps`).  Training order is a
+    per-epoch permutation from ``seed``; each rank reads a disjoint part, and the position is saved in
+    checkpoints (``state_dict``) so a resumed run continues where it stopped.  Validation uses the first
+    ``max_val_tokens`` tokens (whole documents) of the validation source, split over ranks without
+    duplicates.
     """
 
     def __init__(
         self,
-        train_path: str = "embedded",
-        val_path: str = "embedded",
+        path: str | None = "embedded",
+        val_path: str | None = None,
+        hub: str | None = None,
+        hub_name: str | None = None,
+        shuffle_seed: int | None = 32,
         tokenizer: str = "embedded",
         seq_len: int = 128,
         mode: str = "pack",
         batch_size: int = 16,
+        global_batch_size: int | None = None,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
+        max_train_tokens: int | None = None,
         max_val_tokens: int | None = None,
+        cache_dir: str = "~/.cache/mixbench/tokens",
+        num_proc: int | None = None,
+        seed: int = 0,
         name: str = "text",
         label: str | None = None,
         **_unused,
@@ -131,42 +134,96 @@ class TextDataModule(L.LightningDataModule):
         super().__init__()
         if mode not in ("pack", "pad"):
             raise ConfigError(f"data.mode must be 'pack' or 'pad', got {mode!r}")
-        self.train_path = str(EMBEDDED_TEXT / "c4-train.*.json.gz") if train_path == "embedded" else train_path
-        self.val_path = str(EMBEDDED_TEXT / "c4-validation.*.json.gz") if val_path == "embedded" else val_path
-        self.tokenizer_name, self.seq_len, self.mode = tokenizer, seq_len, mode
-        self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size or batch_size, num_workers
-        self.max_val_tokens = max_val_tokens
+        if path is None and hub is None:
+            raise ConfigError("set data.path to a glob of local C4-format shards, or data.hub to stream a hub dataset")
+        self.path = EMBEDDED_TRAIN if path == "embedded" else path
+        self.val_path = val_path
+        self.hub, self.hub_name, self.shuffle_seed = hub, hub_name, shuffle_seed
+        self.tokenizer = TokenizerSpec(tokenizer)
+        self.seq_len, self.mode, self.seed = seq_len, mode, seed
+        self.batch_size, self.global_batch_size = batch_size, global_batch_size
+        self.eval_batch_size, self.num_workers = eval_batch_size or batch_size, num_workers
+        self.max_train_tokens, self.max_val_tokens = max_train_tokens, max_val_tokens
+        self.cache_dir, self.num_proc = cache_dir, num_proc
         self.dataset_name, self.dataset_label = name, label or name
+        self._resume: tuple[int, int] | None = None
+
+    # sources -----------------------------------------------------------------------------------
+    def _sources(self, split: str) -> list[dict]:
+        if self.path is not None:
+            pattern = self.path if split == "train" else (self.val_path or validation_glob(self.path))
+            return [{"files": [f]} for f in resolve_files(pattern)]
+        return [{"hub": self.hub, "name": self.hub_name, "split": split, "shuffle_seed": self.shuffle_seed if split == "train" else None}]
+
+    def _budget(self, split: str) -> int | None:
+        """Streams are cut at a token budget (the run's need); local files are cached whole."""
+        if self.path is not None:
+            return None
+        return self.max_train_tokens if split == "train" else self.max_val_tokens
+
+    def _store(self, split: str) -> TokenStore:
+        cache = build_cache(self.cache_dir, self.tokenizer, self._sources(split), self._budget(split), self.num_proc)
+        return TokenStore(cache)
+
+    def prepare_data(self) -> None:
+        for split in ("train", "validation"):
+            self._store(split)
 
     def setup(self, stage: str | None = None) -> None:
         if hasattr(self, "train_set"):
             return
-        tok = load_tokenizer(self.tokenizer_name)
+        tok = self.tokenizer.load()
         self.vocab_size = tok.get_vocab_size()
-        self.eos_id = special_id(tok, EOS_CANDIDATES, "end-of-sequence")
-        self.pad_id = special_id(tok, PAD_CANDIDATES, "padding") if self.mode == "pad" else self.eos_id
-        self.train_set = self._windows(resolve_files(self.train_path), tok)
-        self.val_set = self._windows(resolve_files(self.val_path), tok, max_tokens=self.max_val_tokens)
-        log.info("text data: %d train / %d val windows of %d tokens (%s)", len(self.train_set), len(self.val_set), self.seq_len, self.mode)
+        self.pad_id = special_id(tok, PAD_CANDIDATES, "padding") if self.mode == "pad" else 0
+        self.train_set = self._dataset(self._store("train"))
+        self.val_set = self._dataset(self._store("validation"), max_targets=self.max_val_tokens)
+        log.info("text data: %d train / %d val sequences of %d tokens (%s)", len(self.train_set), len(self.val_set), self.seq_len, self.mode)
 
-    def _windows(self, files: list[str], tok, max_tokens: int | None = None) -> TokenWindows:
-        docs = tokenize_documents(read_texts(files), tok, self.eos_id)
-        rows = pack_sequences(docs, self.seq_len) if self.mode == "pack" else pad_sequences(docs, self.seq_len, self.pad_id)
-        if max_tokens is not None:
-            rows = rows[: max(1, max_tokens // self.seq_len)]
-        return TokenWindows(rows, self.mode, self.pad_id)
+    def _dataset(self, store: TokenStore, max_targets: int | None = None) -> Dataset:
+        if self.mode == "pack":
+            return PackedWindows(store, self.seq_len, max_targets)
+        return PaddedDocuments(store, self.seq_len, self.pad_id, max_targets)
 
     def describe(self) -> dict:
         return {
-            "name": self.dataset_name, "label": self.dataset_label, "train_path": self.train_path, "val_path": self.val_path,
-            "tokenizer": self.tokenizer_name, "vocab_size": self.vocab_size, "seq_len": self.seq_len, "mode": self.mode,
+            "name": self.dataset_name, "label": self.dataset_label,
+            "source": self.path if self.path is not None else f"{self.hub}/{self.hub_name} (streamed)",
+            "val_source": (self.val_path or validation_glob(self.path)) if self.path is not None else f"{self.hub}/{self.hub_name} validation",
+            "tokenizer": self.tokenizer.name, "vocab_size": self.vocab_size, "seq_len": self.seq_len, "mode": self.mode,
             "num_train_sequences": len(self.train_set), "num_val_sequences": len(self.val_set),
-            "num_val_tokens": int((torch.stack([self.val_set[i]["labels"] for i in range(len(self.val_set))]) != IGNORE_INDEX).sum()),
+            "num_val_target_tokens": self.val_set.num_target_tokens(), "train_tokens_available": self.train_set.store.num_tokens,
         }
 
+    # loaders -----------------------------------------------------------------------------------
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        rank, world = self._rank_world()
+        self.train_sampler = EpochShuffleSampler(len(self.train_set), self.seed, rank, world)
+        if self._resume is not None:
+            self.train_sampler.set_start(*self._resume)
+            self._resume = None
+        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=self.train_sampler, drop_last=True,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available())
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers)
+        rank, world = self._rank_world()
+        return DataLoader(self.val_set, batch_size=self.eval_batch_size, sampler=ShardSampler(len(self.val_set), rank, world),
+                          num_workers=self.num_workers, pin_memory=torch.cuda.is_available())
+
+    # resume ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Position in the training order: epoch and samples this rank consumed in it."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None or not hasattr(self, "train_sampler"):
+            return {}
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current.completed
+        return {"epoch": self.train_sampler.epoch, "consumed": self.train_sampler.start + batches * self.batch_size, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            if state.get("seed") != self.seed:
+                raise ConfigError(f"the checkpoint was trained with seed {state.get('seed')}, this run has seed {self.seed}")
+            self._resume = (state["epoch"], state["consumed"])

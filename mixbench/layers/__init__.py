@@ -6,11 +6,12 @@ from .placement import (
     NORM_KINDS,
     NormConfigError,
     NormSpec,
+    admin_omega_init,
     deepnorm_constants,
     layer_plan,
     num_post_layers,
 )
-from .init import init_deepnorm_
+from .init import init_deepnorm_, scaled_init_
 from .residual import PlacedResidual, apply_placement
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "apply_placement",
     "deepnorm_constants",
     "init_deepnorm_",
+    "scaled_init_",
+    "admin_omega_init",
     "layer_plan",
     "norm_factory",
     "num_post_layers",

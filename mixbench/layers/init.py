@@ -43,3 +43,14 @@ def init_deepnorm_(
     xavier_normal_(proj, hidden, hidden, b)
     xavier_normal_(fc1, hidden, intermediate, b)
     xavier_normal_(fc2, intermediate, hidden, b)
+
+
+@torch.no_grad()
+def scaled_init_(weights: list[torch.Tensor], std: float, num_layers: int, truncated: bool = False) -> None:
+    """Scaled initialization of residual output projections: N(0, std / sqrt(2L)) (paper App. B)."""
+    scaled = std / math.sqrt(2 * num_layers)
+    for w in weights:
+        if truncated:
+            torch.nn.init.trunc_normal_(w, std=scaled)
+        else:
+            w.normal_(0.0, scaled)

@@ -10,11 +10,13 @@ pre         x + F(N(x))                      Pre-LN, Mix-LN paper Eq. 2
 post        N(x + F(x))                      Post-LN, Mix-LN paper Eq. 1
 sandwich    x + N_b(F(N_a(x)))               Sandwich-LN (Ding et al., 2021)
 deepnorm    N(a·x + F(x)),  a = (2L)^(1/4)   DeepNorm (Wang et al., DeepNet)
+admin       N(w ⊙ x + F(x)),  w learnable    Admin (Liu et al., 2020), per-channel w
 ==========  ===============================  ==========================================
 
 A *model-level* choice (``norm=...``) resolves to one placement per block:
 
-* ``pre`` / ``post`` / ``sandwich`` / ``deepnorm``: every block the same.
+* ``pre`` / ``post`` / ``sandwich`` / ``deepnorm`` / ``admin``: every block the same.
+* ``group_ln``: ``pre`` with ``kind=groupnorm`` (GroupNorm over the channels of each token).
 * ``mix`` (Mix-LN): the first ``floor(alpha * L)`` blocks ``post``, the rest ``pre``
   (paper Sec. 3).  ``num_post`` gives the count directly (the official code's ``POST_NUM``);
   ``layers`` gives an explicit per-block list (e.g. a reversed mix for ablations).
@@ -24,14 +26,14 @@ This module is pure Python (no torch) so configs can be validated cheaply.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import ConfigError
 
-BLOCK_PLACEMENTS = ("pre", "post", "sandwich", "deepnorm")
-MODEL_PLACEMENTS = ("pre", "post", "mix", "sandwich", "deepnorm", "custom")
-NORM_KINDS = ("rmsnorm", "layernorm")
+BLOCK_PLACEMENTS = ("pre", "post", "sandwich", "deepnorm", "admin")
+MODEL_PLACEMENTS = ("pre", "post", "mix", "sandwich", "deepnorm", "admin", "custom")
+NORM_KINDS = ("rmsnorm", "layernorm", "groupnorm")
 
 
 class NormConfigError(ConfigError):
@@ -52,6 +54,12 @@ class NormSpec:
         final_norm: apply a norm after the last block, before the head.
         paper_compat: DeepNorm only — reproduce the official Mix-LN code (a = sqrt(8) for
             every depth, xavier-normal init with gain (8L)^(+1/4)) instead of DeepNet's constants.
+        groups: number of channel groups of ``kind=groupnorm``.
+        admin_init: Admin's initial residual weight; ``None`` = Admin's rule w_k = sqrt(k + 1) for
+            the k-th sub-layer (0-based, attention and MLP counted separately), i.e. its profiled
+            init under the assumption that every earlier sub-layer output has unit variance.
+        scaled_init: output projections (attention out, MLP down) ~ N(0, std/sqrt(2L)) (paper App. B).
+        scaled_embed: multiply the token / patch embeddings by sqrt(d) (Takase et al., 2023).
     """
 
     placement: str = "pre"
@@ -62,7 +70,10 @@ class NormSpec:
     eps: float | None = None
     final_norm: bool = True
     paper_compat: bool = False
-    extra: dict = field(default_factory=dict, compare=False, repr=False)
+    groups: int = 8
+    admin_init: float | None = None
+    scaled_init: bool = False
+    scaled_embed: bool = False
 
     def __post_init__(self) -> None:
         if self.placement not in MODEL_PLACEMENTS:
@@ -91,16 +102,15 @@ class NormSpec:
             raise NormConfigError(f"unknown norm.kind {self.kind!r}; valid: {', '.join(NORM_KINDS)}")
         if self.eps is not None and not (isinstance(self.eps, (int, float)) and self.eps > 0):
             raise NormConfigError(f"norm.eps must be a positive number, got {self.eps!r}")
+        if not isinstance(self.groups, int) or self.groups < 1:
+            raise NormConfigError(f"norm.groups must be a positive integer, got {self.groups!r}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "NormSpec":
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "extra"}
-        unknown = sorted(set(d) - set(known))
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
         if unknown:
-            raise NormConfigError(
-                f"unknown norm option(s) {unknown}; valid: {', '.join(sorted(cls.__dataclass_fields__.keys() - {'extra'}))}"
-            )
-        return cls(**known)
+            raise NormConfigError(f"unknown norm option(s) {unknown}; valid: {', '.join(cls.__dataclass_fields__)}")
+        return cls(**d)
 
     def plan(self, num_layers: int) -> list[str]:
         """Per-block placement list for a model with ``num_layers`` blocks."""
@@ -115,8 +125,14 @@ class NormSpec:
             name = f"mix(post={self.num_post})" if self.num_post is not None else f"mix(α={self.alpha:g})"
         if self.placement == "deepnorm" and self.paper_compat:
             name += "[paper-compat]"
-        if self.kind is not None:
+        if self.kind is not None and not (self.placement == "pre" and self.kind == "groupnorm"):
             name += f"[{self.kind}]"
+        if self.placement == "pre" and self.kind == "groupnorm":
+            name = "group_ln"
+        if self.scaled_init:
+            name += "+scaled_init"
+        if self.scaled_embed:
+            name += "+scaled_embed"
         if not self.final_norm:
             name += "[no-final-norm]"
         return name
@@ -168,3 +184,11 @@ def deepnorm_constants(num_layers: int, paper_compat: bool = False) -> tuple[flo
     if paper_compat:
         return math.sqrt(8.0), (8.0 * num_layers) ** 0.25
     return (2.0 * num_layers) ** 0.25, (8.0 * num_layers) ** -0.25
+
+
+def admin_omega_init(spec: NormSpec, block_index: int) -> tuple[float, float]:
+    """Initial Admin residual weights of block ``block_index``'s attention and MLP sub-layers."""
+    if spec.admin_init is not None:
+        return float(spec.admin_init), float(spec.admin_init)
+    k = 2 * block_index
+    return math.sqrt(k + 1), math.sqrt(k + 2)

@@ -3,9 +3,10 @@
 Both model families (LLaMA in :mod:`mixbench.models.llama`, timm ViT in :mod:`mixbench.models.vit`)
 inherit :class:`PlacedResidual` and call :meth:`PlacedResidual.placed_forward` with their two
 branch functions.  Module names are shared: ``norm1`` / ``norm2`` are the norms of the attention / MLP
-sub-layer (pre-norms for ``pre``, post-add norms for ``post`` / ``deepnorm``, input norms for
-``sandwich``), ``norm1_post`` / ``norm2_post`` are Sandwich-LN's extra output norms.  So Pre-LN,
-Post-LN and Mix-LN models have identical ``state_dict`` keys.
+sub-layer (pre-norms for ``pre``, post-add norms for ``post`` / ``deepnorm`` / ``admin``, input norms
+for ``sandwich``), ``norm1_post`` / ``norm2_post`` are Sandwich-LN's extra output norms and
+``omega1`` / ``omega2`` Admin's residual weights.  So Pre-LN, Post-LN and Mix-LN models have identical
+``state_dict`` keys.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from .placement import BLOCK_PLACEMENTS, NormConfigError
+from .placement import BLOCK_PLACEMENTS, NormConfigError, NormSpec, admin_omega_init, deepnorm_constants
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
 
@@ -25,16 +26,17 @@ def apply_placement(
     branch: Branch,
     norm: nn.Module,
     out_norm: nn.Module | None = None,
-    residual_scale: float = 1.0,
+    residual_scale: float | torch.Tensor = 1.0,
 ) -> torch.Tensor:
-    """One sub-layer: ``pre`` x+F(N(x)), ``post`` N(x+F(x)), ``sandwich`` x+N_b(F(N_a(x))), ``deepnorm`` N(a·x+F(x))."""
+    """One sub-layer: ``pre`` x+F(N(x)), ``post`` N(x+F(x)), ``sandwich`` x+N_b(F(N_a(x))),
+    ``deepnorm`` N(a·x+F(x)) (float a), ``admin`` N(w⊙x+F(x)) (learnable w)."""
     if placement == "pre":
         return x + branch(norm(x))
     if placement == "post":
         return norm(x + branch(x))
     if placement == "sandwich":
         return x + out_norm(branch(norm(x)))
-    if placement == "deepnorm":
+    if placement in ("deepnorm", "admin"):
         return norm(x * residual_scale + branch(x))
     raise NormConfigError(f"unknown block placement {placement!r}; valid: {', '.join(BLOCK_PLACEMENTS)}")
 
@@ -49,18 +51,26 @@ class PlacedResidual:
     placement: str = "pre"
     residual_scale: float = 1.0
 
-    def setup_placement(self, placement: str, dim: int, make_norm: Callable[..., nn.Module], residual_scale: float = 1.0, **norm_kwargs) -> None:
-        if placement not in BLOCK_PLACEMENTS:
-            raise NormConfigError(f"unknown block placement {placement!r}; valid: {', '.join(BLOCK_PLACEMENTS)}")
-        self.placement = placement
-        self.residual_scale = float(residual_scale) if placement == "deepnorm" else 1.0
-        if placement == "sandwich":
-            self.norm1_post = make_norm(dim, **norm_kwargs)
-            self.norm2_post = make_norm(dim, **norm_kwargs)
+    def setup_placement(self, spec: NormSpec, depth: int, num_layers: int, dim: int, make_norm: Callable[..., nn.Module]) -> None:
+        """Take block ``depth``'s placement from ``spec`` and create the modules that placement adds."""
+        self.placement = spec.plan(num_layers)[depth]
+        self.residual_scale = deepnorm_constants(num_layers, spec.paper_compat)[0] if self.placement == "deepnorm" else 1.0
+        if self.placement == "sandwich":
+            self.norm1_post = make_norm(dim)
+            self.norm2_post = make_norm(dim)
+        if self.placement == "admin":
+            w1, w2 = admin_omega_init(spec, depth)
+            self.omega1 = nn.Parameter(torch.full((dim,), w1))
+            self.omega2 = nn.Parameter(torch.full((dim,), w2))
+
+    def _scale(self, which: int) -> float | torch.Tensor:
+        if self.placement == "admin":
+            return self.omega1 if which == 1 else self.omega2
+        return self.residual_scale
 
     def placed_forward(self, x: torch.Tensor, attn_branch: Branch, mlp_branch: Branch) -> torch.Tensor:
-        x = apply_placement(self.placement, x, attn_branch, self.norm1, getattr(self, "norm1_post", None), self.residual_scale)
-        return apply_placement(self.placement, x, mlp_branch, self.norm2, getattr(self, "norm2_post", None), self.residual_scale)
+        x = apply_placement(self.placement, x, attn_branch, self.norm1, getattr(self, "norm1_post", None), self._scale(1))
+        return apply_placement(self.placement, x, mlp_branch, self.norm2, getattr(self, "norm2_post", None), self._scale(2))
 
     def extra_repr(self) -> str:  # shown by print(model)
         scale = f", residual_scale={self.residual_scale:.4f}" if self.placement == "deepnorm" else ""

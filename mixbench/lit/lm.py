@@ -7,25 +7,31 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
-from ..data.text import IGNORE_INDEX
 from .base import OptimizedModule
+from .losses import IGNORE_INDEX, chunked_cross_entropy_sum
 
 
 class CausalLMModule(OptimizedModule):
     """Logs ``train/loss`` per step and ``val/loss`` (mean over all target tokens) and ``val/ppl = exp(val/loss)``.
 
-    The validation mean is weighted by target-token count per batch, so it is the same for any
-    batch size or number of devices.
+    The validation mean is weighted by the target-token count of each batch, so it is the same for
+    any batch size or number of devices.  With ``loss_chunk_size`` the LM head and cross-entropy are
+    computed in chunks of that many tokens (no full logits tensor).
     """
 
-    def __init__(self, model, optim):
+    def __init__(self, model, optim, loss_chunk_size: int | None = None):
         super().__init__(model, optim)
+        self.loss_chunk_size = loss_chunk_size
         self.val_loss = MeanMetric()
 
     def loss_sum(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.model(batch["input_ids"])
         labels = batch["labels"]
-        total = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+        if self.loss_chunk_size:
+            hidden = self.model(batch["input_ids"], return_hidden=True)
+            total = chunked_cross_entropy_sum(hidden, self.model.head.weight, labels, self.loss_chunk_size)
+        else:
+            logits = self.model(batch["input_ids"])
+            total = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
         return total, (labels != IGNORE_INDEX).sum()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:

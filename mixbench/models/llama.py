@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..layers import NormSpec, PlacedResidual, deepnorm_constants, init_deepnorm_, norm_factory
+from ..layers import NormSpec, PlacedResidual, init_deepnorm_, norm_factory, scaled_init_
 from ..errors import ConfigError
 
 
@@ -106,13 +106,13 @@ class SwiGLU(nn.Module):
 class LlamaBlock(PlacedResidual, nn.Module):
     """One decoder block: attention then SwiGLU, each wrapped by this block's norm placement."""
 
-    def __init__(self, cfg: LlamaConfig, placement: str, make_norm, residual_scale: float = 1.0):
+    def __init__(self, cfg: LlamaConfig, norm: NormSpec, depth: int, make_norm):
         super().__init__()
         self.norm1 = make_norm(cfg.hidden_size)
         self.attn = CausalSelfAttention(cfg)
         self.norm2 = make_norm(cfg.hidden_size)
         self.mlp = SwiGLU(cfg)
-        self.setup_placement(placement, cfg.hidden_size, make_norm, residual_scale)
+        self.setup_placement(norm, depth, cfg.num_layers, cfg.hidden_size, make_norm)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         return self.placed_forward(x, lambda h: self.attn(h, cos, sin), self.mlp)
@@ -127,10 +127,10 @@ class Llama(nn.Module):
         super().__init__()
         self.cfg, self.norm_spec = cfg, norm
         self.plan = norm.plan(cfg.num_layers)
-        make_norm = norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False)
-        deep_a, _ = deepnorm_constants(cfg.num_layers, norm.paper_compat)
+        make_norm = norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False, groups=norm.groups)
+        self.embed_scale = cfg.hidden_size ** 0.5 if norm.scaled_embed else 1.0
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.blocks = nn.ModuleList(LlamaBlock(cfg, p, make_norm, residual_scale=deep_a) for p in self.plan)
+        self.blocks = nn.ModuleList(LlamaBlock(cfg, norm, i, make_norm) for i in range(cfg.num_layers))
         self.norm = make_norm(cfg.hidden_size) if norm.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, cfg.rope_theta)
@@ -140,7 +140,8 @@ class Llama(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """N(0, init_std) Linears, N(0, embed_init_std) embedding, unit norm gains; then DeepNorm's own init."""
+        """N(0, init_std) Linears, N(0, embed_init_std) embedding, unit norm gains; then the norm
+        options' own inits (scaled init of output projections, DeepNorm)."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=self.cfg.init_std)
@@ -148,12 +149,20 @@ class Llama(nn.Module):
                 nn.init.normal_(module.weight, std=self.cfg.embed_init_std)
             elif hasattr(module, "weight") and isinstance(module, (nn.RMSNorm, nn.LayerNorm)):
                 nn.init.ones_(module.weight)
+        if self.norm_spec.scaled_init:
+            scaled_init_([w for b in self.blocks for w in (b.attn.proj.weight, b.mlp.fc2.weight)], self.cfg.init_std, self.cfg.num_layers)
         for block in self.blocks:
             if block.placement == "deepnorm":
                 init_deepnorm_(
                     block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc1.weight, block.mlp.fc2.weight,
                     self.cfg.hidden_size, self.cfg.intermediate_size, self.cfg.num_layers, self.norm_spec.paper_compat,
                 )
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (forward + backward), PaLM convention: 6·N + 12·L·H·T, where N
+        counts the matrix parameters (blocks + LM head, not the embedding lookup)."""
+        n = sum(p.numel() for name, p in self.named_parameters() if p.ndim == 2 and not name.startswith("embed."))
+        return 6.0 * n + 12.0 * self.cfg.num_layers * self.cfg.hidden_size * seq_len
 
     def forward_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Final hidden states (B, T, H) after the final norm."""
@@ -162,13 +171,16 @@ class Llama(nn.Module):
             raise ValueError(f"sequence length {t} exceeds model.max_seq_len={self.cfg.max_seq_len}")
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         x = self.embed(input_ids)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
         for block in self.blocks:
             x = block(x, cos, sin)
         return self.norm(x)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, V)."""
-        return self.head(self.forward_hidden(input_ids))
+    def forward(self, input_ids: torch.Tensor, return_hidden: bool = False) -> torch.Tensor:
+        """Logits (B, T, V), or the final hidden states (B, T, H) with ``return_hidden``."""
+        hidden = self.forward_hidden(input_ids)
+        return hidden if return_hidden else self.head(hidden)
 
 
 def build_llama(name: str, norm: NormSpec = NormSpec(), **overrides) -> Llama:

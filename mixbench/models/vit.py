@@ -13,7 +13,7 @@ import timm
 import torch
 from timm.models.vision_transformer import Block
 
-from ..layers import NormSpec, PlacedResidual, deepnorm_constants, init_deepnorm_, norm_factory
+from ..layers import NormSpec, PlacedResidual, init_deepnorm_, norm_factory, scaled_init_
 from ..errors import ConfigError
 
 # mixbench name -> (timm architecture, defaults in mixbench's vocabulary)
@@ -28,11 +28,11 @@ _TIMM_KEYS = dict(hidden_size="embed_dim", num_layers="depth")
 
 
 class PlacedViTBlock(PlacedResidual, Block):
-    """timm ``Block`` whose two residual sub-layers follow ``plan[depth]`` (see :mod:`mixbench.layers.residual`)."""
+    """timm ``Block`` whose two residual sub-layers follow block ``depth``'s placement (see :mod:`mixbench.layers.residual`)."""
 
-    def __init__(self, dim: int, *, plan: list[str], residual_scale: float = 1.0, depth: int = 0, norm_layer=None, **kwargs):
+    def __init__(self, dim: int, *, norm: NormSpec, num_layers: int, depth: int = 0, norm_layer=None, **kwargs):
         super().__init__(dim=dim, norm_layer=norm_layer, depth=depth, **kwargs)
-        self.setup_placement(plan[depth], dim, norm_layer, residual_scale)
+        self.setup_placement(norm, depth, num_layers, dim, norm_layer)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         return self.placed_forward(
@@ -40,6 +40,11 @@ class PlacedViTBlock(PlacedResidual, Block):
             lambda h: self.drop_path1(self.ls1(self.attn(h, attn_mask=attn_mask, is_causal=is_causal))),
             lambda h: self.drop_path2(self.ls2(self.mlp(h))),
         )
+
+
+def _scale_output(module, inputs, output, scale: float):
+    """Forward hook of Scaled Embed: patch embeddings × sqrt(d)."""
+    return output * scale
 
 
 def vit_defaults(name: str) -> dict:
@@ -56,16 +61,19 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     options.update(overrides)
     num_layers = options["num_layers"]
     plan = norm.plan(num_layers)
-    deep_a, _ = deepnorm_constants(num_layers, norm.paper_compat)
     timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items()}
     model = timm.create_model(
         VIT_PRESETS[name]["timm_name"],
         pretrained=False,
-        block_fn=partial(PlacedViTBlock, plan=plan, residual_scale=deep_a),
-        norm_layer=norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, family="timm"),
+        block_fn=partial(PlacedViTBlock, norm=norm, num_layers=num_layers),
+        norm_layer=norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, family="timm", groups=norm.groups),
         final_norm=norm.final_norm,
         **timm_kwargs,
     )
+    if norm.scaled_init:  # timm's own init is trunc-normal(0.02)
+        scaled_init_([w for b in model.blocks for w in (b.attn.proj.weight, b.mlp.fc2.weight)], 0.02, num_layers, truncated=True)
+    if norm.scaled_embed:
+        model.patch_embed.register_forward_hook(partial(_scale_output, scale=options["hidden_size"] ** 0.5))
     for block in model.blocks:
         if block.placement == "deepnorm":
             init_deepnorm_(

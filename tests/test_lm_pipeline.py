@@ -1,0 +1,147 @@
+"""C4-format pretraining path end to end on CPU: local shards, divergence handling, DDP, paper grids."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mixbench.callbacks import DivergenceMonitor
+from mixbench.cli import main
+from mixbench.errors import ConfigError
+from mixbench.reproduce import expand
+from mixbench.train import accumulation_steps
+from test_data import write_c4_shards
+
+SHARED_TEXTMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "textmix"
+TINY_LM = ["model=llama_debug", "model.vocab_size=8192", "compile=false", "trainer.precision=32-true",
+           "trainer.enable_progress_bar=false", "trainer.val_check_interval=null", "data.num_workers=0"]
+
+
+def records(results_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results_dir.rglob("record.json"))]
+
+
+@pytest.fixture
+def c4_folder(tmp_path):
+    folder = tmp_path / "c4" / "en"
+    folder.mkdir(parents=True)
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("\n\n")
+    write_c4_shards(folder, "train", [text[:20], text[20:]])
+    write_c4_shards(folder, "validation", [text[::3]])
+    return folder
+
+
+@pytest.mark.parametrize("mode", ["pad", "pack"])
+def test_c4_task_runs_offline_on_local_shards(tmp_path, c4_folder, mode):
+    args = ["run", "task=c4_llama_71m", "norm=mix", f"data.path={c4_folder}/c4-train.*.json.gz", "data.tokenizer=embedded",
+            f"data.mode={mode}", "data.seq_len=32", "data.batch_size=2", "data.global_batch_size=4", "trainer.max_steps=2",
+            "data.max_val_tokens=300", f"data.cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path / 'results'}", *TINY_LM]
+    assert main(args) == 0
+    (rec,) = records(tmp_path / "results")
+    assert rec["status"] == "completed" and rec["scale"] == "paper" and rec["steps"] == 2
+    assert rec["dataset"]["name"] == "c4" and rec["dataset"]["mode"] == mode and "c4-validation" in rec["dataset"]["val_source"]
+    assert rec["effective"]["accumulate_grad_batches"] == 2 and rec["effective"]["global_batch_size"] == 4
+    assert rec["norm"]["plan"] == ["post", "pre", "pre", "pre"] and math.isfinite(rec["metrics"]["val/ppl"])
+
+
+@pytest.mark.skipif(not SHARED_TEXTMIX.is_dir(), reason="needs ../shared/data/textmix")
+def test_c4_task_on_the_shared_textmix_corpus(tmp_path):
+    args = ["run", "task=c4_llama_130m", f"data.path={SHARED_TEXTMIX}/pkgtext-train.00006-of-00009.json.gz",
+            f"data.val_path={SHARED_TEXTMIX}/pkgtext-validation.*.json.gz", "data.tokenizer=embedded", "data.mode=pack",
+            "data.seq_len=64", "data.batch_size=4", "data.global_batch_size=8", "trainer.max_steps=3", "data.max_val_tokens=2000",
+            f"data.cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path / 'results'}", *TINY_LM]
+    assert main(args) == 0
+    (rec,) = records(tmp_path / "results")
+    assert rec["status"] == "completed" and rec["dataset"]["num_val_target_tokens"] <= 2000
+
+
+def test_gradient_accumulation_reaches_the_global_batch():
+    assert accumulation_steps(512, 128, 1) == 4
+    assert accumulation_steps(512, 64, 4) == 2
+    with pytest.raises(ConfigError, match="not a multiple"):
+        accumulation_steps(512, 96, 1)
+
+
+class FakeTrainer(SimpleNamespace):
+    def __init__(self):
+        super().__init__(global_step=0, should_stop=False, callback_metrics={},
+                         strategy=SimpleNamespace(reduce_boolean_decision=lambda flag, all=False: flag))
+
+
+def feed(monitor, trainer, losses):
+    for loss in losses:
+        trainer.global_step += 1
+        monitor.on_train_batch_end(trainer, None, {"loss": torch.tensor(loss)}, None, 0)
+        if trainer.should_stop:
+            return trainer.global_step
+    return None
+
+
+def test_divergence_monitor_catches_nan_and_blowups_but_not_noise():
+    monitor, trainer = DivergenceMonitor(blowup_nats=1.0, check_every_n_steps=5, patience=2), FakeTrainer()
+    assert feed(monitor, trainer, [9.0 - 0.01 * i + (0.3 if i % 2 else -0.3) for i in range(200)]) is None
+    assert feed(monitor, trainer, [float("nan")] * 5) == 205 and "non-finite" in monitor.reason
+    monitor, trainer = DivergenceMonitor(blowup_nats=1.0, check_every_n_steps=5, patience=2), FakeTrainer()
+    stopped = feed(monitor, trainer, [6.0] * 50 + [7.3] * 50)
+    assert stopped == 60 and monitor.diverged_at_step == 60 and "nats above its best" in monitor.reason
+
+
+def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys):
+    args = ["run", "task=llama_lm", "norm=post", "optim.lr=1e6", "optim.warmup_steps=0", "trainer.max_steps=30",
+            "divergence.check_every_n_steps=2", "divergence.patience=1", "data.seq_len=32", "trainer.limit_val_batches=2",
+            f"data.cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path}", *TINY_LM]
+    assert main(args) == 0
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "diverged" and rec["divergence"]["step"] is not None and rec["steps"] < 30
+    capsys.readouterr()
+    main(["table", "--results-dir", str(tmp_path), "--format", "md"])
+    assert "diverged" in capsys.readouterr().out
+
+
+def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    common = ["task=llama_lm", "norm=mix", "data.seq_len=16", "data.global_batch_size=4", "trainer.max_steps=3",
+              "trainer.accelerator=cpu", "trainer.limit_val_batches=4", "data.eval_batch_size=4", "save_weights=false",
+              f"data.cache_dir={tmp_path / 'cache'}", *TINY_LM]
+    assert main(["run", *common, "data.batch_size=4", "trainer.devices=1", f"results_dir={tmp_path / 'one'}"]) == 0
+    # the real launch path: Lightning re-runs this command line for rank 1 (gloo on CPU)
+    cmd = [sys.executable, "-m", "mixbench.cli", "run", *common, "data.batch_size=2", "trainer.devices=2", "trainer.strategy=ddp",
+           f"results_dir={tmp_path / 'two'}"]
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True, timeout=300)
+    (one,), (two,) = records(tmp_path / "one"), records(tmp_path / "two")  # one run folder and record, written by rank 0
+    assert one["steps"] == two["steps"] == 3 and two["effective"]["world_size"] == 2 and two["effective"]["global_batch_size"] == 4
+    assert two["metrics"]["val/loss"] == pytest.approx(one["metrics"]["val/loss"], rel=1e-4)
+
+
+def test_reproduce_dry_run_and_proxy_grid(capsys):
+    assert main(["reproduce", "table1", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 16 and lines[0].startswith("mixbench run task=c4_llama_71m norm=post")
+    proxy = expand("table1", scale="proxy", seeds=(0, 1))
+    assert len(proxy) == 4 * 2 * 2  # 4 placements × 12/24 blocks × 2 seeds
+    assert {a for argv in proxy for a in argv if a.startswith("model.num_layers")} == {"model.num_layers=12", "model.num_layers=24"}
+    assert len(expand("table5")) == 7 and len(expand("table6")) == 5
+
+
+def test_paper_comparison_table(tmp_path, capsys):
+    from mixbench.results import SCHEMA, write_record
+
+    rec = {"schema": SCHEMA, "task": "c4_llama_71m", "model": {"name": "llama_71m"}, "norm": {"label": "mix(α=0.25)"},
+           "seed": 0, "status": "completed", "metrics": {"val/ppl": 33.5}, "scale": "paper", "dataset": {"name": "c4"},
+           "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": 33.5}}
+    write_record(rec, tmp_path / "a" / "record.json")
+    assert main(["table", "--results-dir", str(tmp_path), "--paper", "table1"]) == 0
+    out = capsys.readouterr().out
+    assert "33.50 (n=1) / 33.12 (+0.38)" in out and "not run / 35.18" in out
+
+
+def test_lm_throughput_benchmark_smoke(tmp_path):
+    out = tmp_path / "lm.json"
+    cmd = [sys.executable, "bench/lm_throughput.py", "--device", "cpu", "--no-compile", "--no-hf", "--models", "llama_debug",
+           "--norms", "pre", "mix", "--chunk", "0", "16", "--batch", "2", "--seq", "16", "--steps", "1", "--warmup", "1", "--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    result = json.loads(out.read_text())
+    assert len(result["rows"]) == 4 and all(r["tokens_per_sec"] > 0 for r in result["rows"])
