@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from mixbench import build_model
 from mixbench.callbacks import peak_flops
@@ -35,7 +34,7 @@ def ours_step_fn(model, chunk: int | None):
         if chunk:
             hidden = model(ids, return_hidden=True)
             return chunked_cross_entropy_sum(hidden, model.head.weight, labels, chunk) / labels.numel()
-        return F.cross_entropy(model(ids).flatten(0, 1).float(), labels.flatten())
+        return model(ids, labels=labels) / labels.numel()  # what CausalLMModule does: loss inside the compiled forward
     return loss_fn
 
 
@@ -127,6 +126,7 @@ def main() -> None:
             result.update(model=name, impl=label, norm=norm, chunk=chunk, batch=args.batch, seq=args.seq,
                           mfu=result["tokens_per_sec"] * flops_per_token / peak if peak else None, flops_per_token=flops_per_token)
             rows.append(result)
+            write_json(args, device_name, peak, rows, table=None)  # partial results survive a time-out
             log.info("%-10s %-28s %10.0f tok/s  MFU %s  %6.1f ms/step  peak %s GiB", name, label, result["tokens_per_sec"],
                      f"{result['mfu']:.1%}" if result["mfu"] else "n/a", result["step_ms"],
                      f"{result['peak_mem_gib']:.1f}" if result["peak_mem_gib"] else "n/a")
@@ -149,6 +149,10 @@ def main() -> None:
                      f"{r['step_ms']:>9.1f}{(format(r['peak_mem_gib'], '.1f') if r['peak_mem_gib'] else 'n/a'):>9}")
     table = "\n".join(lines)
     log.info("\n%s", table)
+    write_json(args, device_name, peak, rows, table)
+
+
+def write_json(args, device_name: str, peak: float | None, rows: list[dict], table: str | None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"benchmark": "lm_throughput", "device": device_name, "peak_bf16_flops": peak,
                                     "settings": vars(args) | {"out": str(args.out)}, "versions": package_versions(), "git": git_commit(),

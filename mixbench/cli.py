@@ -136,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", datefmt="[%X]", handlers=[RichHandler(show_path=False)])
     logging.getLogger("lightning.pytorch").propagate = False  # Lightning prints its own messages
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)  # key=value overrides may follow --options
+    if extra and (not hasattr(args, "overrides") or any("=" not in e for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     try:
         return args.func(args)
     except USER_ERRORS as err:

@@ -29,6 +29,8 @@ class CausalLMModule(OptimizedModule):
         if self.loss_chunk_size:
             hidden = self.model(batch["input_ids"], return_hidden=True)
             total = chunked_cross_entropy_sum(hidden, self.model.head.weight, labels, self.loss_chunk_size)
+        elif getattr(self.model, "forward_computes_loss", False):  # mixbench LLaMA: loss inside its (compiled) forward
+            total = self.model(batch["input_ids"], labels=labels)
         else:
             logits = self.model(batch["input_ids"])
             total = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")

@@ -122,6 +122,7 @@ class Llama(nn.Module):
     """Token embedding → L placed blocks → optional final norm → untied LM head."""
 
     family = "lm"
+    forward_computes_loss = True  # forward(input_ids, labels=...) returns the summed cross-entropy
 
     def __init__(self, cfg: LlamaConfig, norm: NormSpec = NormSpec()):
         super().__init__()
@@ -177,10 +178,17 @@ class Llama(nn.Module):
             x = block(x, cos, sin)
         return self.norm(x)
 
-    def forward(self, input_ids: torch.Tensor, return_hidden: bool = False) -> torch.Tensor:
-        """Logits (B, T, V), or the final hidden states (B, T, H) with ``return_hidden``."""
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, return_hidden: bool = False) -> torch.Tensor:
+        """Logits (B, T, V); the final hidden states (B, T, H) with ``return_hidden``; or, given next-token
+        ``labels`` (−100 = ignored), the *summed* cross-entropy — computed inside the (compiled) forward so
+        the fp32 up-cast of the logits fuses into the loss kernel instead of being materialized."""
         hidden = self.forward_hidden(input_ids)
-        return hidden if return_hidden else self.head(hidden)
+        if return_hidden:
+            return hidden
+        logits = self.head(hidden)
+        if labels is None:
+            return logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
 
 
 def build_llama(name: str, norm: NormSpec = NormSpec(), **overrides) -> Llama:
