@@ -113,7 +113,9 @@ class Table:
 def column_key(record: dict) -> str:
     data = record["dataset"]
     label = data.get("name", "?") if isinstance(data, dict) else str(data)
-    return f"{record['task']} · {record['model']['name'] if isinstance(record['model'], dict) else record['model']} · {label} [{record['scale']}]"
+    model = record["model"]
+    model = model.get("label", model.get("name", "?")) if isinstance(model, dict) else str(model)
+    return f"{record['task']} · {model} · {label} [{record['scale']}]"
 
 
 def row_key(record: dict) -> str:

@@ -172,6 +172,7 @@ def run(cfg: DictConfig) -> dict:
         model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
         record["norm"]["plan"] = list(model.plan)
         record["model"]["num_params"] = sum(p.numel() for p in model.parameters())
+        record["model"]["label"] = model_label(cfg.model.name, options)
         log.info("%s | %s | %s: plan %s, %.2fM parameters", cfg.task.name, cfg.model.name, spec.label(),
                  _plan_summary(model.plan), record["model"]["num_params"] / 1e6)
         divergence, throughput = DivergenceMonitor(**cfg.divergence), throughput_monitor(cfg, model)
@@ -207,6 +208,14 @@ def run(cfg: DictConfig) -> dict:
             write_record(record, run_dir / "record.json")
             log.info("record written to %s", run_dir / "record.json")
     return record
+
+
+def model_label(name: str, options: dict) -> str:
+    """``llama_71m[num_layers=24]``: the preset name plus every architecture option changed from it."""
+    from .models import model_defaults
+
+    changed = {k: v for k, v in options.items() if model_defaults(name).get(k) != v}
+    return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + "]" if changed else "")
 
 
 def _plan_summary(plan: list[str]) -> str:

@@ -43,7 +43,10 @@ def test_c4_task_runs_offline_on_local_shards(tmp_path, c4_folder, mode):
     assert main(args) == 0
     (rec,) = records(tmp_path / "results")
     assert rec["status"] == "completed" and rec["scale"] == "paper" and rec["steps"] == 2
-    assert rec["dataset"]["name"] == "c4" and rec["dataset"]["mode"] == mode and "c4-validation" in rec["dataset"]["val_source"]
+    # local C4-format files are labelled by their folder, never as C4 itself
+    assert rec["dataset"]["name"] == "en" and rec["dataset"]["label"].startswith("C4-format files")
+    assert rec["dataset"]["mode"] == mode and "c4-validation" in rec["dataset"]["val_source"]
+    assert rec["model"]["label"] == "llama_debug[vocab_size=8192]"
     assert rec["effective"]["accumulate_grad_batches"] == 2 and rec["effective"]["global_batch_size"] == 4
     assert rec["norm"]["plan"] == ["post", "pre", "pre", "pre"] and math.isfinite(rec["metrics"]["val/ppl"])
 

@@ -127,7 +127,7 @@ class TextDataModule(L.LightningDataModule):
         cache_dir: str = "~/.cache/mixbench/tokens",
         num_proc: int | None = None,
         seed: int = 0,
-        name: str = "text",
+        name: str | None = None,
         label: str | None = None,
         **_unused,
     ):
@@ -145,7 +145,10 @@ class TextDataModule(L.LightningDataModule):
         self.eval_batch_size, self.num_workers = eval_batch_size or batch_size, num_workers
         self.max_train_tokens, self.max_val_tokens = max_train_tokens, max_val_tokens
         self.cache_dir, self.num_proc = cache_dir, num_proc
-        self.dataset_name, self.dataset_label = name, label or name
+        # never label local files with the hub dataset's name: C4-format text is not C4
+        default_name = (hub or "text").split("/")[-1] if path is None else (Path(self.path).parent.name or "text")
+        default_label = f"{hub}/{hub_name} (streamed)" if path is None else f"C4-format files {self.path}"
+        self.dataset_name, self.dataset_label = name or default_name, label or default_label
         self._resume: tuple[int, int] | None = None
 
     # sources -----------------------------------------------------------------------------------
