@@ -105,5 +105,5 @@ class ThroughputMonitor(Callback):
         self.summary = {**metrics, "device": self.device_name, "world_size": trainer.world_size}
         self.items, self.t0, self.last_step = 0, time.perf_counter(), trainer.global_step
 
-    def on_validation_start(self, trainer, pl_module) -> None:  # exclude evaluation from the window
-        self.t0 = None
+    def on_validation_start(self, trainer, pl_module) -> None:  # exclude evaluation: restart the window
+        self.t0, self.items = None, 0

@@ -148,3 +148,25 @@ def test_lm_throughput_benchmark_smoke(tmp_path):
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
     result = json.loads(out.read_text())
     assert len(result["rows"]) == 4 and all(r["tokens_per_sec"] > 0 for r in result["rows"])
+
+
+def test_throughput_window_restarts_after_validation(monkeypatch):
+    from mixbench import callbacks
+
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock.now)
+    logged = []
+    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.append(metrics))
+    trainer = SimpleNamespace(global_step=0, world_size=1, strategy=SimpleNamespace(root_device=torch.device("cpu")))
+    monitor = callbacks.ThroughputMonitor(lambda batch: 100, flops_per_item=None, every_n_steps=4)
+    monitor.on_train_start(trainer, module)
+
+    def steps(first, last):  # one second and 100 items per step
+        for step in range(first, last + 1):
+            trainer.global_step, clock.now = step, float(step)
+            monitor.on_train_batch_end(trainer, module, None, None, 0)
+
+    steps(1, 7)  # window 1 (t0 at step 1) logs at step 5; a new window has counted steps 6-7 ...
+    monitor.on_validation_start(trainer, module)  # ... when validation interrupts it
+    steps(8, 12)  # window 2: t0 at step 8, counts steps 9-12
+    assert [m["perf/items_per_sec"] for m in logged] == [100.0, 100.0]
