@@ -108,7 +108,22 @@ def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
     return ThroughputMonitor(count_images, None, cfg.trainer.log_every_n_steps)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list) -> L.Trainer:
+def make_strategy(cfg: DictConfig, block_class: type):
+    """``trainer.strategy`` as given, except ``fsdp``: FSDP sharding each transformer block
+    (``fsdp.*`` settings: sharding strategy, activation checkpointing) — the option for llama_1b / llama_7b."""
+    if cfg.trainer.strategy != "fsdp":
+        return cfg.trainer.strategy
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    return FSDPStrategy(
+        auto_wrap_policy={block_class},
+        activation_checkpointing_policy={block_class} if cfg.fsdp.activation_checkpointing else None,
+        sharding_strategy=cfg.fsdp.sharding_strategy,
+        use_orig_params=True,  # needed by torch.compile and by per-parameter optimizer groups
+    )
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar, TQDMProgressBar
     from lightning.pytorch.loggers import CSVLogger
 
@@ -117,6 +132,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list) -> L.Trainer:
         kwargs["precision"] = "bf16-mixed" if torch.cuda.is_available() and kwargs.get("accelerator") in ("auto", "gpu", "cuda") else "32-true"
     if not torch.cuda.is_available() and str(kwargs["precision"]).startswith("bf16") and kwargs.get("accelerator") == "auto":
         log.warning("no GPU: running %s on the CPU", kwargs["precision"])
+    kwargs["strategy"] = make_strategy(cfg, block_class)
     kwargs["accumulate_grad_batches"] = accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
     callbacks = [*callbacks, LearningRateMonitor(logging_interval="step")]
     if kwargs.get("enable_progress_bar", True):
@@ -179,7 +195,7 @@ def run(cfg: DictConfig) -> dict:
         if cfg.compile:
             model.compile()
         module = build_lightning_module(cfg, model, datamodule)
-        trainer = build_trainer(cfg, run_dir, [divergence, throughput])
+        trainer = build_trainer(cfg, run_dir, [divergence, throughput], block_class=type(model.blocks[0]))
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.resume_from)
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         record["metrics"] = {k: float(v) for k, v in metrics.items()}

@@ -170,3 +170,33 @@ def test_throughput_window_restarts_after_validation(monkeypatch):
     monitor.on_validation_start(trainer, module)  # ... when validation interrupts it
     steps(8, 12)  # window 2: t0 at step 8, counts steps 9-12
     assert [m["perf/items_per_sec"] for m in logged] == [100.0, 100.0]
+
+
+def test_resumed_run_continues_where_it_stopped(tmp_path):
+    common = ["task=llama_lm", "norm=mix", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=6",
+              "trainer.limit_val_batches=4", "save_weights=false", f"data.cache_dir={tmp_path / 'cache'}", *TINY_LM]
+    assert main(["run", *common, "checkpoint_every_n_steps=3", f"results_dir={tmp_path / 'full'}"]) == 0
+    (full,) = records(tmp_path / "full")
+    (ckpt,) = Path(full["run_dir"]).glob("checkpoints/*step=3.ckpt")
+    assert main(["run", *common, f"resume_from={ckpt}", "checkpoint_every_n_steps=3", f"results_dir={tmp_path / 'resumed'}"]) == 0
+    (resumed,) = records(tmp_path / "resumed")
+    assert resumed["steps"] == 6
+    # same weights, optimizer state, schedule *and* data position: the same model at step 6
+    assert resumed["metrics"]["val/loss"] == pytest.approx(full["metrics"]["val/loss"], rel=1e-6)
+    positions = [torch.load(next(Path(r["run_dir"]).glob("checkpoints/*step=6.ckpt")), weights_only=False)["TextDataModule"]
+                 for r in (full, resumed)]
+    assert positions[0] == positions[1] == {"epoch": 0, "consumed": 24, "seed": 0}
+
+
+def test_fsdp_option_shards_each_block():
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    from mixbench.config import compose
+    from mixbench.models.llama import LlamaBlock
+    from mixbench.train import make_strategy
+
+    cfg = compose(["task=c4_llama_1b", "trainer.strategy=fsdp", "fsdp.activation_checkpointing=true"])
+    strategy = make_strategy(cfg, LlamaBlock)
+    assert isinstance(strategy, FSDPStrategy)
+    assert strategy.kwargs["use_orig_params"] is True
+    assert make_strategy(compose(["task=c4_llama_1b", "trainer.strategy=ddp"]), LlamaBlock) == "ddp"

@@ -222,8 +222,9 @@ class TextDataModule(L.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         if trainer is None or not hasattr(self, "train_sampler"):
             return {}
-        batches = trainer.fit_loop.epoch_loop.batch_progress.current.completed
-        return {"epoch": self.train_sampler.epoch, "consumed": self.train_sampler.start + batches * self.batch_size, "seed": self.seed}
+        # micro-batches of this epoch, counted by Lightning across restarts (so not added to the resume offset)
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"epoch": self.train_sampler.epoch, "consumed": batches * self.batch_size, "seed": self.seed}
 
     def load_state_dict(self, state: dict) -> None:
         if state:
