@@ -6,7 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .errors import MixbenchError
+from .errors import ConfigError, MixbenchError
 
 log = logging.getLogger("mixbench")
 USER_ERRORS = (MixbenchError, FileNotFoundError)
@@ -78,6 +78,37 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .analysis import plots, runner
+
+    if args.run and args.compare:
+        raise ConfigError("give either --run DIR or --compare DIR DIR ..., not both")
+    if args.run or args.compare:
+        if args.overrides:
+            raise ConfigError("key=value settings describe a model at initialization; with --run/--compare the runs' own configs are used")
+        subjects = [runner.subject_from_run(d) for d in ([args.run] if args.run else args.compare)]
+        out_dir = subjects[0].out_dir if args.run else Path(args.out)
+    else:  # at initialization: task=... norm=a,b,c ...
+        norms = next((a.split("=", 1)[1] for a in args.overrides if a.startswith("norm=")), "pre").split(",")
+        rest = [a for a in args.overrides if not a.startswith("norm=")]
+        subjects = [runner.subject_at_init([*rest, f"norm={n}"], Path(args.out)) for n in norms]
+        out_dir = Path(args.out)
+    data = runner.describe_data(subjects[0])
+    if args.what == "grad-norm":
+        profiles = [runner.grad_norm_profile(s, args.batches) for s in subjects]
+        figure = plots.grad_norm_figure(profiles, f"per-block gradient norm, {args.batches} batches of {data['dataset']}")
+    elif args.what == "angular":
+        profiles = [runner.angular_profile(s, args.tokens) for s in subjects]
+        figure = plots.angular_figure(profiles, f"angular distance between block inputs on {data['dataset']}")
+    else:
+        profiles = [runner.prune_profile(s, args.limit_val_batches) for s in subjects]
+        figure = plots.prune_figure(profiles, f"performance drop of removing one block ({data['dataset']})")
+    for profile in profiles:
+        profile.update(data)
+    runner.write(out_dir, args.what.replace("-", "_"), profiles, figure)
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -126,6 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--seeds", type=int, default=1, help="run seeds 0..N-1")
     rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
     rep.set_defaults(func=cmd_reproduce)
+    ana = sub.add_parser("analyze", help="per-block gradient norms, angular distance, layer-pruning drop",
+                         description="mixbench analyze {grad-norm,angular,prune} (--run DIR | --compare DIR... | task=... norm=pre,post,mix ...)")
+    ana.add_argument("what", choices=("grad-norm", "angular", "prune"))
+    ana.add_argument("overrides", nargs="*", metavar="key=value", help="a model at initialization: task=..., norm=a,b,c, ...")
+    ana.add_argument("--run", help="a finished run folder (writes into <run>/analysis)")
+    ana.add_argument("--compare", nargs="+", metavar="DIR", help="several run folders, overlaid in one figure")
+    ana.add_argument("--out", default="results/analysis", help="output folder for --compare and initialization analyses")
+    ana.add_argument("--batches", type=int, default=8, help="grad-norm: batches averaged")
+    ana.add_argument("--tokens", type=int, default=262_144, help="angular: token budget (the paper: 256K)")
+    ana.add_argument("--limit-val-batches", type=int, default=None, help="prune: evaluate on this many validation batches")
+    ana.set_defaults(func=cmd_analyze)
     lst = sub.add_parser("list", help="show tasks, norms, models and datasets")
     lst.set_defaults(func=cmd_list)
     return parser

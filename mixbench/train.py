@@ -15,6 +15,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from .analysis.gradnorm import GradNormMonitor
 from .callbacks import DivergenceMonitor, ThroughputMonitor
 from .config import norm_spec
 from .data import get_datamodule_class
@@ -192,10 +193,11 @@ def run(cfg: DictConfig) -> dict:
         log.info("%s | %s | %s: plan %s, %.2fM parameters", cfg.task.name, cfg.model.name, spec.label(),
                  _plan_summary(model.plan), record["model"]["num_params"] / 1e6)
         divergence, throughput = DivergenceMonitor(**cfg.divergence), throughput_monitor(cfg, model)
+        extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
         if cfg.compile:
             model.compile()
         module = build_lightning_module(cfg, model, datamodule)
-        trainer = build_trainer(cfg, run_dir, [divergence, throughput], block_class=type(model.blocks[0]))
+        trainer = build_trainer(cfg, run_dir, [divergence, throughput, *extra], block_class=type(model.blocks[0]))
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.resume_from)
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
@@ -214,6 +216,9 @@ def run(cfg: DictConfig) -> dict:
             record["status"] = "completed"
         if cfg.save_weights and primary:
             torch.save(model.state_dict(), run_dir / "model.pt")
+        for monitor in extra:
+            if primary:
+                monitor.save(run_dir / "gradnorm.json")
     except BaseException as err:
         record["error"] = f"{type(err).__name__}: {err}"
         raise

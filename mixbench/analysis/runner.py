@@ -1,0 +1,145 @@
+"""``mixbench analyze grad-norm | angular | prune``: load a run (or build a model at initialization), measure,
+and write ``<name>.json`` + ``<name>.png`` into the run folder (or ``--out``)."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import compose, norm_spec
+from ..data.text import IGNORE_INDEX
+from ..models import build_model
+from .angular import angular_distance_matrix
+from .gradnorm import block_grad_norms
+from .prune import skip_block
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Subject:
+    """A model to analyze, with its config, data and a name for plots."""
+
+    name: str
+    cfg: DictConfig
+    model: torch.nn.Module
+    datamodule: object
+    out_dir: Path
+
+
+def subject_from_run(run_dir: str | Path) -> Subject:
+    """The trained model of a finished run (its ``config.yaml`` and ``model.pt``)."""
+    from ..train import build_datamodule
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "model.pt").is_file():
+        raise FileNotFoundError(f"{run_dir} has no model.pt; analyze a run made with save_weights=true")
+    from ..project import project_root
+
+    # settings added to defaults.yaml after the run was made take their default values
+    cfg = OmegaConf.merge(OmegaConf.load(project_root() / "configs" / "defaults.yaml"), OmegaConf.load(run_dir / "config.yaml"))
+    model = _build(cfg)
+    model.load_state_dict(torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True))
+    return Subject(norm_spec(cfg).label(), cfg, model.eval(), _setup(build_datamodule(cfg)), run_dir / "analysis")
+
+
+def subject_at_init(args: list[str], out_dir: Path) -> Subject:
+    from ..train import build_datamodule
+
+    cfg = compose(args)
+    return Subject(norm_spec(cfg).label(), cfg, _build(cfg), _setup(build_datamodule(cfg)), out_dir)
+
+
+def _build(cfg: DictConfig):
+    options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
+    return build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **options)
+
+
+def _setup(datamodule):
+    datamodule.setup("fit")
+    return datamodule
+
+
+def batch_loss(family: str, model, batch) -> torch.Tensor:
+    if family == "lm":
+        labels = batch["labels"]
+        return model(batch["input_ids"], labels=labels) / (labels != IGNORE_INDEX).sum().clamp(min=1)
+    images, targets = batch
+    return F.cross_entropy(model(images), targets)
+
+
+def grad_norm_profile(subject: Subject, num_batches: int = 8) -> dict:
+    """Per-block gradient norms averaged over ``num_batches`` training batches (model in train mode)."""
+    model = subject.model.train()
+    sums = None
+    batches = iter(subject.datamodule.train_dataloader())
+    for _ in range(num_batches):
+        model.zero_grad(set_to_none=True)
+        batch_loss(subject.cfg.task.family, model, next(batches)).backward()
+        norms = block_grad_norms(model.blocks)
+        sums = norms if sums is None else [{k: s[k] + n[k] for k in s} for s, n in zip(sums, norms)]
+    model.zero_grad(set_to_none=True)
+    return {"name": subject.name, "plan": list(model.plan), "batches": num_batches,
+            "blocks": [{k: v / num_batches for k, v in s.items()} for s in sums]}
+
+
+def _token_batches(subject: Subject):
+    for batch in subject.datamodule.val_dataloader():
+        if subject.cfg.task.family == "lm":
+            yield batch["input_ids"], batch["labels"] != IGNORE_INDEX
+        else:
+            yield batch[0], None
+
+
+def angular_profile(subject: Subject, token_budget: int = 262_144) -> dict:
+    matrix, tokens = angular_distance_matrix(subject.model.eval(), _token_batches(subject), token_budget)
+    return {"name": subject.name, "plan": list(subject.model.plan), "tokens": tokens, "token_budget": token_budget,
+            "layout": "distance[n-1][l] = mean d(x^l, x^(l+n)); null where l+n > L",
+            "distance": [[None if v != v else round(float(v), 6) for v in row] for row in matrix]}
+
+
+def evaluate(subject: Subject, limit_val_batches=None) -> float:
+    """The task's primary metric on the validation data."""
+    import lightning as L
+
+    from ..tasks import get_task
+    from ..train import build_lightning_module
+
+    module = build_lightning_module(subject.cfg, subject.model, subject.datamodule)
+    trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=limit_val_batches, use_distributed_sampler=subject.cfg.task.family != "lm")
+    metrics = trainer.validate(module, datamodule=subject.datamodule, verbose=False)[0]
+    return float(metrics[get_task(subject.cfg.task.name).primary_metric.name])
+
+
+def prune_profile(subject: Subject, limit_val_batches=None) -> dict:
+    """ΔP(l) = P with block l skipped − P of the whole model, for every block l."""
+    original = evaluate(subject, limit_val_batches)
+    deltas = []
+    for index in range(len(subject.model.blocks)):
+        with skip_block(subject.model, index):
+            deltas.append(evaluate(subject, limit_val_batches) - original)
+    from ..tasks import get_task
+
+    metric = get_task(subject.cfg.task.name).primary_metric
+    return {"name": subject.name, "plan": list(subject.model.plan), "metric": metric.name, "higher_is_better": metric.higher_is_better,
+            "original": original, "delta": deltas}
+
+
+def describe_data(subject: Subject) -> dict:
+    info = subject.datamodule.describe()
+    return {"dataset": info.get("name"), "dataset_label": info.get("label")}
+
+
+def write(out_dir: Path, name: str, results: list[dict], figure) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
+    json_path.write_text(json.dumps(results, indent=1))
+    figure.savefig(png_path, dpi=120, bbox_inches="tight")
+    log.info("wrote %s and %s", json_path, png_path)
+    return json_path, png_path
