@@ -110,7 +110,7 @@ def test_vit_block_matches_formula(norm, rng):
     for block in model.blocks:
         n = lambda m: (lambda z: layer_norm(z, m.weight, m.bias))  # noqa: E731
         attn = block.attn
-        mlp = lambda z: block.mlp.fc2(F.gelu(block.mlp.fc1(z)))  # noqa: E731
+        mlp = lambda z: block.mlp.fc2(F.gelu(block.mlp.fc1(z)))  # noqa: E731, B023 - used within the iteration
         p = block.placement
         n1b = n(block.norm1_post) if p == "sandwich" else None
         n2b = n(block.norm2_post) if p == "sandwich" else None
