@@ -20,13 +20,13 @@ from .placement import NORM_KINDS, NormConfigError
 class TokenGroupNorm(nn.Module):
     """GroupNorm over the channels of each token: input (..., C), C split into ``groups`` groups."""
 
-    def __init__(self, dim: int, groups: int = 8, eps: float = 1e-6, bias: bool = True):
+    def __init__(self, dim: int, groups: int = 8, eps: float = 1e-6, bias: bool = True, device=None, dtype=None):
         super().__init__()
         if dim % groups:
             raise NormConfigError(f"norm.groups={groups} does not divide the width {dim}")
         self.groups, self.eps = groups, eps
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+        self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(dim, device=device, dtype=dtype)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         grouped = x.unflatten(-1, (self.groups, -1))
