@@ -92,7 +92,8 @@ def build_lightning_module(cfg: DictConfig, model, datamodule) -> L.LightningMod
     optim = OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
     if cfg.task.family == "lm":
         return CausalLMModule(model, optim, loss_chunk_size=cfg.loss.chunk_size)
-    return ImageClassifierModule(model, optim, num_classes=datamodule.num_classes, label_smoothing=cfg.loss.label_smoothing)
+    return ImageClassifierModule(model, optim, num_classes=datamodule.num_classes, label_smoothing=cfg.loss.label_smoothing,
+                                 mixup=OmegaConf.to_container(cfg.mixup), ema_decay=cfg.ema.decay)
 
 
 def count_tokens(batch: dict) -> int:
@@ -204,6 +205,7 @@ def run(cfg: DictConfig) -> dict:
         record["steps"] = trainer.global_step
         record["effective"] = {"world_size": trainer.world_size, "accumulate_grad_batches": trainer.accumulate_grad_batches,
                                "precision": str(trainer.precision), "micro_batch_size": cfg.data.batch_size,
+                               "lr": getattr(module, "effective_lr", None),
                                "global_batch_size": cfg.data.batch_size * trainer.world_size * trainer.accumulate_grad_batches}
         record["throughput"] = throughput.summary
         value = record["metrics"].get(task.primary_metric.name)

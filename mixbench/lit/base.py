@@ -21,7 +21,10 @@ class OptimConfig:
     eps: float = 1e-8
     warmup_steps: int | None = None
     warmup_ratio: float = 0.1
+    warmup_epochs: float | None = None  # wins over warmup_ratio (needs trainer.max_epochs)
     min_lr_ratio: float = 0.1
+    min_lr: float | None = None  # absolute floor; wins over min_lr_ratio
+    lr_reference_batch: int | None = None  # lr is given for this global batch and scaled linearly to the actual one
 
 
 class OptimizedModule(L.LightningModule):
@@ -31,10 +34,20 @@ class OptimizedModule(L.LightningModule):
         super().__init__()
         self.model, self.optim_cfg = model, optim
 
+    def global_batch_size(self) -> int:
+        trainer = self.trainer
+        return trainer.datamodule.batch_size * trainer.world_size * trainer.accumulate_grad_batches
+
     def configure_optimizers(self):
         cfg = self.optim_cfg
-        optimizer = build_optimizer(self.model, cfg.name, cfg.lr, cfg.weight_decay, cfg.betas, cfg.eps)
+        lr = cfg.lr * self.global_batch_size() / cfg.lr_reference_batch if cfg.lr_reference_batch else cfg.lr
+        self.effective_lr = lr
+        optimizer = build_optimizer(self.model, cfg.name, lr, cfg.weight_decay, cfg.betas, cfg.eps)
         total = int(self.trainer.estimated_stepping_batches)
-        warmup = resolve_warmup(total, cfg.warmup_steps, cfg.warmup_ratio)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, total, warmup, cfg.min_lr_ratio))
+        if cfg.warmup_epochs is not None and self.trainer.max_epochs:
+            warmup = int(round(cfg.warmup_epochs * total / self.trainer.max_epochs))
+        else:
+            warmup = resolve_warmup(total, cfg.warmup_steps, cfg.warmup_ratio)
+        floor = cfg.min_lr / lr if cfg.min_lr is not None else cfg.min_lr_ratio
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, total, warmup, floor))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
