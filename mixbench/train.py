@@ -79,13 +79,21 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return get_datamodule_class(options.pop("loader"))(seed=cfg.seed, **options)
 
 
-def check_data_fits_model(cfg: DictConfig, datamodule) -> None:
+def model_options(cfg: DictConfig, datamodule) -> dict:
+    """Architecture options of the run; a ViT's unset ``img_size`` / ``num_classes`` come from the data.
+    Fails if the data does not fit options that were set."""
+    options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
     if cfg.task.family == "lm" and datamodule.vocab_size > cfg.model.vocab_size:
         raise ConfigError(f"the tokenizer has {datamodule.vocab_size} tokens but model.vocab_size={cfg.model.vocab_size}; "
                           f"set model.vocab_size={datamodule.vocab_size} (or larger)")
-    if cfg.task.family == "vision" and datamodule.num_classes != cfg.model.num_classes:
-        raise ConfigError(f"the dataset has {datamodule.num_classes} classes but model.num_classes={cfg.model.num_classes}; "
-                          f"set model.num_classes={datamodule.num_classes}")
+    if cfg.task.family == "vision":
+        for key, value in (("num_classes", datamodule.num_classes), ("img_size", datamodule.img_size)):
+            if options[key] is None:
+                options[key] = value
+            elif options[key] != value:
+                raise ConfigError(f"the data has {key}={value} but model.{key}={options[key]}; set model.{key}={value} "
+                                  f"(or null to take it from the data)")
+    return options
 
 
 def build_lightning_module(cfg: DictConfig, model, datamodule) -> L.LightningModule:
@@ -185,8 +193,7 @@ def run(cfg: DictConfig) -> dict:
         datamodule = build_datamodule(cfg)
         datamodule.setup("fit")
         record["dataset"] = datamodule.describe()
-        check_data_fits_model(cfg, datamodule)
-        options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
+        options = model_options(cfg, datamodule)
         model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
         record["norm"]["plan"] = list(model.plan)
         record["model"]["num_params"] = sum(p.numel() for p in model.parameters())

@@ -8,7 +8,7 @@ def test_group_choices_and_dotted_overrides_compose_in_order():
     cfg = compose(["task=vit_small", "norm=mix", "norm.alpha=0.5", "trainer.max_steps=100", "seed=1", "results_dir=/tmp/x"])
     assert cfg.norm.placement == "mix" and cfg.norm.alpha == 0.5
     assert cfg.trainer.max_steps == 100 and cfg.seed == 1 and cfg.results_dir == "/tmp/x"
-    assert cfg.model.name == "vit_small" and cfg.model.num_classes == 10  # the task's recipe over the model defaults
+    assert cfg.model.name == "vit_small" and cfg.model.patch_size == 8 and cfg.model.num_classes is None  # recipe over model defaults; classes from the data
     assert cfg.choices.data == "cifar10_embedded"
 
 

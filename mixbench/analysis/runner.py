@@ -43,21 +43,24 @@ def subject_from_run(run_dir: str | Path) -> Subject:
 
     # settings added to defaults.yaml after the run was made take their default values
     cfg = OmegaConf.merge(OmegaConf.load(project_root() / "configs" / "defaults.yaml"), OmegaConf.load(run_dir / "config.yaml"))
-    model = _build(cfg)
+    datamodule = _setup(build_datamodule(cfg))
+    model = _build(cfg, datamodule)
     model.load_state_dict(torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True))
-    return Subject(norm_spec(cfg).label(), cfg, model.eval(), _setup(build_datamodule(cfg)), run_dir / "analysis")
+    return Subject(norm_spec(cfg).label(), cfg, model.eval(), datamodule, run_dir / "analysis")
 
 
 def subject_at_init(args: list[str], out_dir: Path) -> Subject:
     from ..train import build_datamodule
 
     cfg = compose(args)
-    return Subject(norm_spec(cfg).label(), cfg, _build(cfg), _setup(build_datamodule(cfg)), out_dir)
+    datamodule = _setup(build_datamodule(cfg))
+    return Subject(norm_spec(cfg).label(), cfg, _build(cfg, datamodule), datamodule, out_dir)
 
 
-def _build(cfg: DictConfig):
-    options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
-    return build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **options)
+def _build(cfg: DictConfig, datamodule):
+    from ..train import model_options
+
+    return build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **model_options(cfg, datamodule))
 
 
 def _setup(datamodule):

@@ -15,6 +15,7 @@ ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 _DATAMODULES: dict[str, str] = {
     "cifar10_embedded": "mixbench.data.images:EmbeddedCifarDataModule",
     "text": "mixbench.data.text:TextDataModule",
+    "image_folder": "mixbench.data.folders:ImageFolderDataModule",
 }
 
 

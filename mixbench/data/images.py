@@ -38,6 +38,7 @@ class EmbeddedCifarDataModule(L.LightningDataModule):
     dataset_name = "cifar10_embedded"
     dataset_label = "CIFAR-10 embedded subset (1.6k train / 0.4k val, 32px)"
     num_classes = 10
+    img_size = 32
 
     def __init__(self, batch_size: int = 64, eval_batch_size: int | None = None, num_workers: int = 0, augment: bool = True, **_unused):
         super().__init__()

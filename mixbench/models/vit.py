@@ -22,7 +22,8 @@ VIT_PRESETS: dict[str, dict] = {
     "vit_small": dict(timm_name="vit_small_patch16_224", hidden_size=384, num_heads=6, num_layers=12),
     "vit_debug": dict(timm_name="vit_tiny_patch16_224", hidden_size=32, num_heads=2, num_layers=4),
 }
-VIT_DEFAULTS = dict(img_size=224, patch_size=16, num_classes=1000, mlp_ratio=4.0, drop_path_rate=0.0, global_pool="token")
+# img_size / num_classes: None = taken from the data in `mixbench run` (timm's 224 / 1000 when built directly)
+VIT_DEFAULTS = dict(img_size=None, patch_size=16, num_classes=None, mlp_ratio=4.0, drop_path_rate=0.0, global_pool="token")
 # mixbench option -> timm keyword
 _TIMM_KEYS = dict(hidden_size="embed_dim", num_layers="depth")
 
@@ -59,6 +60,8 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     if unknown:
         raise ConfigError(f"unknown ViT option(s) {unknown}; valid: {', '.join(sorted(options))}")
     options.update(overrides)
+    options["img_size"] = options["img_size"] or 224
+    options["num_classes"] = options["num_classes"] if options["num_classes"] is not None else 1000
     num_layers = options["num_layers"]
     plan = norm.plan(num_layers)
     timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items()}

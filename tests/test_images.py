@@ -1,0 +1,71 @@
+"""Folder-per-class and ImageNet-layout image data through the same pipeline."""
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mixbench.cli import main
+from mixbench.data.folders import ImageFolderDataModule
+
+
+def make_folder(root, classes=("cat", "dog", "eel"), per_class=4, size=40):
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in classes:
+            (root / split / c).mkdir(parents=True)
+            for i in range(per_class):
+                Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(root / split / c / f"{i}.JPEG")
+    return root
+
+
+def test_folder_classes_are_sorted_names_and_transforms_follow_the_recipe(tmp_path):
+    dm = ImageFolderDataModule(root=str(make_folder(tmp_path, classes=("n02", "n01", "n03"))), img_size=32, batch_size=4, num_workers=0)
+    dm.setup()
+    assert dm.classes == ["n01", "n02", "n03"] and dm.num_classes == 3 and dm.layout == "folder"
+    images, labels = next(iter(dm.train_dataloader()))
+    assert images.shape == (4, 3, 32, 32)
+    names = " ".join(type(t).__name__ for t in dm.train_set.transform.transforms)
+    assert "RandomResizedCrop" in names and "RandAugment" in names and "RandomErasing" in names
+    val_names = [type(t).__name__ for t in dm.val_set.transform.transforms]
+    assert val_names[:2] == ["Resize", "CenterCrop"]  # resize 32/0.875 then center crop 32
+
+
+def test_hf_parquet_layout(tmp_path):
+    import io
+
+    from datasets import Dataset, Features, Image as HFImage, Value
+
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((40, 40, 3), dtype=np.uint8)).save(buf, format="JPEG")
+    feats = Features({"image": HFImage(), "label": Value("int64")})
+    for split in ("train", "validation"):
+        Dataset.from_dict({"image": [{"bytes": buf.getvalue(), "path": None}] * 4, "label": [0, 1, 2, 1]}, features=feats) \
+            .to_parquet(str(tmp_path / "data" / f"{split}-00000-of-00001.parquet"))
+    dm = ImageFolderDataModule(root=str(tmp_path), img_size=32, batch_size=2, num_workers=0)
+    dm.setup()
+    assert dm.layout == "parquet" and dm.num_classes == 3 and len(dm.val_set) == 4
+    images, labels = next(iter(dm.val_dataloader()))
+    assert images.shape == (2, 3, 32, 32) and labels.tolist() == [0, 1]
+
+
+def test_missing_imagenet_says_what_to_set(tmp_path, caplog):
+    assert main(["run", "task=vit_small", "data=imagenet", f"results_dir={tmp_path}"]) == 2
+    assert "set data.root" in caplog.text
+    caplog.clear()
+    assert main(["run", "task=vit_small", "data=imagenet", f"data.root={tmp_path / 'nothing'}", f"results_dir={tmp_path}"]) == 2
+    assert "set data.root=/path/to/imagenet" in caplog.text
+
+
+def test_vit_small_mix_on_an_image_folder(tmp_path):
+    root = make_folder(tmp_path / "folder")
+    args = ["run", "task=vit_small", "norm=mix", "data=imagefolder", f"data.root={root}", "data.img_size=32", "data.num_workers=0",
+            "data.batch_size=4", "data.eval_batch_size=6", "trainer.max_steps=2", "model.num_layers=4", "model.hidden_size=32",
+            "model.num_heads=2", "mixup.mixup_alpha=0.8", "mixup.cutmix_alpha=1.0", "loss.label_smoothing=0.1", "ema.decay=0.9",
+            "trainer.enable_progress_bar=false", f"results_dir={tmp_path / 'results'}"]
+    assert main(args) == 0
+    (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("record.json")]
+    assert rec["status"] == "completed" and rec["dataset"]["name"] == "folder" and rec["dataset"]["num_classes"] == 3
+    assert rec["model"]["options"]["num_classes"] is None and rec["norm"]["plan"] == ["post", "pre", "pre", "pre"]
+    assert {"val/top1", "val/top5", "val_ema/top1", "val_ema/loss"} <= set(rec["metrics"])
+    assert rec["metrics"]["val/top1"] != rec["metrics"]["val_ema/top1"] or rec["metrics"]["val/loss"] != rec["metrics"]["val_ema/loss"]
