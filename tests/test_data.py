@@ -1,11 +1,12 @@
 import gzip
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from mixbench.data.images import EmbeddedCifarDataModule
+from mixbench.data.images import CifarArrayDataModule
 from mixbench.data.samplers import EpochShuffleSampler, ShardSampler
 from mixbench.data.text import IGNORE_INDEX, PackedWindows, PaddedDocuments, TextDataModule, resolve_files, validation_glob
 from mixbench.data.tokens import TokenizerSpec, TokenStore, build_cache
@@ -117,10 +118,31 @@ def test_embedded_text_tokenizes_offline(tmp_path):
 
 
 def test_embedded_cifar_is_stratified_real_images():
-    dm = EmbeddedCifarDataModule(batch_size=8)
+    dm = CifarArrayDataModule(batch_size=8)
     dm.setup()
     assert len(dm.train_set) == 1600 and len(dm.val_set) == 400
     assert torch.bincount(dm.val_set.labels).tolist() == [40] * 10
     images, labels = next(iter(dm.val_dataloader()))
     assert images.shape == (8, 3, 32, 32) and images.dtype == torch.float32
     assert dm.classes[0] == "airplane"
+
+
+SHARED_CIFAR = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-test" / "cifar10_bigbench.npz"
+
+
+def test_cifar_npz_is_split_stratified_and_resized(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "c.npz"
+    np.savez(path, x=rng.integers(0, 255, (100, 32, 32, 3), dtype=np.uint8), y=np.repeat(np.arange(10), 10), classes=np.array(list("abcdefghij")))
+    dm = CifarArrayDataModule(path=str(path), val_per_class=3, img_size=64, batch_size=5)
+    dm.setup()
+    assert len(dm.train_set) == 70 and torch.bincount(dm.val_set.labels).tolist() == [3] * 10
+    images, _ = next(iter(dm.val_dataloader()))
+    assert images.shape == (5, 3, 64, 64) and "70 train / 30 val, 64px" in dm.describe()["label"]
+
+
+@pytest.mark.skipif(not SHARED_CIFAR.is_file(), reason="needs ../shared/data/cifar10-test")
+def test_cifar_proxy_split_of_the_shared_test_set():
+    dm = CifarArrayDataModule(path=str(SHARED_CIFAR), val_per_class=200)
+    dm.setup()
+    assert len(dm.train_set) == 8000 and len(dm.val_set) == 2000

@@ -127,6 +127,8 @@ def test_reproduce_dry_run_and_proxy_grid(capsys):
     assert len(proxy) == 4 * 2 * 2  # 4 placements × 12/24 blocks × 2 seeds
     assert {a for argv in proxy for a in argv if a.startswith("model.num_layers")} == {"model.num_layers=12", "model.num_layers=24"}
     assert len(expand("table5")) == 7 and len(expand("table6")) == 5
+    table4 = expand("table4", scale="proxy", seeds=(0, 1, 2))
+    assert len(table4) == 2 * 2 * 3 and all("data=cifar10_proxy" in argv for argv in table4)
 
 
 def test_paper_comparison_table(tmp_path, capsys):

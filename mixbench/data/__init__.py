@@ -13,7 +13,7 @@ from ..errors import ConfigError
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
 _DATAMODULES: dict[str, str] = {
-    "cifar10_embedded": "mixbench.data.images:EmbeddedCifarDataModule",
+    "cifar10": "mixbench.data.images:CifarArrayDataModule",
     "text": "mixbench.data.text:TextDataModule",
     "image_folder": "mixbench.data.folders:ImageFolderDataModule",
 }

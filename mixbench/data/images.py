@@ -1,4 +1,5 @@
-"""Image classification data: the CIFAR-10 subset embedded in the package."""
+"""Image classification data from CIFAR-10 arrays: the subset embedded in the package, or any ``.npz`` with
+``x`` (N, 32, 32, 3) uint8, ``y`` and ``classes`` (e.g. the official test set), split class-stratified."""
 from __future__ import annotations
 
 import lightning as L
@@ -7,6 +8,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
+from pathlib import Path
+
+from ..errors import ConfigError
 from . import ASSETS_DIR
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -28,34 +32,67 @@ class ImageTensorDataset(Dataset):
         return self.transform(self.images[i]), self.labels[i]
 
 
-class EmbeddedCifarDataModule(L.LightningDataModule):
-    """1,600 train / 400 val real CIFAR-10 images (class-stratified from the official test set), 32×32.
+def stratified_split(labels: np.ndarray, val_per_class: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of a class-stratified split: ``val_per_class`` images of every class for validation."""
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        val.extend(idx[:val_per_class])
+        train.extend(idx[val_per_class:])
+    return np.sort(train), np.sort(val)
 
-    Train augmentation: random crop with 4-px padding + horizontal flip (``augment``); both splits are
-    normalized with the CIFAR-10 mean/std.  ``batch_size`` is per device.
+
+class CifarArrayDataModule(L.LightningDataModule):
+    """CIFAR-10 images held in memory.
+
+    ``path='embedded'``: the 1,600 train / 400 val images shipped with mixbench; otherwise an ``.npz`` with
+    ``x, y, classes`` split with ``val_per_class`` validation images per class (split seed 0, fixed across
+    runs).  ``img_size`` other than 32 resizes (bicubic) after augmentation.  Train augmentation: random
+    crop with 4-px padding + horizontal flip (``augment``); CIFAR-10 mean/std normalization.
+    ``batch_size`` is per device.
     """
 
-    dataset_name = "cifar10_embedded"
-    dataset_label = "CIFAR-10 embedded subset (1.6k train / 0.4k val, 32px)"
     num_classes = 10
-    img_size = 32
 
-    def __init__(self, batch_size: int = 64, eval_batch_size: int | None = None, num_workers: int = 0, augment: bool = True, **_unused):
+    def __init__(self, path: str = "embedded", val_per_class: int = 200, img_size: int = 32, batch_size: int = 64,
+                 eval_batch_size: int | None = None, num_workers: int = 0, augment: bool = True, name: str | None = None, **_unused):
         super().__init__()
+        if path is None:
+            raise ConfigError("set data.path to a CIFAR-10 .npz (arrays x, y, classes), e.g. the official test set")
+        self.path, self.val_per_class, self.img_size = path, val_per_class, img_size
         self.batch_size, self.num_workers, self.augment = batch_size, num_workers, augment
         self.eval_batch_size = eval_batch_size or batch_size
+        self.dataset_name = name or ("cifar10_embedded" if path == "embedded" else "cifar10_" + Path(path).stem)
+
+    def _arrays(self):
+        if self.path == "embedded":
+            data = np.load(ASSETS_DIR / "cifar10_embedded.npz")
+            return data["train_x"], data["train_y"], data["val_x"], data["val_y"], data["classes"]
+        file = Path(self.path).expanduser()
+        if not file.is_file():
+            raise FileNotFoundError(f"data.path={self.path!r} does not exist; set it to a CIFAR-10 .npz with arrays x, y, classes")
+        data = np.load(file)
+        train, val = stratified_split(data["y"], self.val_per_class)
+        return data["x"][train], data["y"][train], data["x"][val], data["y"][val], data["classes"]
 
     def setup(self, stage: str | None = None) -> None:
-        data = np.load(ASSETS_DIR / "cifar10_embedded.npz")
-        self.classes = [str(c) for c in data["classes"]]
-        normalize = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(CIFAR_MEAN, CIFAR_STD)]
+        if hasattr(self, "train_set"):
+            return
+        train_x, train_y, val_x, val_y, classes = self._arrays()
+        self.classes = [str(c) for c in classes]
+        resize = [v2.Resize(self.img_size, interpolation=v2.InterpolationMode.BICUBIC, antialias=True)] if self.img_size != 32 else []
+        normalize = [*resize, v2.ToDtype(torch.float32, scale=True), v2.Normalize(CIFAR_MEAN, CIFAR_STD)]
         train_tf = [v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()] if self.augment else []
-        self.train_set = ImageTensorDataset(data["train_x"], data["train_y"], v2.Compose(train_tf + normalize))
-        self.val_set = ImageTensorDataset(data["val_x"], data["val_y"], v2.Compose(normalize))
+        self.train_set = ImageTensorDataset(train_x, train_y, v2.Compose(train_tf + normalize))
+        self.val_set = ImageTensorDataset(val_x, val_y, v2.Compose(normalize))
+        n_train, n_val = len(train_y), len(val_y)
+        self.dataset_label = f"CIFAR-10 {'embedded subset' if self.path == 'embedded' else 'test set split'} ({n_train} train / {n_val} val, {self.img_size}px)"
 
     def describe(self) -> dict:
         return {"name": self.dataset_name, "label": self.dataset_label, "num_train": len(self.train_set), "num_val": len(self.val_set),
-                "source": "official CIFAR-10 test set (class-stratified subset)", "image_size": 32}
+                "source": "official CIFAR-10 test set (class-stratified split)", "path": str(self.path), "image_size": self.img_size,
+                "train_augmentation": "random crop (pad 4) + horizontal flip" if self.augment else "none"}
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
