@@ -69,3 +69,17 @@ def test_vit_small_mix_on_an_image_folder(tmp_path):
     assert rec["model"]["options"]["num_classes"] is None and rec["norm"]["plan"] == ["post", "pre", "pre", "pre"]
     assert {"val/top1", "val/top5", "val_ema/top1", "val_ema/loss"} <= set(rec["metrics"])
     assert rec["metrics"]["val/top1"] != rec["metrics"]["val_ema/top1"] or rec["metrics"]["val/loss"] != rec["metrics"]["val_ema/loss"]
+
+
+def test_vit_throughput_benchmark_smoke(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "vit.json"
+    cmd = [sys.executable, "bench/vit_throughput.py", "--device", "cpu", "--no-compile", "--models", "vit_tiny", "--norms", "pre", "mix",
+           "--img-size", "32", "--batch", "2", "--steps", "1", "--warmup", "1", "--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["impl"] for r in rows] == ["mixbench pre", "mixbench mix", "timm vit_tiny_patch16_224"]
+    assert all(r["images_per_sec"] > 0 and r["vs_timm"] > 0 for r in rows)
