@@ -5,6 +5,7 @@ import math
 
 import torch
 import torch.nn as nn
+
 from .errors import ConfigError
 
 OPTIMIZERS = ("adam", "adamw")

@@ -134,7 +134,12 @@ def make_strategy(cfg: DictConfig, block_class: type):
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar, TQDMProgressBar
+    from lightning.pytorch.callbacks import (
+        LearningRateMonitor,
+        ModelCheckpoint,
+        RichProgressBar,
+        TQDMProgressBar,
+    )
     from lightning.pytorch.loggers import CSVLogger
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)

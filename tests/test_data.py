@@ -8,7 +8,14 @@ import torch
 
 from mixbench.data.images import CifarArrayDataModule
 from mixbench.data.samplers import EpochShuffleSampler, ShardSampler
-from mixbench.data.text import IGNORE_INDEX, PackedWindows, PaddedDocuments, TextDataModule, resolve_files, validation_glob
+from mixbench.data.text import (
+    IGNORE_INDEX,
+    PackedWindows,
+    PaddedDocuments,
+    TextDataModule,
+    resolve_files,
+    validation_glob,
+)
 from mixbench.data.tokens import TokenizerSpec, TokenStore, build_cache
 
 

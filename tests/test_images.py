@@ -2,7 +2,6 @@
 import json
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from mixbench.cli import main
@@ -34,7 +33,8 @@ def test_folder_classes_are_sorted_names_and_transforms_follow_the_recipe(tmp_pa
 def test_hf_parquet_layout(tmp_path):
     import io
 
-    from datasets import Dataset, Features, Image as HFImage, Value
+    from datasets import Dataset, Features, Value
+    from datasets import Image as HFImage
 
     buf = io.BytesIO()
     Image.fromarray(np.zeros((40, 40, 3), dtype=np.uint8)).save(buf, format="JPEG")

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_data import write_c4_shards
 
 from mixbench.callbacks import DivergenceMonitor
 from mixbench.cli import main
 from mixbench.errors import ConfigError
 from mixbench.reproduce import expand
 from mixbench.train import accumulation_steps
-from test_data import write_c4_shards
 
 SHARED_TEXTMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "textmix"
 TINY_LM = ["model=llama_debug", "model.vocab_size=8192", "compile=false", "trainer.precision=32-true",

@@ -2,13 +2,13 @@
 ``x`` (N, 32, 32, 3) uint8, ``y`` and ``classes`` (e.g. the official test set), split class-stratified."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
-
-from pathlib import Path
 
 from ..errors import ConfigError
 from . import ASSETS_DIR

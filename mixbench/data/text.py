@@ -21,13 +21,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..constants import IGNORE_INDEX
 from ..errors import ConfigError
 from . import ASSETS_DIR
 from .samplers import EpochShuffleSampler, ShardSampler
 from .tokens import PAD_CANDIDATES, TokenizerSpec, TokenStore, build_cache, special_id
 
 log = logging.getLogger(__name__)
-IGNORE_INDEX = -100
 EMBEDDED_TRAIN = str(ASSETS_DIR / "text" / "c4-train.*.json.gz")
 
 

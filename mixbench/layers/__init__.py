@@ -1,4 +1,5 @@
 """Layers shared by every model family: the norm-placement switch, norm factories, residual wiring."""
+from .init import init_deepnorm_, scaled_init_
 from .norm import norm_factory
 from .placement import (
     BLOCK_PLACEMENTS,
@@ -11,7 +12,6 @@ from .placement import (
     layer_plan,
     num_post_layers,
 )
-from .init import init_deepnorm_, scaled_init_
 from .residual import PlacedResidual, apply_placement
 
 __all__ = [

@@ -15,7 +15,13 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from .placement import BLOCK_PLACEMENTS, NormConfigError, NormSpec, admin_omega_init, deepnorm_constants
+from .placement import (
+    BLOCK_PLACEMENTS,
+    NormConfigError,
+    NormSpec,
+    admin_omega_init,
+    deepnorm_constants,
+)
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
 

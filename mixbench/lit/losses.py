@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-IGNORE_INDEX = -100
+from ..constants import IGNORE_INDEX
 
 
 def _compute_dtype(weight: torch.Tensor) -> torch.dtype:

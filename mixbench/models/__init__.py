@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import difflib
 
-from ..layers import NormSpec
 from ..errors import ConfigError
+from ..layers import NormSpec
 
 LM_MODELS = ("llama_71m", "llama_130m", "llama_250m", "llama_350m", "llama_1b", "llama_7b", "llama_tiny", "llama_debug")
 VISION_MODELS = ("vit_tiny", "vit_small", "vit_debug")

@@ -11,8 +11,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..layers import NormSpec, PlacedResidual, init_deepnorm_, norm_factory, scaled_init_
+from ..constants import IGNORE_INDEX
 from ..errors import ConfigError
+from ..layers import (
+    NormSpec,
+    PlacedResidual,
+    init_deepnorm_,
+    norm_factory,
+    scaled_init_,
+)
 
 
 @dataclass
@@ -188,7 +195,7 @@ class Llama(nn.Module):
         logits = self.head(hidden)
         if labels is None:
             return logits
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
 def build_llama(name: str, norm: NormSpec = NormSpec(), **overrides) -> Llama:

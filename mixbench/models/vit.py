@@ -13,8 +13,14 @@ import timm
 import torch
 from timm.models.vision_transformer import Block
 
-from ..layers import NormSpec, PlacedResidual, init_deepnorm_, norm_factory, scaled_init_
 from ..errors import ConfigError
+from ..layers import (
+    NormSpec,
+    PlacedResidual,
+    init_deepnorm_,
+    norm_factory,
+    scaled_init_,
+)
 
 # mixbench name -> (timm architecture, defaults in mixbench's vocabulary)
 VIT_PRESETS: dict[str, dict] = {
