@@ -83,3 +83,11 @@ def test_vit_throughput_benchmark_smoke(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["impl"] for r in rows] == ["mixbench pre", "mixbench mix", "timm vit_tiny_patch16_224"]
     assert all(r["images_per_sec"] > 0 and r["vs_timm"] > 0 for r in rows)
+
+
+def test_randaugment_posterize_to_zero_bits_works_with_the_installed_pillow():
+    """timm's rand-m9-mstd0.5-inc1 can draw posterize with 0 bits kept; Pillow 13 raises on it (hence pillow<13)."""
+    from timm.data.auto_augment import posterize
+
+    image = Image.fromarray(np.full((8, 8, 3), 200, dtype=np.uint8))
+    assert np.asarray(posterize(image, 0)).max() == 0
