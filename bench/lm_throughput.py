@@ -24,6 +24,7 @@ import torch
 from mixbench import build_model
 from mixbench.callbacks import peak_flops
 from mixbench.lit.losses import chunked_cross_entropy_sum
+from mixbench.models.llama import llama_config
 from mixbench.provenance import git_commit, package_versions
 
 log = logging.getLogger("lm_throughput")
@@ -40,8 +41,6 @@ def ours_step_fn(model, chunk: int | None):
 
 def hf_model(name: str):
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from mixbench.models.llama import llama_config
 
     c = llama_config(name)
     cfg = LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
@@ -105,10 +104,10 @@ def main() -> None:
     rows = []
     for name in args.models:
         g = torch.Generator().manual_seed(0)
-        vocab = 32000 if not name.endswith(("debug", "tiny")) else build_model(name).cfg.vocab_size
+        vocab = llama_config(name).vocab_size
         ids = torch.randint(0, vocab, (args.batch, args.seq + 1), generator=g).to(args.device)
         ids, labels = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
-        flops_per_token = build_model(name).flops_per_token(args.seq) if args.device == "cpu" else None
+        flops_per_token = None  # set by our models (they come first); the HF rows reuse it (same shapes)
         candidates = [(f"mixbench {norm}" + (f" chunk{c}" if c else ""), norm, c) for norm in args.norms for c in args.chunk]
         if not args.no_hf:
             candidates.append(("HF LlamaForCausalLM", None, None))

@@ -83,7 +83,8 @@ def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, .
 
 
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
-    """Rows (norm labels), columns (tasks) and cells {(row, col): (ours mean or None, n, paper)} at paper scale."""
+    """Rows (norm labels), columns (tasks) and cells {(row, col): (ours mean or None, n completed, n diverged, paper)}
+    from the paper-scale records."""
     import statistics
 
     from .config import compose, norm_spec
@@ -92,9 +93,9 @@ def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[st
     for run in paper_runs(name, root):
         cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
         label = norm_spec(cfg).label()
-        ours = [r["metrics"][r["primary_metric"]["name"]] for r in records
-                if r["scale"] == "paper" and r["task"] == run.task and r["norm"].get("label") == label and r["status"] == "completed"]
-        diverged = sum(1 for r in records if r["scale"] == "paper" and r["task"] == run.task and r["norm"].get("label") == label and r["status"] == "diverged")
+        matching = [r for r in records if r["scale"] == "paper" and r["task"] == run.task and r["norm"].get("label") == label]
+        ours = [r["metrics"][r["primary_metric"]["name"]] for r in matching if r["status"] == "completed"]
+        diverged = sum(r["status"] == "diverged" for r in matching)
         if label not in rows:
             rows.append(label)
         if run.task not in cols:

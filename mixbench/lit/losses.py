@@ -40,7 +40,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_logits[torch.arange(len(y), device=y.device), target] -= 1.0
             grad_logits = (grad_logits * valid[:, None]).to(dtype)
             grad_hidden[start : start + chunk_size] = grad_logits @ w
-            grad_weight += grad_logits.t().float() @ h.float() if dtype == torch.float32 else (grad_logits.t() @ h).float()
+            grad_weight += (grad_logits.t() @ h).float()
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.dtypes = (hidden.dtype, weight.dtype)
         return total
