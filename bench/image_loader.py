@@ -1,16 +1,19 @@
-"""Input-pipeline throughput: images/s of the CPU loader (JPEG decode + the ImageNet recipe's timm
-train transforms) on real JPEG files, for several worker counts.
+"""Input-pipeline throughput on real JPEG files: images/s of the ImageNet recipe's training loader for
+``data.pipeline=cpu`` (workers decode + augment with PIL / timm) and ``gpu`` (workers read bytes; nvJPEG decode
+and the same recipe batched on the GPU), for several worker counts — alone, and end to end with a compiled
+bf16 training step of a mixbench ViT (``--model``), i.e. the images/s one GPU really trains at.
 
 Writes ``--num-images`` JPEGs (CIFAR-10 photos upscaled to ``--jpeg-size`` px, bicubic, quality 90) in an
 ImageNet-style folder unless ``--root`` points at one, then iterates the training DataLoader exactly as
 ``data=imagefolder`` builds it (RandomResizedCrop 224 + flip + RandAugment rand-m9-mstd0.5-inc1 + random
 erasing 0.25, bicubic).  Prints a table and writes JSON.
 
-    python bench/image_loader.py --workers 4 8 16 --out bench/results/image_loader.json
+    python bench/image_loader.py --pipelines cpu gpu --workers 4 8 16 --model vit_small --out bench/results/image_loader.json
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -29,31 +32,80 @@ from mixbench.provenance import git_commit, package_versions
 log = logging.getLogger("image_loader")
 
 
+def _write_one(job) -> None:
+    image, path, size = job
+    Image.fromarray(image).resize((size, size), Image.BICUBIC).save(path, quality=90)
+
+
 def write_jpegs(root: Path, num_images: int, size: int) -> None:
     """An ImageNet-style folder of real photos: the embedded CIFAR-10 images, upscaled, as JPEG."""
+    from multiprocessing import Pool
+
     data = np.load(ASSETS_DIR / "cifar10_embedded.npz")
     images, labels, classes = data["train_x"], data["train_y"], data["classes"]
     order = np.random.default_rng(0).permutation(len(images))  # every class in both splits
+    jobs = []
     for split, count in (("train", num_images), ("val", max(100, num_images // 10))):
         for i in range(count):
             k = order[i % len(images)]
             folder = root / split / str(classes[labels[k]])
             folder.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(images[k]).resize((size, size), Image.BICUBIC).save(folder / f"{i:06d}.JPEG", quality=90)
+            jobs.append((images[k], folder / f"{i:06d}.JPEG", size))
+    with Pool(os.cpu_count()) as pool:
+        pool.map(_write_one, jobs, chunksize=64)
 
 
-def measure(root: Path, workers: int, batch: int, batches: int) -> dict:
-    dm = ImageFolderDataModule(root=str(root), batch_size=batch, num_workers=workers)
+def training_step(model_name: str, device: str):
+    """A bf16 training step (forward, CE, backward, fused AdamW) of a mixbench ViT (Pre-LN), compiled on CUDA."""
+    import torch
+    import torch.nn.functional as F
+
+    from mixbench import build_model
+
+    model = build_model(model_name, norm="pre").to(device).train()
+    if device == "cuda":
+        model.compile()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
+
+    def step(images, targets):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            loss = F.cross_entropy(model(images), targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def measure(root: Path, pipeline: str, workers: int, batch: int, batches: int, warmup: int, device: str, step=None) -> dict:
+    """images/s over ``batches`` batches after ``warmup`` (worker start-up and compilation are not counted)."""
+    import torch
+
+    dm = ImageFolderDataModule(root=str(root), batch_size=batch, num_workers=workers, pipeline=pipeline)
     dm.setup()
     loader = dm.train_dataloader()
-    it = iter(loader)
-    next(it)  # worker start-up is not counted
-    start, seen = time.perf_counter(), 0
-    for _ in range(batches):
-        images, _ = next(it)
-        seen += len(images)
+    if len(loader) < warmup + batches:
+        raise SystemExit(f"one epoch has {len(loader)} batches of {batch}; write more images (--num-images) for {warmup + batches}")
+    batches_iter = iter(loader)
+
+    def next_batch():
+        images, targets = dm.transfer_batch_to_device(next(batches_iter), torch.device(device), 0)
+        if step is not None:
+            step(images, targets)
+        return len(images)
+
+    for _ in range(warmup):
+        next_batch()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    seen = sum(next_batch() for _ in range(batches))
+    if device == "cuda":
+        torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    return {"workers": workers, "batch": batch, "images": seen, "seconds": elapsed, "images_per_sec": seen / elapsed}
+    del batches_iter, loader  # stops the workers before the next measurement starts its own
+    gc.collect()
+    return {"pipeline": pipeline, "workers": workers, "batch": batch, "images": seen, "seconds": elapsed, "images_per_sec": seen / elapsed}
 
 
 def main() -> None:
@@ -62,22 +114,37 @@ def main() -> None:
     ap.add_argument("--root", type=Path, help="an existing folder dataset (train/<class>/*.JPEG); default: write one")
     ap.add_argument("--num-images", type=int, default=4000)
     ap.add_argument("--jpeg-size", type=int, default=320, help="edge of the written JPEGs (ImageNet's average is ~400 x 350)")
+    ap.add_argument("--pipelines", nargs="+", default=["cpu"], choices=["cpu", "gpu"])
     ap.add_argument("--workers", type=int, nargs="+", default=[os.cpu_count() or 1])
+    ap.add_argument("--model", help="also measure end to end with this ViT's training step (e.g. vit_small)")
+    ap.add_argument("--e2e-workers", type=int, default=os.cpu_count() or 1, help="workers of the end-to-end runs")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--device", default=None, help="default: cuda when available")
     ap.add_argument("--out", type=Path, default=Path("bench/results/image_loader.json"))
     args = ap.parse_args()
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or Path(tmp) / "jpegs"
         if args.root is None:
             t0 = time.perf_counter()
             write_jpegs(root, args.num_images, args.jpeg_size)
             log.info("wrote %d JPEGs of %d px in %.1f s", args.num_images, args.jpeg_size, time.perf_counter() - t0)
-        rows = [measure(root, w, args.batch, args.batches) for w in args.workers]
+        rows = [measure(root, p, w, args.batch, args.batches, args.warmup, device) | {"stage": "loader only"}
+                for p in args.pipelines for w in args.workers]
+        if args.model:
+            step = training_step(args.model, device)
+            rows += [measure(root, p, args.e2e_workers, args.batch, args.batches, args.warmup + 3, device, step)
+                     | {"stage": f"end to end, {args.model} training step"} for p in args.pipelines]
     for r in rows:
-        log.info("%3d workers: %8.0f images/s (%d images in %.1f s)", r["workers"], r["images_per_sec"], r["images"], r["seconds"])
+        log.info("%-36s %-4s %3d workers: %8.0f images/s (%d images in %.1f s)", r["stage"], r["pipeline"], r["workers"],
+                 r["images_per_sec"], r["images"], r["seconds"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "image_loader", "cpu_count": os.cpu_count(), "machine": platform.machine(),
+    gpu = torch.cuda.get_device_name() if device == "cuda" else None
+    args.out.write_text(json.dumps({"benchmark": "image_loader", "cpu_count": os.cpu_count(), "machine": platform.machine(), "gpu": gpu,
                                     "settings": vars(args) | {"out": str(args.out), "root": str(args.root)},
                                     "versions": package_versions(), "git": git_commit(), "rows": rows}, indent=1, default=str))
 

@@ -71,7 +71,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .reproduce import reproduce
 
     seeds = tuple(range(args.seeds)) if args.seeds else (0,)
-    records = reproduce(args.table, args.scale, seeds, tuple(args.overrides), args.dry_run)
+    records = reproduce(args.table, args.scale, seeds, tuple(args.overrides), args.dry_run, args.jobs)
     if records:
         counts = {s: sum(r["status"] == s for r in records) for s in ("completed", "diverged", "failed")}
         log.info("%s (%s scale): %s; see `mixbench table%s`", args.table, args.scale, counts, f" --paper {args.table}" if args.scale == "paper" else "")
@@ -83,6 +83,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     if args.run and args.compare:
         raise ConfigError("give either --run DIR or --compare DIR DIR ..., not both")
+    if args.what == "training-grad-norm":  # what the runs logged while training; no model needed
+        run_dirs = [args.run] if args.run else args.compare
+        if not run_dirs:
+            raise ConfigError("training-grad-norm reads runs' gradnorm.json: give --run DIR or --compare DIR DIR ...")
+        runs = [runner.training_grad_norms(d, args.steps) for d in run_dirs]
+        figure = plots.training_grad_norm_figure(runs, f"per-block gradient norm during training ({runs[0]['dataset']})")
+        runner.write(Path(args.run) / "analysis" if args.run else Path(args.out), "training_grad_norm", runs, figure)
+        return 0
     if args.run or args.compare:
         if args.overrides:
             raise ConfigError("key=value settings describe a model at initialization; with --run/--compare the runs' own configs are used")
@@ -156,15 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--scale", choices=("paper", "proxy"), default="paper")
     rep.add_argument("--seeds", type=int, default=1, help="run seeds 0..N-1")
     rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
+    rep.add_argument("--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)")
     rep.set_defaults(func=cmd_reproduce)
     ana = sub.add_parser("analyze", help="per-block gradient norms, angular distance, layer-pruning drop",
-                         description="mixbench analyze {grad-norm,angular,prune} (--run DIR | --compare DIR... | task=... norm=pre,post,mix ...)")
-    ana.add_argument("what", choices=("grad-norm", "angular", "prune"))
+                         description="mixbench analyze {grad-norm,angular,prune} (--run DIR | --compare DIR... | task=... norm=pre,post,mix ...); "
+                                     "mixbench analyze training-grad-norm (--run DIR | --compare DIR...) [--steps 0 100 1000 -1]")
+    ana.add_argument("what", choices=("grad-norm", "angular", "prune", "training-grad-norm"))
     ana.add_argument("overrides", nargs="*", metavar="key=value", help="a model at initialization: task=..., norm=a,b,c, ...")
     ana.add_argument("--run", help="a finished run folder (writes into <run>/analysis)")
     ana.add_argument("--compare", nargs="+", metavar="DIR", help="several run folders, overlaid in one figure")
     ana.add_argument("--out", default="results/analysis", help="output folder for --compare and initialization analyses")
     ana.add_argument("--batches", type=int, default=8, help="grad-norm: batches averaged")
+    ana.add_argument("--steps", type=int, nargs="+", default=[0, 100, 1000, -1],
+                     help="training-grad-norm: the logged steps to show (nearest recorded; -1 = last)")
     ana.add_argument("--tokens", type=int, default=262_144, help="angular: token budget (the paper: 256K)")
     ana.add_argument("--limit-val-batches", type=int, default=None, help="prune: evaluate on this many validation batches")
     ana.set_defaults(func=cmd_analyze)

@@ -2,14 +2,18 @@
 
 ``mixbench reproduce table1`` runs every (task, norm) of Table 1 at paper scale; ``--scale proxy`` runs
 the same placements with the grid's proxy overrides (small model, short budget) on any C4-format
-corpus given as ``data.path=...``.  Runs go one after another; a failed or diverged run is recorded
-and the grid goes on.
+corpus given as ``data.path=...``.  Runs go one after another (``jobs=1``, in this process) or ``jobs`` at a
+time as ``mixbench run`` subprocesses sharing the machine (small proxy models leave most of a GPU idle); a
+failed or diverged run is recorded and the grid goes on.
 """
 from __future__ import annotations
 
+import json
 import logging
 import shlex
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,14 +66,18 @@ def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
             for task, norm, overrides, scale_overrides in combos for seed in seeds]
 
 
-def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool) -> list[dict]:
+def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1) -> list[dict]:
     from .config import compose
 
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     argvs = expand(name, scale, seeds, extra)
     configs = [compose(argv) for argv in argvs]  # validate the whole grid before running any of it
     if dry_run:
         sys.stdout.write("".join("mixbench run " + " ".join(shlex.quote(a) for a in argv) + "\n" for argv in argvs))
         return []
+    if jobs > 1:
+        return _run_concurrently(argvs, configs, jobs)
     from .train import run
 
     records = []
@@ -80,6 +88,28 @@ def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, .
         except Exception as err:  # recorded as status=failed by run(); the grid goes on
             log.error("run failed: %s: %s", type(err).__name__, err)
     return records
+
+
+def _run_concurrently(argvs: list[list[str]], configs: list, jobs: int) -> list[dict]:
+    """``jobs`` ``mixbench run`` subprocesses at a time, each in a run folder made here (its console output goes to
+    ``<run>/console.log``); returns the records they wrote."""
+    from .config import norm_spec
+    from .train import run_directory
+
+    def one(i: int) -> dict | None:
+        run_dir = run_directory(configs[i], norm_spec(configs[i]).label())
+        log.info("[%d/%d] mixbench run %s  → %s", i + 1, len(argvs), " ".join(argvs[i]), run_dir)
+        with open(run_dir / "console.log", "w") as console:
+            done = subprocess.run([sys.executable, "-m", "mixbench.cli", "run", *argvs[i], f"run_dir={run_dir}"],
+                                  stdout=console, stderr=subprocess.STDOUT)
+        record = run_dir / "record.json"
+        if not record.is_file():
+            log.error("run %d exited with %d without a record; see %s", i + 1, done.returncode, run_dir / "console.log")
+            return None
+        return json.loads(record.read_text())
+
+    with ThreadPoolExecutor(jobs) as pool:
+        return [r for r in pool.map(one, range(len(argvs))) if r is not None]
 
 
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:

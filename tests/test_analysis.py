@@ -89,6 +89,10 @@ def test_analyze_commands_on_a_run_and_at_init(tmp_path):
     prune = json.loads((run_dir / "analysis" / "prune.json").read_text())[0]
     assert prune["metric"] == "val/ppl" and len(prune["delta"]) == 4
     assert (run_dir / "analysis" / "grad_norm.png").stat().st_size > 0
+    assert main(["analyze", "training-grad-norm", "--run", str(run_dir), "--steps", "0", "1", "-1"]) == 0
+    (logged,) = json.loads((run_dir / "analysis" / "training_grad_norm.json").read_text())
+    history = json.loads((run_dir / "gradnorm.json").read_text())["history"]
+    assert [p["step"] for p in logged["profiles"]] == [0, 1, 2] and logged["profiles"][2]["blocks"] == history[2]["blocks"]
     out = tmp_path / "init"
     assert main(["analyze", "grad-norm", *TINY_LM, "norm=pre,post,mix", "--batches", "1", "--out", str(out),
                  f"data.cache_dir={tmp_path / 'cache'}"]) == 0

@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from mixbench.cli import main
@@ -57,15 +58,17 @@ def test_missing_imagenet_says_what_to_set(tmp_path, caplog):
     assert "set data.root=/path/to/imagenet" in caplog.text
 
 
-def test_vit_small_mix_on_an_image_folder(tmp_path):
+@pytest.mark.parametrize("pipeline", ["cpu", "gpu"])  # gpu: decode + augmentation in transfer_batch_to_device (here on the CPU)
+def test_vit_small_mix_on_an_image_folder(tmp_path, pipeline):
     root = make_folder(tmp_path / "folder")
-    args = ["run", "task=vit_small", "norm=mix", "data=imagefolder", f"data.root={root}", "data.img_size=32", "data.num_workers=0",
+    args = ["run", "task=vit_small", "norm=mix", "data=imagefolder", f"data.root={root}", f"data.pipeline={pipeline}", "data.img_size=32", "data.num_workers=0",
             "data.batch_size=4", "data.eval_batch_size=6", "trainer.max_steps=2", "model.num_layers=4", "model.hidden_size=32",
             "model.num_heads=2", "mixup.mixup_alpha=0.8", "mixup.cutmix_alpha=1.0", "loss.label_smoothing=0.1", "ema.decay=0.9",
             "trainer.enable_progress_bar=false", f"results_dir={tmp_path / 'results'}"]
     assert main(args) == 0
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("record.json")]
     assert rec["status"] == "completed" and rec["dataset"]["name"] == "folder" and rec["dataset"]["num_classes"] == 3
+    assert rec["dataset"]["pipeline"] == pipeline
     assert rec["model"]["options"]["num_classes"] is None and rec["norm"]["plan"] == ["post", "pre", "pre", "pre"]
     assert {"val/top1", "val/top5", "val_ema/top1", "val_ema/loss"} <= set(rec["metrics"])
     assert rec["metrics"]["val/top1"] != rec["metrics"]["val_ema/top1"] or rec["metrics"]["val/loss"] != rec["metrics"]["val_ema/loss"]

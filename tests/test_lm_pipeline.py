@@ -202,3 +202,18 @@ def test_fsdp_option_shards_each_block():
     assert isinstance(strategy, FSDPStrategy)
     assert strategy.kwargs["use_orig_params"] is True
     assert make_strategy(compose(["task=c4_llama_1b", "trainer.strategy=ddp"]), LlamaBlock) == "ddp"
+
+
+def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
+    """--jobs 2: the table4 proxy grid as concurrent `mixbench run` subprocesses, every record written and counted."""
+    from mixbench.results import load_records
+
+    tiny = ["data.path=embedded", "data.num_workers=0", "data.batch_size=16", "data.eval_batch_size=200", "compile=false",
+            "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_epochs=1", "trainer.max_steps=2",
+            "trainer.check_val_every_n_epoch=1", "trainer.enable_progress_bar=false", "trainer.precision=32-true", f"results_dir={tmp_path}"]
+    assert main(["reproduce", "table4", "--scale", "proxy", "--jobs", "2", *tiny]) == 0
+    records, problems = load_records(tmp_path)
+    assert not problems and len(records) == 4 and {r["status"] for r in records} == {"completed"}
+    assert {(r["task"], r["norm"]["label"]) for r in records} == {
+        (t, n) for t in ("in1k_vit_tiny", "in1k_vit_small") for n in ("pre", "mix(α=0.25)")}
+    assert all(r["scale"] == "proxy" and (Path(r["_path"]).parent / "console.log").is_file() for r in records)

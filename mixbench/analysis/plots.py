@@ -18,6 +18,22 @@ def grad_norm_figure(profiles: list[dict], title: str):
     return fig
 
 
+def training_grad_norm_figure(runs: list[dict], title: str):
+    """One panel per requested step, the placements overlaid (log scale, total of attention + MLP)."""
+    panels = len(runs[0]["profiles"])
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8), squeeze=False, sharey=True)
+    for k, ax in enumerate(axes[0]):
+        for run in runs:
+            profile = run["profiles"][k]
+            ax.plot([b["total"] for b in profile["blocks"]], marker="o", markersize=3, label=f"{run['name']} (step {profile['step']})")
+        ax.set_yscale("log")
+        ax.set(xlabel="block", title=f"step {runs[0]['profiles'][k]['step']}")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("gradient norm (attention + MLP)")
+    fig.suptitle(title)
+    return fig
+
+
 def angular_figure(profiles: list[dict], title: str):
     fig, axes = plt.subplots(1, len(profiles), figsize=(4.5 * len(profiles), 4), squeeze=False)
     for ax, p in zip(axes[0], profiles):

@@ -91,6 +91,23 @@ def grad_norm_profile(subject: Subject, num_batches: int = 8) -> dict:
             "blocks": [{k: v / num_batches for k, v in s.items()} for s in sums]}
 
 
+def training_grad_norms(run_dir: str | Path, steps: list[int]) -> dict:
+    """Per-block gradient norms a run logged during training (``grad_norm_every_n_steps`` → ``gradnorm.json``) at the
+    recorded steps nearest to ``steps`` (−1: the last one)."""
+    run_dir = Path(run_dir)
+    path = run_dir / "gradnorm.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; train with grad_norm_every_n_steps=N to record gradient norms")
+    history = json.loads(path.read_text())["history"]
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    recorded = [h["step"] for h in history]
+    picked = []
+    for want in steps:
+        index = len(history) - 1 if want < 0 else min(range(len(history)), key=lambda i: abs(recorded[i] - want))
+        picked.append({"requested": want, "step": recorded[index], "blocks": history[index]["blocks"]})
+    return {"name": norm_spec(cfg).label(), "run": str(run_dir), "dataset": cfg.data.get("name"), "profiles": picked}
+
+
 def _token_batches(subject: Subject):
     for batch in subject.datamodule.val_dataloader():
         if subject.cfg.task.family == "lm":

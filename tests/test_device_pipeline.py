@@ -1,0 +1,134 @@
+"""The GPU-side image pipeline (data.pipeline=gpu) against timm's CPU recipe, run on the CPU."""
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from timm.data import auto_augment as aa
+from timm.data import create_transform
+
+from mixbench.cli import main
+from mixbench.data import ASSETS_DIR
+from mixbench.data import device_pipeline as dp
+from mixbench.data.folders import ImageFolderDataModule
+
+FILL = (124, 116, 104)  # timm's img_mean for the ImageNet mean
+
+
+@pytest.fixture(scope="module")
+def photos():
+    """Four real photos (embedded CIFAR-10), 64 px, as PIL images and as a uint8 batch."""
+    x = np.load(ASSETS_DIR / "cifar10_embedded.npz")["train_x"][:4]
+    images = [Image.fromarray(a).resize((64, 64), Image.BICUBIC) for a in x]
+    return images, torch.stack([torch.from_numpy(np.array(i)).permute(2, 0, 1) for i in images])
+
+
+PIXEL_OPS = [("AutoContrast", aa.auto_contrast, None), ("Equalize", aa.equalize, None), ("Invert", aa.invert, None),
+             ("PosterizeIncreasing", aa.posterize, 2), ("PosterizeIncreasing", aa.posterize, 0), ("SolarizeIncreasing", aa.solarize, 100),
+             ("SolarizeAdd", aa.solarize_add, 80), ("ColorIncreasing", aa.color, 1.7), ("ColorIncreasing", aa.color, 0.2),
+             ("ContrastIncreasing", aa.contrast, 1.8), ("ContrastIncreasing", aa.contrast, 0.3), ("BrightnessIncreasing", aa.brightness, 1.6),
+             ("SharpnessIncreasing", aa.sharpness, 1.9), ("SharpnessIncreasing", aa.sharpness, 0.1)]
+GEOMETRIC_OPS = [("Rotate", aa.rotate, 17.0), ("Rotate", aa.rotate, -25.0), ("ShearX", aa.shear_x, 0.25), ("ShearY", aa.shear_y, -0.2),
+                 ("TranslateXRel", aa.translate_x_rel, 0.3), ("TranslateYRel", aa.translate_y_rel, -0.4)]
+
+
+def _both(photos, name, timm_fn, arg):
+    images, batch = photos
+    args = () if arg is None else (arg,)
+    ref = torch.stack([torch.from_numpy(np.array(timm_fn(i, *args, fillcolor=FILL, resample=Image.BICUBIC))).permute(2, 0, 1) for i in images])
+    out = dp.BATCH_OPS[name](batch.clone(), torch.full((len(batch),), float(arg or 0)), torch.tensor(FILL, dtype=torch.float32))
+    assert out.dtype == torch.uint8 and out.shape == batch.shape
+    return (out.float() - ref.float()).abs()
+
+
+@pytest.mark.parametrize("name,timm_fn,arg", PIXEL_OPS)
+def test_pixel_ops_match_timm_pil_ops(photos, name, timm_fn, arg):
+    assert _both(photos, name, timm_fn, arg).max() <= 1  # PIL rounding, at most one level
+
+
+@pytest.mark.parametrize("name,timm_fn,arg", GEOMETRIC_OPS)
+def test_geometric_ops_match_timm_pil_ops(photos, name, timm_fn, arg):
+    diff = _both(photos, name, timm_fn, arg)  # bicubic kernels differ slightly; direction, centre and fill must agree
+    assert diff.mean() < 1.0 and (diff > 8).float().mean() < 0.002
+
+
+def test_per_image_arguments_are_applied_per_image(photos):
+    _, batch = photos
+    out = dp.rotate(batch.clone(), torch.tensor([0.0, 90.0, 0.0, -90.0]), torch.tensor(FILL, dtype=torch.float32))
+    assert torch.equal(out[0], batch[0]) and torch.equal(out[2], batch[2])
+    assert torch.equal(out[1], batch[1].rot90(1, dims=(1, 2))) and torch.equal(out[3], batch[3].rot90(-1, dims=(1, 2)))
+
+
+def test_rand_augment_takes_timms_ops_and_changes_about_the_expected_share(photos):
+    ra = dp.BatchRandAugment("rand-m9-mstd0.5-inc1", 64, (0.485, 0.456, 0.406))
+    assert [op.name for op in ra.ops] == list(aa._RAND_INCREASING_TRANSFORMS) and ra.num_layers == 2
+    _, batch = photos
+    many = batch.repeat(64, 1, 1, 1)
+    out = ra(many.clone())
+    unchanged = (out == many).flatten(1).all(1).float().mean()
+    # each of 2 layers applies its op with p = 0.5: 1/4 untouched, plus ops that are no-ops at their level
+    assert 0.15 < unchanged < 0.45
+
+
+def _jpeg_bytes(image: Image.Image) -> torch.Tensor:
+    buf = io.BytesIO()
+    image.save(buf, format="JPEG", quality=95)
+    return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+
+
+def test_eval_pipeline_matches_timm_eval_transform():
+    x = np.load(ASSETS_DIR / "cifar10_embedded.npz")["val_x"][:6]
+    photos = [Image.fromarray(a).resize((96 + 8 * i, 80), Image.BICUBIC) for i, a in enumerate(x)]  # different sizes
+    encoded = [_jpeg_bytes(p) for p in photos]
+    timm_eval = create_transform(64, is_training=False, interpolation="bicubic", crop_pct=0.875)
+    ref = torch.stack([timm_eval(Image.open(io.BytesIO(e.numpy().tobytes())).convert("RGB")) for e in encoded])
+    ours, labels = dp.DeviceImagePipeline(64)(dp.EncodedImages.from_files(encoded, torch.arange(6), train=False), "cpu")
+    assert ours.shape == ref.shape == (6, 3, 64, 64) and labels.tolist() == list(range(6))
+    assert (ours - ref).abs().mean() < 0.02  # normalized units; PIL vs torch antialiased bicubic
+
+
+def test_train_pipeline_without_randomness_is_a_resize_and_normalize(photos):
+    images, _ = photos
+    encoded = [_jpeg_bytes(p) for p in images]
+    plain = dp.DeviceImagePipeline(32, auto_augment=None, re_prob=0.0, hflip=0.0, scale=(1.0, 1.0), ratio=(1.0, 1.0))
+    ours, _ = plain(dp.EncodedImages.from_files(encoded, torch.zeros(4, dtype=torch.long), train=True), "cpu")
+    timm_train = create_transform(32, is_training=True, auto_augment=None, re_prob=0.0, hflip=0.0, color_jitter=None, scale=(1.0, 1.0),
+                                  ratio=(1.0, 1.0), interpolation="bicubic")
+    ref = torch.stack([timm_train(Image.open(io.BytesIO(e.numpy().tobytes())).convert("RGB")) for e in encoded])
+    assert (ours - ref).abs().mean() < 0.02
+
+
+def _train_batch(encoded, re_prob):
+    import random
+
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    return dp.DeviceImagePipeline(48, re_prob=re_prob)(dp.EncodedImages.from_files(encoded, torch.arange(len(encoded)), train=True), "cpu")
+
+
+def test_full_train_recipe_crops_augments_and_erases_one_box(photos):
+    encoded = [_jpeg_bytes(p) for p in photos[0]] * 8
+    plain, labels = _train_batch(encoded, re_prob=0.0)
+    erased, _ = _train_batch(encoded, re_prob=1.0)
+    assert plain.shape == erased.shape == (32, 3, 48, 48) and plain.dtype == torch.float32 and labels.tolist() == list(range(32))
+    assert not torch.equal(plain[0], plain[4])  # the same photo is cropped / augmented differently
+    # the same draws up to the erasing; then each image loses one box of 2 %–33 % of its area to N(0, 1) noise
+    changed = (plain != erased).any(dim=1).flatten(1).float().mean(dim=1)
+    assert ((changed > 0.01) & (changed < 0.34)).all()
+
+
+def test_decode_batch_reads_jpeg_and_png():
+    image = Image.fromarray(np.arange(3 * 20 * 30, dtype=np.uint8).reshape(20, 30, 3))
+    png = io.BytesIO()
+    image.save(png, format="PNG")
+    decoded = dp.decode_batch([_jpeg_bytes(image), torch.frombuffer(bytearray(png.getvalue()), dtype=torch.uint8)], "cpu")
+    assert [tuple(d.shape) for d in decoded] == [(3, 20, 30), (3, 20, 30)]
+    assert torch.equal(decoded[1], torch.from_numpy(np.array(image)).permute(2, 0, 1))
+
+
+def test_unknown_pipeline_is_one_clear_error(tmp_path):
+    from mixbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="data.pipeline"):
+        ImageFolderDataModule(root=str(tmp_path), pipeline="dali")
