@@ -103,7 +103,7 @@ def measure(root: Path, pipeline: str, workers: int, batch: int, batches: int, w
     if device == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    del batches_iter, loader  # stops the workers before the next measurement starts its own
+    batches_iter = loader = None  # stops the workers before the next measurement starts its own
     gc.collect()
     return {"pipeline": pipeline, "workers": workers, "batch": batch, "images": seen, "seconds": elapsed, "images_per_sec": seen / elapsed}
 

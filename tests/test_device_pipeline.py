@@ -1,6 +1,5 @@
 """The GPU-side image pipeline (data.pipeline=gpu) against timm's CPU recipe, run on the CPU."""
 import io
-import json
 
 import numpy as np
 import pytest
@@ -9,7 +8,6 @@ from PIL import Image
 from timm.data import auto_augment as aa
 from timm.data import create_transform
 
-from mixbench.cli import main
 from mixbench.data import ASSETS_DIR
 from mixbench.data import device_pipeline as dp
 from mixbench.data.folders import ImageFolderDataModule

@@ -273,21 +273,34 @@ class DeviceImagePipeline:
         self.re_prob = re_prob
 
     def train_images(self, images: list[torch.Tensor]) -> torch.Tensor:
+        """RandomResizedCrop (per image: crop view + one antialiased resize, written into the batch) → flip →
+        RandAugment; uint8 rounding as torchvision's ``resized_crop`` does it."""
         from timm.data.transforms import RandomResizedCropAndInterpolation
 
-        size = [self.img_size, self.img_size]
-        crops = []
-        for image in images:
+        size = (self.img_size, self.img_size)
+        batch = torch.empty(len(images), 3, *size, device=images[0].device)
+        for i, image in enumerate(images):
             top, left, h, w = RandomResizedCropAndInterpolation.get_params(image, self.scale, self.ratio)
-            crop = TF.resized_crop(image, top, left, h, w, size, interpolation=self.interpolation, antialias=True)
-            crops.append(crop.flip(-1) if random.random() < self.hflip else crop)
-        batch = torch.stack(crops)
+            crop = image[None, :, top:top + h, left:left + w].float()
+            batch[i] = F.interpolate(crop, size=size, mode=self.interpolation.value, antialias=True, align_corners=False)[0]
+        flip = torch.tensor([random.random() < self.hflip for _ in images], device=batch.device).view(-1, 1, 1, 1)
+        batch = torch.where(flip, batch.flip(-1), batch).round_().clamp_(0, 255).to(torch.uint8)
         return self.rand_augment(batch) if self.rand_augment is not None else batch
 
     def eval_images(self, images: list[torch.Tensor]) -> torch.Tensor:
-        return torch.stack([
-            TF.center_crop(TF.resize(image, [self.eval_size], interpolation=self.interpolation, antialias=True), [self.img_size])
-            for image in images])
+        """Resize the short side to ``eval_size`` (antialiased) and take the central ``img_size`` square, as
+        torchvision's ``Resize(int)`` + ``CenterCrop`` do."""
+        size = self.img_size
+        batch = torch.empty(len(images), 3, size, size, device=images[0].device)
+        for i, image in enumerate(images):
+            h, w = image.shape[-2:]
+            short, long = (h, w) if h <= w else (w, h)
+            new_short, new_long = self.eval_size, int(self.eval_size * long / short)
+            new_h, new_w = (new_short, new_long) if h <= w else (new_long, new_short)
+            resized = F.interpolate(image[None].float(), size=(new_h, new_w), mode=self.interpolation.value, antialias=True, align_corners=False)
+            top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
+            batch[i] = resized[0, :, top:top + size, left:left + size]
+        return batch.round_().clamp_(0, 255).to(torch.uint8)
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         return (images.float() - self.mean.to(images.device)) / self.std.to(images.device)
