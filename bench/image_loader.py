@@ -1,6 +1,6 @@
 """Input-pipeline throughput on real JPEG files: images/s of the ImageNet recipe's training loader for
-``data.pipeline=cpu`` (workers decode + augment with PIL / timm) and ``gpu`` (workers read bytes; nvJPEG decode
-and the same recipe batched on the GPU), for several worker counts — alone, and end to end with a compiled
+``data.pipeline=cpu`` (workers decode + augment with PIL / timm), ``gpu`` (workers decode + crop; flip, RandAugment,
+normalize, erasing batched on the GPU) and ``nvjpeg`` (workers read bytes; decode on the GPU too), for several worker counts — alone, and end to end with a compiled
 bf16 training step of a mixbench ViT (``--model``), i.e. the images/s one GPU really trains at.
 
 Writes ``--num-images`` JPEGs (CIFAR-10 photos upscaled to ``--jpeg-size`` px, bicubic, quality 90) in an
@@ -8,12 +8,13 @@ ImageNet-style folder unless ``--root`` points at one, then iterates the trainin
 ``data=imagefolder`` builds it (RandomResizedCrop 224 + flip + RandAugment rand-m9-mstd0.5-inc1 + random
 erasing 0.25, bicubic).  Prints a table and writes JSON.
 
-    python bench/image_loader.py --pipelines cpu gpu --workers 4 8 16 --model vit_small --out bench/results/image_loader.json
+    python bench/image_loader.py --pipelines cpu gpu nvjpeg --workers 4 8 16 --model vit_small --out bench/results/image_loader.json
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import logging
 import os
@@ -78,15 +79,15 @@ def training_step(model_name: str, device: str):
 
 
 def measure(root: Path, pipeline: str, workers: int, batch: int, batches: int, warmup: int, device: str, step=None) -> dict:
-    """images/s over ``batches`` batches after ``warmup`` (worker start-up and compilation are not counted)."""
+    """Steady-state images/s over ``batches`` batches (epochs back to back).  Skipped first: ``warmup`` batches
+    (compilation) plus the ``2 × workers`` batches the workers prefetch, which would otherwise come for free."""
     import torch
 
     dm = ImageFolderDataModule(root=str(root), batch_size=batch, num_workers=workers, pipeline=pipeline)
     dm.setup()
     loader = dm.train_dataloader()
-    if len(loader) < warmup + batches:
-        raise SystemExit(f"one epoch has {len(loader)} batches of {batch}; write more images (--num-images) for {warmup + batches}")
-    batches_iter = iter(loader)
+    batches_iter = itertools.chain.from_iterable(itertools.repeat(loader))
+    warmup += 2 * workers
 
     def next_batch():
         images, targets = dm.transfer_batch_to_device(next(batches_iter), torch.device(device), 0)
@@ -114,12 +115,12 @@ def main() -> None:
     ap.add_argument("--root", type=Path, help="an existing folder dataset (train/<class>/*.JPEG); default: write one")
     ap.add_argument("--num-images", type=int, default=4000)
     ap.add_argument("--jpeg-size", type=int, default=320, help="edge of the written JPEGs (ImageNet's average is ~400 x 350)")
-    ap.add_argument("--pipelines", nargs="+", default=["cpu"], choices=["cpu", "gpu"])
+    ap.add_argument("--pipelines", nargs="+", default=["cpu"], choices=["cpu", "gpu", "nvjpeg"])
     ap.add_argument("--workers", type=int, nargs="+", default=[os.cpu_count() or 1])
     ap.add_argument("--model", help="also measure end to end with this ViT's training step (e.g. vit_small)")
     ap.add_argument("--e2e-workers", type=int, default=os.cpu_count() or 1, help="workers of the end-to-end runs")
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--batches", type=int, default=60, help="measured batches (after warm-up and the workers' prefetch)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--device", default=None, help="default: cuda when available")
     ap.add_argument("--out", type=Path, default=Path("bench/results/image_loader.json"))
@@ -140,7 +141,7 @@ def main() -> None:
             rows += [measure(root, p, args.e2e_workers, args.batch, args.batches, args.warmup + 3, device, step)
                      | {"stage": f"end to end, {args.model} training step"} for p in args.pipelines]
     for r in rows:
-        log.info("%-36s %-4s %3d workers: %8.0f images/s (%d images in %.1f s)", r["stage"], r["pipeline"], r["workers"],
+        log.info("%-36s %-6s %3d workers: %8.0f images/s (%d images in %.1f s)", r["stage"], r["pipeline"], r["workers"],
                  r["images_per_sec"], r["images"], r["seconds"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name() if device == "cuda" else None

@@ -82,15 +82,19 @@ def test_eval_pipeline_matches_timm_eval_transform():
     encoded = [_jpeg_bytes(p) for p in photos]
     timm_eval = create_transform(64, is_training=False, interpolation="bicubic", crop_pct=0.875)
     ref = torch.stack([timm_eval(Image.open(io.BytesIO(e.numpy().tobytes())).convert("RGB")) for e in encoded])
-    ours, labels = dp.DeviceImagePipeline(64)(dp.EncodedImages.from_files(encoded, torch.arange(6), train=False), "cpu")
+    pipe = dp.DeviceImagePipeline(dp.CropGeometry(64))
+    ours, labels = pipe(dp.EncodedImages.from_files(encoded, torch.arange(6), train=False), "cpu")  # nvjpeg: decoded by the pipeline
     assert ours.shape == ref.shape == (6, 3, 64, 64) and labels.tolist() == list(range(6))
     assert (ours - ref).abs().mean() < 0.02  # normalized units; PIL vs torch antialiased bicubic
+    crop = dp.WorkerCrop(dp.CropGeometry(64), train=False)  # gpu: decoded and cropped by the workers
+    cropped, _ = pipe(dp.CroppedImages(torch.stack([crop(e) for e in encoded]), torch.arange(6), train=False), "cpu")
+    assert torch.equal(cropped, ours)
 
 
 def test_train_pipeline_without_randomness_is_a_resize_and_normalize(photos):
     images, _ = photos
     encoded = [_jpeg_bytes(p) for p in images]
-    plain = dp.DeviceImagePipeline(32, auto_augment=None, re_prob=0.0, hflip=0.0, scale=(1.0, 1.0), ratio=(1.0, 1.0))
+    plain = dp.DeviceImagePipeline(dp.CropGeometry(32, scale=(1.0, 1.0), ratio=(1.0, 1.0)), auto_augment=None, re_prob=0.0, hflip=0.0)
     ours, _ = plain(dp.EncodedImages.from_files(encoded, torch.zeros(4, dtype=torch.long), train=True), "cpu")
     timm_train = create_transform(32, is_training=True, auto_augment=None, re_prob=0.0, hflip=0.0, color_jitter=None, scale=(1.0, 1.0),
                                   ratio=(1.0, 1.0), interpolation="bicubic")
@@ -102,7 +106,7 @@ def _train_batch(encoded, re_prob):
     import random
 
     random.seed(0), np.random.seed(0), torch.manual_seed(0)
-    return dp.DeviceImagePipeline(48, re_prob=re_prob)(dp.EncodedImages.from_files(encoded, torch.arange(len(encoded)), train=True), "cpu")
+    return dp.DeviceImagePipeline(dp.CropGeometry(48), re_prob=re_prob)(dp.EncodedImages.from_files(encoded, torch.arange(len(encoded)), train=True), "cpu")
 
 
 def test_full_train_recipe_crops_augments_and_erases_one_box(photos):

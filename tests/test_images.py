@@ -31,7 +31,8 @@ def test_folder_classes_are_sorted_names_and_transforms_follow_the_recipe(tmp_pa
     assert val_names[:2] == ["Resize", "CenterCrop"]  # resize 32/0.875 then center crop 32
 
 
-def test_hf_parquet_layout(tmp_path):
+@pytest.mark.parametrize("pipeline", ["cpu", "gpu", "nvjpeg"])
+def test_hf_parquet_layout(tmp_path, pipeline):
     import io
 
     from datasets import Dataset, Features, Value
@@ -43,10 +44,10 @@ def test_hf_parquet_layout(tmp_path):
     for split in ("train", "validation"):
         Dataset.from_dict({"image": [{"bytes": buf.getvalue(), "path": None}] * 4, "label": [0, 1, 2, 1]}, features=feats) \
             .to_parquet(str(tmp_path / "data" / f"{split}-00000-of-00001.parquet"))
-    dm = ImageFolderDataModule(root=str(tmp_path), img_size=32, batch_size=2, num_workers=0)
+    dm = ImageFolderDataModule(root=str(tmp_path), img_size=32, batch_size=2, num_workers=0, pipeline=pipeline)
     dm.setup()
     assert dm.layout == "parquet" and dm.num_classes == 3 and len(dm.val_set) == 4
-    images, labels = next(iter(dm.val_dataloader()))
+    images, labels = dm.transfer_batch_to_device(next(iter(dm.val_dataloader())), "cpu", 0)
     assert images.shape == (2, 3, 32, 32) and labels.tolist() == [0, 1]
 
 
@@ -58,7 +59,7 @@ def test_missing_imagenet_says_what_to_set(tmp_path, caplog):
     assert "set data.root=/path/to/imagenet" in caplog.text
 
 
-@pytest.mark.parametrize("pipeline", ["cpu", "gpu"])  # gpu: decode + augmentation in transfer_batch_to_device (here on the CPU)
+@pytest.mark.parametrize("pipeline", ["cpu", "gpu", "nvjpeg"])  # gpu / nvjpeg: recipe finished in transfer_batch_to_device (here on the CPU)
 def test_vit_small_mix_on_an_image_folder(tmp_path, pipeline):
     root = make_folder(tmp_path / "folder")
     args = ["run", "task=vit_small", "norm=mix", "data=imagefolder", f"data.root={root}", f"data.pipeline={pipeline}", "data.img_size=32", "data.num_workers=0",

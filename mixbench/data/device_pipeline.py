@@ -1,7 +1,13 @@
-"""The ImageNet recipe on the training device: JPEG decode (nvJPEG through ``torchvision.io.decode_jpeg``) and
-timm's train / eval transforms applied to the whole batch on the GPU, so DataLoader workers only read files.
+"""The ImageNet recipe with its augmentation on the training device, so 16 CPU cores can feed an H100.
 
-Same semantics as ``timm.data.create_transform`` (the CPU path), in the same order:
+Two splits of the work between DataLoader workers and the GPU (``data.pipeline``):
+
+* ``gpu``: workers decode (libjpeg-turbo) and random-resized-crop to ``img_size`` in uint8
+  (:class:`WorkerCrop`); flip, RandAugment, normalize and random erasing run on the batch on the GPU;
+* ``nvjpeg``: workers only read the files; decode (nvJPEG through ``torchvision.io.decode_jpeg``), crop and
+  the rest run on the GPU.
+
+Same semantics as ``timm.data.create_transform`` (the ``cpu`` pipeline), in the same order:
 
 * train: RandomResizedCrop(``img_size``, scale (0.08, 1), ratio (3/4, 4/3), bicubic) with timm's own
   ``get_params`` → horizontal flip → RandAugment (timm's parsed ops: op set, per-op probability, magnitude
@@ -10,7 +16,7 @@ Same semantics as ``timm.data.create_transform`` (the CPU path), in the same ord
 * eval: resize the short side to ``floor(img_size / crop_pct)`` (bicubic, antialiased) → center crop → Normalize.
 
 Crop / resize run per image (every image has its own size); RandAugment, flip, normalize and erasing run on the
-batch.  On a CPU device the same code runs with libjpeg, which is how the tests check it.
+batch.  On a CPU device the same code runs, which is how the tests check it.
 """
 from __future__ import annotations
 
@@ -50,11 +56,67 @@ class EncodedImages:
         return len(self.sizes)
 
 
+@dataclass
+class CroppedImages:
+    """A batch the workers decoded and cropped: uint8 (n, 3, S, S) images and labels."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    train: bool
+
+    def pin_memory(self) -> CroppedImages:
+        return CroppedImages(self.images.pin_memory(), self.labels.pin_memory(), self.train)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
 def collate_encoded(train: bool):
     def collate(samples) -> EncodedImages:
         return EncodedImages.from_files([s[0] for s in samples], [int(s[1]) for s in samples], train)
 
     return collate
+
+
+def collate_cropped(train: bool):
+    def collate(samples) -> CroppedImages:
+        return CroppedImages(torch.stack([s[0] for s in samples]), torch.tensor([int(s[1]) for s in samples]), train)
+
+    return collate
+
+
+@dataclass(frozen=True)
+class CropGeometry:
+    """timm's train crop (RandomResizedCrop with its ``get_params``) and eval crop (resize the short side to
+    ``floor(img_size / crop_pct)``, center crop) on uint8 CHW tensors, antialiased, rounded as torchvision does."""
+
+    img_size: int = 224
+    crop_pct: float = 0.875
+    interpolation: str = "bicubic"
+    scale: tuple = (0.08, 1.0)
+    ratio: tuple = (3 / 4, 4 / 3)
+
+    def train_crop(self, image: torch.Tensor) -> torch.Tensor:
+        from timm.data.transforms import RandomResizedCropAndInterpolation
+
+        top, left, h, w = RandomResizedCropAndInterpolation.get_params(image, self.scale, self.ratio)
+        return TF.resized_crop(image, top, left, h, w, [self.img_size, self.img_size], interpolation=InterpolationMode(self.interpolation),
+                               antialias=True)
+
+    def eval_crop(self, image: torch.Tensor) -> torch.Tensor:
+        resized = TF.resize(image, [math.floor(self.img_size / self.crop_pct)], interpolation=InterpolationMode(self.interpolation), antialias=True)
+        return TF.center_crop(resized, [self.img_size])
+
+
+class WorkerCrop:
+    """DataLoader-worker transform of the ``gpu`` pipeline: encoded file → RGB uint8 → train or eval crop."""
+
+    def __init__(self, geometry: CropGeometry, train: bool):
+        self.geometry, self.train = geometry, train
+
+    def __call__(self, encoded: torch.Tensor) -> torch.Tensor:
+        image = decode_image(encoded, mode=ImageReadMode.RGB)
+        return self.geometry.train_crop(image) if self.train else self.geometry.eval_crop(image)
 
 
 def decode_batch(encoded: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
@@ -259,59 +321,38 @@ class BatchRandAugment:
 
 
 class DeviceImagePipeline:
-    """Turns :class:`EncodedImages` into normalized float images on ``device`` with the train or eval recipe."""
+    """Turns a worker batch (:class:`CroppedImages` or :class:`EncodedImages`) into normalized float images on
+    ``device``: train batches get flip → RandAugment → normalize → random erasing, eval batches normalize."""
 
-    def __init__(self, img_size: int = 224, auto_augment: str | None = "rand-m9-mstd0.5-inc1", re_prob: float = 0.25,
-                 interpolation: str = "bicubic", crop_pct: float = 0.875, hflip: float = 0.5,
-                 mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-        self.img_size, self.hflip, self.scale, self.ratio = img_size, hflip, tuple(scale), tuple(ratio)
-        self.interpolation = InterpolationMode(interpolation)
-        self.eval_size = math.floor(img_size / crop_pct)
+    def __init__(self, geometry: CropGeometry = CropGeometry(), auto_augment: str | None = "rand-m9-mstd0.5-inc1", re_prob: float = 0.25,
+                 hflip: float = 0.5, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)):
+        self.geometry, self.hflip, self.re_prob = geometry, hflip, re_prob
         self.mean = torch.tensor(mean).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(std).view(1, 3, 1, 1) * 255
-        self.rand_augment = BatchRandAugment(auto_augment, img_size, mean) if auto_augment else None
-        self.re_prob = re_prob
+        self.rand_augment = BatchRandAugment(auto_augment, geometry.img_size, mean) if auto_augment else None
 
-    def train_images(self, images: list[torch.Tensor]) -> torch.Tensor:
-        """RandomResizedCrop (per image: crop view + one antialiased resize, written into the batch) → flip →
-        RandAugment; uint8 rounding as torchvision's ``resized_crop`` does it."""
-        from timm.data.transforms import RandomResizedCropAndInterpolation
-
-        size = (self.img_size, self.img_size)
-        batch = torch.empty(len(images), 3, *size, device=images[0].device)
-        for i, image in enumerate(images):
-            top, left, h, w = RandomResizedCropAndInterpolation.get_params(image, self.scale, self.ratio)
-            crop = image[None, :, top:top + h, left:left + w].float()
-            batch[i] = F.interpolate(crop, size=size, mode=self.interpolation.value, antialias=True, align_corners=False)[0]
-        flip = torch.tensor([random.random() < self.hflip for _ in images], device=batch.device).view(-1, 1, 1, 1)
-        batch = torch.where(flip, batch.flip(-1), batch).round_().clamp_(0, 255).to(torch.uint8)
+    def augment(self, batch: torch.Tensor) -> torch.Tensor:
+        """Horizontal flip (per image) and RandAugment on a uint8 batch."""
+        flip = torch.tensor([random.random() < self.hflip for _ in range(len(batch))], device=batch.device).view(-1, 1, 1, 1)
+        batch = torch.where(flip, batch.flip(-1), batch)
         return self.rand_augment(batch) if self.rand_augment is not None else batch
-
-    def eval_images(self, images: list[torch.Tensor]) -> torch.Tensor:
-        """Resize the short side to ``eval_size`` (antialiased) and take the central ``img_size`` square, as
-        torchvision's ``Resize(int)`` + ``CenterCrop`` do."""
-        size = self.img_size
-        batch = torch.empty(len(images), 3, size, size, device=images[0].device)
-        for i, image in enumerate(images):
-            h, w = image.shape[-2:]
-            short, long = (h, w) if h <= w else (w, h)
-            new_short, new_long = self.eval_size, int(self.eval_size * long / short)
-            new_h, new_w = (new_short, new_long) if h <= w else (new_long, new_short)
-            resized = F.interpolate(image[None].float(), size=(new_h, new_w), mode=self.interpolation.value, antialias=True, align_corners=False)
-            top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
-            batch[i] = resized[0, :, top:top + size, left:left + size]
-        return batch.round_().clamp_(0, 255).to(torch.uint8)
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         return (images.float() - self.mean.to(images.device)) / self.std.to(images.device)
 
-    def __call__(self, batch: EncodedImages, device) -> tuple[torch.Tensor, torch.Tensor]:
-        images = decode_batch(batch.files, device)
+    def uint8_batch(self, batch: CroppedImages | EncodedImages, device) -> torch.Tensor:
+        if isinstance(batch, CroppedImages):
+            return batch.images.to(device, non_blocking=True)
+        crop = self.geometry.train_crop if batch.train else self.geometry.eval_crop
+        return torch.stack([crop(image) for image in decode_batch(batch.files, device)])
+
+    def __call__(self, batch: CroppedImages | EncodedImages, device) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = self.uint8_batch(batch, device), batch.labels.to(device, non_blocking=True)
         if not batch.train:
-            return self.normalize(self.eval_images(images)), batch.labels.to(device)
-        x = self.normalize(self.train_images(images))
+            return self.normalize(images), labels
+        x = self.normalize(self.augment(images))
         if self.re_prob > 0:
             from timm.data.random_erasing import RandomErasing
 
             x = RandomErasing(self.re_prob, mode="pixel", max_count=1, device=x.device)(x)
-        return x, batch.labels.to(device)
+        return x, labels

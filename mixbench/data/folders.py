@@ -8,8 +8,9 @@ Layouts read from ``root``:
   ``<root>/**/validation-*.parquet`` with columns ``image`` ({bytes, path}) and ``label``.
 
 ``pipeline``: ``cpu`` decodes and augments in the DataLoader workers (PIL + timm transforms); ``gpu`` has the
-workers read the encoded files only and runs decode + the same recipe on the training device
-(:mod:`mixbench.data.device_pipeline`), in ``transfer_batch_to_device``.
+workers decode and crop only (uint8) and runs flip, RandAugment, normalize and erasing on the training device;
+``nvjpeg`` has the workers read the files only and decodes on the GPU too (:mod:`mixbench.data.device_pipeline`,
+applied in ``transfer_batch_to_device``).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ..errors import ConfigError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-PIPELINES = ("cpu", "gpu")
+PIPELINES = ("cpu", "gpu", "nvjpeg")
 
 
 def detect_layout(root: Path, train_dir: str, val_dir: str) -> str:
@@ -48,17 +49,17 @@ def read_bytes(path: str) -> torch.Tensor:
 
 
 class ParquetImages(Dataset):
-    """Rows of an HF image dataset (``image`` bytes + ``label``), decoded with PIL on access, or handed over
-    encoded (a 1-D uint8 tensor) when ``transform`` is None."""
+    """Rows of an HF image dataset (``image`` bytes + ``label``): decoded with PIL on access, or (``encoded``) handed
+    to ``transform`` — or returned, without one — as the encoded file, a 1-D uint8 tensor."""
 
-    def __init__(self, files: list[str], transform):
+    def __init__(self, files: list[str], transform, encoded: bool = False):
         from datasets import Image as ImageFeature
         from datasets import load_dataset
 
         self.rows = load_dataset("parquet", data_files=files, split="train")
-        if transform is None:
+        if encoded:
             self.rows = self.rows.cast_column("image", ImageFeature(decode=False))
-        self.transform = transform
+        self.transform, self.encoded = transform, encoded
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -68,8 +69,9 @@ class ParquetImages(Dataset):
 
         row = self.rows[i]
         image = row["image"]
-        if self.transform is None:
-            return torch.frombuffer(bytearray(image["bytes"]), dtype=torch.uint8), row["label"]
+        if self.encoded:
+            data = torch.frombuffer(bytearray(image["bytes"]), dtype=torch.uint8)
+            return (self.transform(data) if self.transform else data), row["label"]
         if isinstance(image, dict):  # undecoded {bytes, path}
             image = Image.open(io.BytesIO(image["bytes"]))
         return self.transform(image.convert("RGB")), row["label"]
@@ -80,8 +82,8 @@ class ImageFolderDataModule(L.LightningDataModule):
 
     Train: RandomResizedCrop(``img_size``, bicubic) + flip + RandAugment ``auto_augment`` + random erasing
     ``re_prob``; eval: resize ``img_size / crop_pct`` (256 for 224) + center crop, bicubic.  ``batch_size``
-    is per device.  ``pipeline``: ``cpu`` (workers decode and augment) or ``gpu`` (workers read bytes; decode and
-    augmentation run batched on the training device, same recipe).
+    is per device.  ``pipeline``: ``cpu`` (workers decode and augment), ``gpu`` (workers decode + crop; the rest of
+    the recipe batched on the training device) or ``nvjpeg`` (workers read bytes; all of it on the device).
     """
 
     def __init__(self, root: str | None = None, train_dir: str = "train", val_dir: str = "val", img_size: int = 224,
@@ -104,18 +106,28 @@ class ImageFolderDataModule(L.LightningDataModule):
         self.dataset_name = name or self.root.name
         self.dataset_label = label or f"image folders {self.root}"
 
+    def geometry(self):
+        from .device_pipeline import CropGeometry
+
+        return CropGeometry(self.img_size, self.crop_pct, self.aug["interpolation"])
+
     def device_pipeline(self):
-        """The ``gpu`` pipeline's recipe (built once)."""
+        """The device half of the ``gpu`` / ``nvjpeg`` pipelines (built once)."""
         if not hasattr(self, "_device_pipeline"):
             from .device_pipeline import DeviceImagePipeline
 
-            self._device_pipeline = DeviceImagePipeline(self.img_size, self.aug["auto_augment"], self.aug["re_prob"], self.aug["interpolation"],
-                                                        self.crop_pct, self.aug["hflip"], self.aug["mean"], self.aug["std"])
+            self._device_pipeline = DeviceImagePipeline(self.geometry(), self.aug["auto_augment"], self.aug["re_prob"], self.aug["hflip"],
+                                                        self.aug["mean"], self.aug["std"])
         return self._device_pipeline
 
     def transforms(self):
-        if self.pipeline == "gpu":  # the workers only read the files
+        """The workers' train / eval transforms."""
+        if self.pipeline == "nvjpeg":  # the workers only read the files
             return None, None
+        if self.pipeline == "gpu":  # the workers decode and crop
+            from .device_pipeline import WorkerCrop
+
+            return WorkerCrop(self.geometry(), train=True), WorkerCrop(self.geometry(), train=False)
         from timm.data import create_transform
 
         train = create_transform(self.img_size, is_training=True, re_mode="pixel", re_count=1, **self.aug)
@@ -131,7 +143,7 @@ class ImageFolderDataModule(L.LightningDataModule):
         if self.layout == "folder":
             from torchvision.datasets import ImageFolder
 
-            loader = {"loader": read_bytes} if self.pipeline == "gpu" else {}
+            loader = {"loader": read_bytes} if self.pipeline != "cpu" else {}
             self.train_set = ImageFolder(str(self.root / self.train_dir), transform=train_tf, **loader)
             self.val_set = ImageFolder(str(self.root / self.val_dir), transform=val_tf, **loader)
             if self.train_set.classes != self.val_set.classes:
@@ -140,7 +152,8 @@ class ImageFolderDataModule(L.LightningDataModule):
         else:
             train = sorted(glob.glob(str(self.root / "**" / "train-*.parquet"), recursive=True))
             val = sorted(glob.glob(str(self.root / "**" / "validation-*.parquet"), recursive=True))
-            self.train_set, self.val_set = ParquetImages(train, train_tf), ParquetImages(val, val_tf)
+            encoded = self.pipeline != "cpu"
+            self.train_set, self.val_set = ParquetImages(train, train_tf, encoded), ParquetImages(val, val_tf, encoded)
             features = self.train_set.rows.features["label"]
             self.classes = list(getattr(features, "names", None) or range(max(self.train_set.rows["label"]) + 1))
         self.num_classes = len(self.classes)
@@ -151,11 +164,14 @@ class ImageFolderDataModule(L.LightningDataModule):
                 "image_size": self.img_size, "eval_crop_pct": self.crop_pct, "pipeline": self.pipeline, **{f"aug_{k}": v for k, v in self.aug.items()}}
 
     def _collate(self, train: bool) -> dict:
+        pin = {"pin_memory": torch.cuda.is_available()}
         if self.pipeline == "cpu":
-            return {"pin_memory": torch.cuda.is_available()}
-        from .device_pipeline import collate_encoded
+            return pin
+        from .device_pipeline import collate_cropped, collate_encoded
 
-        return {"collate_fn": collate_encoded(train)}
+        if self.pipeline == "gpu":
+            return {"collate_fn": collate_cropped(train), **pin}
+        return {"collate_fn": collate_encoded(train)}  # nvJPEG reads the encoded bytes from host memory
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True, num_workers=self.num_workers,
@@ -166,9 +182,9 @@ class ImageFolderDataModule(L.LightningDataModule):
                           **self._collate(train=False))
 
     def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
-        """``gpu`` pipeline: decode and augment the encoded batch on ``device``; otherwise Lightning's default."""
-        from .device_pipeline import EncodedImages
+        """``gpu`` / ``nvjpeg`` pipelines: finish the recipe on ``device``; otherwise Lightning's default."""
+        from .device_pipeline import CroppedImages, EncodedImages
 
-        if isinstance(batch, EncodedImages):
+        if isinstance(batch, (CroppedImages, EncodedImages)):
             return self.device_pipeline()(batch, device)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
