@@ -2,7 +2,9 @@
 
 One process, one GPU: a full training step (forward, cross-entropy, backward, fused AdamW step) under
 bf16 autocast with ``torch.compile``, 224 px, on random images — the model's speed, not the input
-pipeline's.  Prints images/s, the ratio to timm, the ratio to our Pre-LN and peak memory, and writes JSON.
+pipeline's.  All candidates of a model are compiled and warmed up first, then timed in ``--rounds`` interleaved
+rounds of ``--steps`` steps (median reported).  Prints images/s, the ratio to timm, the ratio to our Pre-LN and
+peak memory, and writes JSON.
 
     python bench/vit_throughput.py --models vit_tiny vit_small --out bench/results/vit_throughput.json
 
@@ -14,6 +16,7 @@ import argparse
 import gc
 import json
 import logging
+import statistics
 import time
 from pathlib import Path
 
@@ -28,34 +31,43 @@ from mixbench.provenance import git_commit, package_versions
 log = logging.getLogger("vit_throughput")
 
 
-def measure(model, images, targets, steps: int, warmup: int, device: str, compile_model: bool) -> dict:
-    model.to(device).train()
-    if compile_model:
-        model.compile()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05, fused=device == "cuda")
-    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
+class Candidate:
+    """A compiled model with its fused AdamW and a timed training step (forward, CE, backward, step)."""
 
-    def step():
-        with autocast:
-            loss = F.cross_entropy(model(images), targets)
+    def __init__(self, model, images, targets, device: str, compile_model: bool):
+        self.model, self.images, self.targets, self.device = model.to(device).train(), images, targets, device
+        if compile_model:
+            self.model.compile()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.05, fused=device == "cuda")
+        self.autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
+        self.peak_mem_gib = None
+
+    def step(self) -> None:
+        with self.autocast:
+            loss = F.cross_entropy(self.model(self.images), self.targets)
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
 
-    for _ in range(warmup):
-        step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-    return {"images_per_sec": len(images) * steps / elapsed, "step_ms": 1000 * elapsed / steps,
-            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None}
+    def warm_up(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.step()
+            torch.cuda.synchronize()
+            self.peak_mem_gib = torch.cuda.max_memory_allocated() / 2**30
+
+    def images_per_sec(self, steps: int) -> float:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return len(self.images) * steps / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -67,6 +79,7 @@ def main() -> None:
     ap.add_argument("--img-size", type=int, default=224)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds (median reported)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench/results/vit_throughput.json"))
@@ -76,23 +89,32 @@ def main() -> None:
     targets = torch.randint(0, 1000, (args.batch,), generator=torch.Generator().manual_seed(1)).to(args.device)
     rows = []
     for name in args.models:
-        candidates = [(f"mixbench {n}", n) for n in args.norms] + [(f"timm {VIT_PRESETS[name]['timm_name']}", None)]
-        for label, norm in candidates:
+        candidates = {f"mixbench {n}": n for n in args.norms} | {f"timm {VIT_PRESETS[name]['timm_name']}": None}
+        built = {}
+        for label, norm in candidates.items():
             torch.manual_seed(0)
-            if args.device == "cuda":
-                torch._dynamo.reset()
             if norm is None:
                 model = timm.create_model(VIT_PRESETS[name]["timm_name"], pretrained=False, img_size=args.img_size)
             else:
                 model = build_model(name, norm=norm, img_size=args.img_size)
-            result = measure(model, images, targets, args.steps, args.warmup, args.device, not args.no_compile)
-            result.update(model=name, impl=label, norm=norm, batch=args.batch, img_size=args.img_size)
-            rows.append(result)
-            log.info("%-10s %-32s %9.0f img/s %7.1f ms/step", name, label, result["images_per_sec"], result["step_ms"])
-            del model
-            gc.collect()
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
+            built[label] = Candidate(model, images, targets, args.device, not args.no_compile)
+            built[label].warm_up(args.warmup)
+        # measured in interleaved rounds, so that clock and background drift hit every candidate alike; median reported
+        rates = {label: [] for label in built}
+        for _ in range(args.rounds):
+            for label, candidate in built.items():
+                rates[label].append(candidate.images_per_sec(args.steps))
+        for label, norm in candidates.items():
+            median = statistics.median(rates[label])
+            rows.append({"model": name, "impl": label, "norm": norm, "batch": args.batch, "img_size": args.img_size,
+                         "images_per_sec": median, "step_ms": 1000 * args.batch / median, "rounds": rates[label],
+                         "peak_mem_gib": built[label].peak_mem_gib})
+            log.info("%-10s %-32s %9.0f img/s (rounds: %s)", name, label, median, ", ".join(f"{r:.0f}" for r in rates[label]))
+        del built
+        gc.collect()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+            torch._dynamo.reset()
     for name in args.models:
         group = [r for r in rows if r["model"] == name]
         ref = next(r for r in group if r["norm"] is None)

@@ -106,3 +106,19 @@ def test_build_model_overrides_and_layer_plan_api():
 def test_final_norm_switch():
     assert isinstance(build_model("llama_debug", norm=mixbench.NormSpec(final_norm=False)).norm, torch.nn.Identity)
     assert isinstance(build_model("vit_debug", norm=mixbench.NormSpec(final_norm=False), img_size=16, patch_size=8).norm, torch.nn.Identity)
+
+
+def test_gemm_patch_embed_equals_timms_strided_conv():
+    from timm.layers import PatchEmbed
+
+    from mixbench.models.vit import GemmPatchEmbed
+
+    for img, patch in ((32, 4), (224, 16)):
+        torch.manual_seed(0)
+        reference = PatchEmbed(img, patch, 3, 48)
+        ours = GemmPatchEmbed(img, patch, 3, 48)
+        ours.load_state_dict(reference.state_dict())
+        x = torch.randn(2, 3, img, img)
+        torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(AssertionError, match="Input height"):  # other sizes: timm's own checks, via its forward
+        ours(torch.randn(1, 3, 200, 224))

@@ -137,6 +137,15 @@ def decode_batch(encoded: list[torch.Tensor], device: torch.device) -> list[torc
     return out
 
 
+def to_device(values, device, dtype=torch.float32) -> torch.Tensor:
+    """A small host-made tensor on ``device`` without a stream sync: a copy from pageable memory would wait for the
+    GPU to finish the previous training step; one from pinned memory is queued behind it instead."""
+    tensor = torch.as_tensor(values, dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 # ---- RandAugment pixel functions on uint8 batches (n, 3, H, W) with one argument per image (shape (n,)) ----
 
 def _per_image(arg: torch.Tensor) -> torch.Tensor:
@@ -231,7 +240,7 @@ def _affine(image: torch.Tensor, matrix: torch.Tensor, fill: torch.Tensor) -> to
 
 def _matrix(n: int, device, a=1.0, b=0.0, c=0.0, d=0.0, e=1.0, f=0.0) -> torch.Tensor:
     """(n, 2, 3) affine matrices [[a, b, c], [d, e, f]]; each entry a scalar or a per-image tensor."""
-    rows = [torch.as_tensor(v, dtype=torch.float32, device=device).expand(n) for v in (a, b, c, d, e, f)]
+    rows = [v.float() if isinstance(v, torch.Tensor) else torch.full((n,), float(v), device=device) for v in (a, b, c, d, e, f)]
     return torch.stack(rows, dim=-1).view(n, 2, 3)
 
 
@@ -302,7 +311,7 @@ class BatchRandAugment:
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         n = len(images)
-        fill = self.fill.to(images.device)
+        fill = to_device(self.fill, images.device)
         # per image: num_layers ops, as timm draws them (with replacement unless weighted)
         choices = [np.random.choice(len(self.ops), self.num_layers, replace=self.weights is None, p=self.weights) for _ in range(n)]
         for layer in range(self.num_layers):
@@ -314,8 +323,8 @@ class BatchRandAugment:
                     index.append(i)
                     values.append(float(args[0]) if args else 0.0)
             for k, (index, values) in groups.items():
-                idx = torch.tensor(index, device=images.device)
-                arg = torch.tensor(values, device=images.device)
+                idx = to_device(index, images.device, torch.long)
+                arg = to_device(values, images.device)
                 images[idx] = BATCH_OPS[self.ops[k].name](images[idx], arg, fill)
         return images
 
@@ -329,16 +338,21 @@ class DeviceImagePipeline:
         self.geometry, self.hflip, self.re_prob = geometry, hflip, re_prob
         self.mean = torch.tensor(mean).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(std).view(1, 3, 1, 1) * 255
+        self._on_device: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.rand_augment = BatchRandAugment(auto_augment, geometry.img_size, mean) if auto_augment else None
 
     def augment(self, batch: torch.Tensor) -> torch.Tensor:
         """Horizontal flip (per image) and RandAugment on a uint8 batch."""
-        flip = torch.tensor([random.random() < self.hflip for _ in range(len(batch))], device=batch.device).view(-1, 1, 1, 1)
+        flip = to_device([random.random() < self.hflip for _ in range(len(batch))], batch.device, torch.bool).view(-1, 1, 1, 1)
         batch = torch.where(flip, batch.flip(-1), batch)
         return self.rand_augment(batch) if self.rand_augment is not None else batch
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
-        return (images.float() - self.mean.to(images.device)) / self.std.to(images.device)
+        key = str(images.device)
+        if key not in self._on_device:  # copied once per device
+            self._on_device[key] = (self.mean.to(images.device), self.std.to(images.device))
+        mean, std = self._on_device[key]
+        return (images.float() - mean) / std
 
     def uint8_batch(self, batch: CroppedImages | EncodedImages, device) -> torch.Tensor:
         if isinstance(batch, CroppedImages):

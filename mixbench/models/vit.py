@@ -11,6 +11,7 @@ from functools import partial
 
 import timm
 import torch
+from timm.layers import PatchEmbed
 from timm.models.vision_transformer import Block
 
 from ..errors import ConfigError
@@ -49,6 +50,20 @@ class PlacedViTBlock(PlacedResidual, Block):
         )
 
 
+class GemmPatchEmbed(PatchEmbed):
+    """timm's ``PatchEmbed`` (same ``proj`` conv parameters and keys) computed as one GEMM: the non-overlapping
+    p×p patches, flattened in the conv weight's (C, p, p) order, times ``proj.weight`` viewed as (D, C·p·p).
+    Equal to the stride-p conv; on an H100 it avoids cuDNN's implicit-GEMM conv and its NCHW→NHWC copies.
+    Falls back to timm's forward for anything but fixed-size, unpadded, flattened input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (p, q), (b, c, h, w) = self.patch_size, x.shape
+        if not self.flatten or self.dynamic_img_pad or h % p or w % q or (self.img_size is not None and (h, w) != tuple(self.img_size)):
+            return super().forward(x)
+        patches = x.view(b, c, h // p, p, w // q, q).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // q), c * p * q)
+        return self.norm(torch.nn.functional.linear(patches, self.proj.weight.view(self.proj.out_channels, -1), self.proj.bias))
+
+
 def _scale_output(module, inputs, output, scale: float):
     """Forward hook of Scaled Embed: patch embeddings × sqrt(d)."""
     return output * scale
@@ -75,6 +90,7 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
         VIT_PRESETS[name]["timm_name"],
         pretrained=False,
         block_fn=partial(PlacedViTBlock, norm=norm, num_layers=num_layers),
+        embed_layer=GemmPatchEmbed,
         norm_layer=norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, family="timm", groups=norm.groups),
         final_norm=norm.final_norm,
         **timm_kwargs,
