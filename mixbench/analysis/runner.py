@@ -21,6 +21,11 @@ from .prune import skip_block
 log = logging.getLogger(__name__)
 
 
+def analysis_device() -> torch.device:
+    """The GPU when there is one: the analyses run full models over 256K tokens."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 @dataclass
 class Subject:
     """A model to analyze, with its config, data and a name for plots."""
@@ -46,7 +51,7 @@ def subject_from_run(run_dir: str | Path) -> Subject:
     datamodule = _setup(build_datamodule(cfg))
     model = _build(cfg, datamodule)
     model.load_state_dict(torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True))
-    return Subject(norm_spec(cfg).label(), cfg, model.eval(), datamodule, run_dir / "analysis")
+    return Subject(norm_spec(cfg).label(), cfg, model.to(analysis_device()).eval(), datamodule, run_dir / "analysis")
 
 
 def subject_at_init(args: list[str], out_dir: Path) -> Subject:
@@ -54,7 +59,7 @@ def subject_at_init(args: list[str], out_dir: Path) -> Subject:
 
     cfg = compose(args)
     datamodule = _setup(build_datamodule(cfg))
-    return Subject(norm_spec(cfg).label(), cfg, _build(cfg, datamodule), datamodule, out_dir)
+    return Subject(norm_spec(cfg).label(), cfg, _build(cfg, datamodule).to(analysis_device()), datamodule, out_dir)
 
 
 def _build(cfg: DictConfig, datamodule):
@@ -83,7 +88,7 @@ def grad_norm_profile(subject: Subject, num_batches: int = 8) -> dict:
     batches = iter(subject.datamodule.train_dataloader())
     for _ in range(num_batches):
         model.zero_grad(set_to_none=True)
-        batch_loss(subject.cfg.task.family, model, next(batches)).backward()
+        batch_loss(subject.cfg.task.family, model, subject.datamodule.transfer_batch_to_device(next(batches), analysis_device(), 0)).backward()
         norms = block_grad_norms(model.blocks)
         sums = norms if sums is None else [{k: s[k] + n[k] for k in s} for s, n in zip(sums, norms)]
     model.zero_grad(set_to_none=True)
@@ -110,6 +115,7 @@ def training_grad_norms(run_dir: str | Path, steps: list[int]) -> dict:
 
 def _token_batches(subject: Subject):
     for batch in subject.datamodule.val_dataloader():
+        batch = subject.datamodule.transfer_batch_to_device(batch, analysis_device(), 0)  # as in training (e.g. GPU augmentation)
         if subject.cfg.task.family == "lm":
             yield batch["input_ids"], batch["labels"] != IGNORE_INDEX
         else:
