@@ -21,7 +21,7 @@ def grad_norm_figure(profiles: list[dict], title: str):
 def training_grad_norm_figure(runs: list[dict], title: str):
     """One panel per requested step, the placements overlaid (log scale, total of attention + MLP)."""
     panels = len(runs[0]["profiles"])
-    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8), squeeze=False, sharey=True, layout="constrained")
     for k, ax in enumerate(axes[0]):
         for run in runs:
             profile = run["profiles"][k]
@@ -35,7 +35,7 @@ def training_grad_norm_figure(runs: list[dict], title: str):
 
 
 def angular_figure(profiles: list[dict], title: str):
-    fig, axes = plt.subplots(1, len(profiles), figsize=(4.5 * len(profiles), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(profiles), figsize=(5 * len(profiles), 4), squeeze=False, layout="constrained")
     for ax, p in zip(axes[0], profiles):
         d = np.array([[np.nan if v is None else v for v in row] for row in p["distance"]])
         im = ax.imshow(d, origin="lower", cmap="viridis_r", vmin=0.0, vmax=np.nanmax(d) if np.isfinite(d).any() else 1.0, aspect="auto")
@@ -54,5 +54,7 @@ def prune_figure(profiles: list[dict], title: str):
         ax.bar(x, p["delta"], width=width, label=f"{p['name']} (original {p['original']:.3g})")
     ax.set(xlabel="removed block ℓ", ylabel=f"ΔP = P_pruned − P_original ({profiles[0]['metric']})", title=title)
     ax.axhline(0, color="black", linewidth=0.5)
+    if max(abs(d) for p in profiles for d in p["delta"]) > 100:  # one catastrophic block would flatten the rest
+        ax.set_yscale("symlog", linthresh=1.0)
     ax.legend()
     return fig

@@ -105,12 +105,14 @@ def training_grad_norms(run_dir: str | Path, steps: list[int]) -> dict:
         raise FileNotFoundError(f"{path} does not exist; train with grad_norm_every_n_steps=N to record gradient norms")
     history = json.loads(path.read_text())["history"]
     cfg = OmegaConf.load(run_dir / "config.yaml")
+    record = run_dir / "record.json"  # the dataset's resolved name (the config may leave it null)
+    dataset = json.loads(record.read_text())["dataset"].get("name") if record.is_file() else cfg.data.get("name")
     recorded = [h["step"] for h in history]
     picked = []
     for want in steps:
         index = len(history) - 1 if want < 0 else min(range(len(history)), key=lambda i: abs(recorded[i] - want))
         picked.append({"requested": want, "step": recorded[index], "blocks": history[index]["blocks"]})
-    return {"name": norm_spec(cfg).label(), "run": str(run_dir), "dataset": cfg.data.get("name"), "profiles": picked}
+    return {"name": norm_spec(cfg).label(), "run": str(run_dir), "dataset": dataset, "profiles": picked}
 
 
 def _token_batches(subject: Subject):
