@@ -212,8 +212,11 @@ def run(cfg: DictConfig) -> dict:
         module = build_lightning_module(cfg, model, datamodule)
         trainer = build_trainer(cfg, run_dir, [divergence, throughput, *extra], block_class=type(model.blocks[0]))
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.resume_from)
+        fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
+        record["fit_last_validation"] = fit_validation
+        check_final_validation(record, fit_validation, task.primary_metric.name, trainer.global_step)
         record["steps"] = trainer.global_step
         record["effective"] = {"world_size": trainer.world_size, "accumulate_grad_batches": trainer.accumulate_grad_batches,
                                "precision": str(trainer.precision), "micro_batch_size": cfg.data.batch_size,
@@ -243,6 +246,19 @@ def run(cfg: DictConfig) -> dict:
             write_record(record, run_dir / "record.json")
             log.info("record written to %s", run_dir / "record.json")
     return record
+
+
+def check_final_validation(record: dict, fit_validation: dict, metric: str, step: int, rel_tol: float = 0.005) -> None:
+    """The final ``validate`` and a validation inside ``fit`` at the same step evaluate the same weights; when
+    they disagree by more than ``rel_tol`` (relative), say so in the log and in ``record["warnings"]``."""
+    before, after = fit_validation.get(metric), record["metrics"].get(metric)
+    if fit_validation.get("step") != step or before is None or after is None:
+        return
+    if abs(after - before) > rel_tol * max(abs(before), 1e-12):
+        message = (f"final validation {metric}={after:.4g} differs from the validation inside fit at the same step "
+                   f"({before:.4g}); the record keeps the final one")
+        log.warning(message)
+        record.setdefault("warnings", []).append(message)
 
 
 def model_label(name: str, options: dict) -> str:

@@ -217,3 +217,16 @@ def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
     assert {(r["task"], r["norm"]["label"]) for r in records} == {
         (t, n) for t in ("in1k_vit_tiny", "in1k_vit_small") for n in ("pre", "mix(α=0.25)")}
     assert all(r["scale"] == "proxy" and (Path(r["_path"]).parent / "console.log").is_file() for r in records)
+
+
+def test_final_validation_is_checked_against_the_last_validation_in_fit():
+    from mixbench.train import check_final_validation
+
+    record = {"metrics": {"val/top1": 61.75}}
+    check_final_validation(record, {"step": 3100, "val/top1": 66.4}, "val/top1", 3100)
+    assert "differs" in record["warnings"][0]
+    same = {"metrics": {"val/top1": 66.4}}
+    check_final_validation(same, {"step": 3100, "val/top1": 66.4}, "val/top1", 3100)
+    earlier = {"metrics": {"val/top1": 61.75}}
+    check_final_validation(earlier, {"step": 3000, "val/top1": 66.4}, "val/top1", 3100)  # other weights: no check
+    assert "warnings" not in same and "warnings" not in earlier
