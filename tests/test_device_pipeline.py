@@ -134,3 +134,11 @@ def test_unknown_pipeline_is_one_clear_error(tmp_path):
 
     with pytest.raises(ConfigError, match="data.pipeline"):
         ImageFolderDataModule(root=str(tmp_path), pipeline="dali")
+
+
+def test_rand_augment_ops_without_a_batched_version_are_one_clear_error():
+    from mixbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="data.pipeline=cpu"):
+        dp.BatchRandAugment("rand-m9-t3a", 64, (0.5, 0.5, 0.5))  # timm's '3a' set has Desaturate and GaussianBlur
+    assert len(dp.BatchRandAugment("rand-m9", 64, (0.5, 0.5, 0.5)).ops) == 15  # the non-increasing set is covered

@@ -31,6 +31,8 @@ from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
+from ..errors import ConfigError
+
 _JPEG_MAGIC = (0xFF, 0xD8)
 
 
@@ -293,7 +295,7 @@ class BatchRandAugment:
         timm_ra = rand_augment_transform(config, hparams)
         unsupported = sorted({op.name for op in timm_ra.ops} - set(BATCH_OPS))
         if unsupported:
-            raise ValueError(f"RandAugment ops {unsupported} of {config!r} have no batched version; use data.pipeline=cpu")
+            raise ConfigError(f"RandAugment ops {unsupported} of {config!r} have no batched version; use data.pipeline=cpu")
         self.ops, self.num_layers, self.weights = timm_ra.ops, timm_ra.num_layers, timm_ra.choice_weights
         self.fill = torch.tensor(hparams["img_mean"], dtype=torch.float32)
 
