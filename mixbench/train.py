@@ -205,7 +205,8 @@ def run(cfg: DictConfig) -> dict:
         record["model"]["label"] = model_label(cfg.model.name, options)
         log.info("%s | %s | %s: plan %s, %.2fM parameters", cfg.task.name, cfg.model.name, spec.label(),
                  _plan_summary(model.plan), record["model"]["num_params"] / 1e6)
-        divergence, throughput = DivergenceMonitor(**cfg.divergence), throughput_monitor(cfg, model)
+        monitor_options = {k: v for k, v in cfg.divergence.items() if k != "unigram_floor"}
+        divergence, throughput = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model)
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
         if cfg.compile:
             model.compile()
@@ -225,9 +226,10 @@ def run(cfg: DictConfig) -> dict:
         record["throughput"] = throughput.summary
         value = record["metrics"].get(task.primary_metric.name)
         record["primary_metric"]["value"] = value
-        if divergence.diverged_at_step is not None or value is None or not math.isfinite(value):
+        stalled = never_learned(record["metrics"], datamodule) if cfg.divergence.get("unigram_floor", True) else None
+        if divergence.diverged_at_step is not None or value is None or not math.isfinite(value) or stalled:
             record["status"] = "diverged"
-            record["divergence"] = {"step": divergence.diverged_at_step, "reason": divergence.reason or "non-finite final metric",
+            record["divergence"] = {"step": divergence.diverged_at_step, "reason": divergence.reason or stalled or "non-finite final metric",
                                     "last_finite_validation": divergence.last_finite_val}
         else:
             record["status"] = "completed"
@@ -246,6 +248,19 @@ def run(cfg: DictConfig) -> dict:
             write_record(record, run_dir / "record.json")
             log.info("record written to %s", run_dir / "record.json")
     return record
+
+
+def never_learned(metrics: dict, datamodule) -> str | None:
+    """For language models: a reason when the final validation loss is not below the unigram entropy of the
+    validation tokens (the best any context-free model can do) — a run that stalled at token frequencies, which
+    the blow-up detector cannot see because the loss never rose; None otherwise."""
+    loss, entropy = metrics.get("val/loss"), getattr(datamodule, "unigram_entropy", None)
+    if entropy is None or loss is None or not math.isfinite(loss):
+        return None
+    floor = entropy()
+    if loss >= floor:
+        return f"never learned beyond token frequencies: final val/loss {loss:.3f} ≥ unigram entropy {floor:.3f} of the validation tokens"
+    return None
 
 
 def check_final_validation(record: dict, fit_validation: dict, metric: str, step: int, rel_tol: float = 0.005) -> None:

@@ -17,7 +17,7 @@ from mixbench.reproduce import expand
 from mixbench.train import accumulation_steps
 
 SHARED_TEXTMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "textmix"
-TINY_LM = ["model=llama_debug", "model.vocab_size=8192", "compile=false", "trainer.precision=32-true",
+TINY_LM = ["model=llama_debug", "model.vocab_size=8192", "compile=false", "trainer.precision=32-true", "divergence.unigram_floor=false",
            "trainer.enable_progress_bar=false", "trainer.val_check_interval=null", "data.num_workers=0"]
 
 
@@ -230,3 +230,27 @@ def test_final_validation_is_checked_against_the_last_validation_in_fit():
     earlier = {"metrics": {"val/top1": 61.75}}
     check_final_validation(earlier, {"step": 3000, "val/top1": 66.4}, "val/top1", 3100)  # other weights: no check
     assert "warnings" not in same and "warnings" not in earlier
+
+
+def test_a_run_that_never_learns_beyond_token_frequencies_is_recorded_as_diverged(tmp_path):
+    """lr = 0 keeps the initial model: its loss (≈ ln V) is above the validation tokens' unigram entropy."""
+    args = ["run", "task=llama_lm", "norm=pre", "optim.lr=0", "trainer.max_steps=2", "data.seq_len=32", "trainer.limit_val_batches=2",
+            f"data.cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path}", *TINY_LM, "divergence.unigram_floor=true"]
+    assert main(args) == 0
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "diverged" and "never learned beyond token frequencies" in rec["divergence"]["reason"]
+
+
+def test_unigram_entropy_of_the_validation_tokens(tmp_path):
+    import numpy as np
+
+    from mixbench.config import compose
+    from mixbench.train import build_datamodule
+
+    dm = build_datamodule(compose(["task=llama_lm", "data.seq_len=32", "data.max_val_tokens=4096", f"data.cache_dir={tmp_path}"]))
+    dm.setup("fit")
+    labels = np.concatenate([dm.val_set[i]["labels"].numpy() for i in range(len(dm.val_set))])
+    p = np.bincount(labels[labels >= 0]) / (labels >= 0).sum()
+    p = p[p > 0]
+    assert abs(dm.unigram_entropy() - float(-(p * np.log(p)).sum())) < 1e-9
+    assert 0 < dm.unigram_entropy() < np.log(dm.vocab_size)

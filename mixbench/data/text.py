@@ -197,6 +197,18 @@ class TextDataModule(L.LightningDataModule):
             "num_val_target_tokens": self.val_set.num_target_tokens(), "train_tokens_available": self.train_set.store.num_tokens,
         }
 
+    def unigram_entropy(self) -> float:
+        """H = −Σ p(t) ln p(t) of the validation target tokens' own frequencies (nats): no model that ignores
+        context can have a lower validation loss, so a final loss at or above it means nothing was learned."""
+        if not hasattr(self, "_unigram_entropy"):
+            counts = np.zeros(self.vocab_size, dtype=np.int64)
+            for i in range(len(self.val_set)):
+                labels = self.val_set[i]["labels"].numpy()
+                counts += np.bincount(labels[labels != IGNORE_INDEX], minlength=self.vocab_size)[: self.vocab_size]
+            p = counts[counts > 0] / counts.sum()
+            self._unigram_entropy = float(-(p * np.log(p)).sum())
+        return self._unigram_entropy
+
     # loaders -----------------------------------------------------------------------------------
     def _rank_world(self) -> tuple[int, int]:
         trainer = getattr(self, "trainer", None)
