@@ -57,25 +57,13 @@ def write_jpegs(root: Path, num_images: int, size: int) -> None:
 
 
 def training_step(model_name: str, device: str):
-    """A bf16 training step (forward, CE, backward, fused AdamW) of a mixbench ViT (Pre-LN), compiled on CUDA."""
-    import torch
-    import torch.nn.functional as F
+    """The ViT benchmark's training step (bf16 autocast, fused AdamW, compiled on CUDA) of a mixbench ViT (Pre-LN),
+    fed the loader's batches."""
+    from vit_throughput import Candidate  # bench/ is this script's directory
 
     from mixbench import build_model
 
-    model = build_model(model_name, norm="pre").to(device).train()
-    if device == "cuda":
-        model.compile()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
-
-    def step(images, targets):
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
-            loss = F.cross_entropy(model(images), targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+    return Candidate(build_model(model_name, norm="pre"), None, None, device, compile_model=device == "cuda").step
 
 
 def measure(root: Path, pipeline: str, workers: int, batch: int, batches: int, warmup: int, device: str, step=None) -> dict:

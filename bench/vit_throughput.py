@@ -42,9 +42,11 @@ class Candidate:
         self.autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
         self.peak_mem_gib = None
 
-    def step(self) -> None:
+    def step(self, images: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> None:
+        """One training step on the given batch (default: the candidate's own random one)."""
+        images, targets = (self.images, self.targets) if images is None else (images, targets)
         with self.autocast:
-            loss = F.cross_entropy(self.model(self.images), self.targets)
+            loss = F.cross_entropy(self.model(images), targets)
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)

@@ -37,6 +37,13 @@ class Subject:
     out_dir: Path
 
 
+def run_config(run_dir: Path) -> DictConfig:
+    """A finished run's ``config.yaml``; settings added to defaults.yaml after the run was made take their defaults."""
+    from ..project import project_root
+
+    return OmegaConf.merge(OmegaConf.load(project_root() / "configs" / "defaults.yaml"), OmegaConf.load(run_dir / "config.yaml"))
+
+
 def subject_from_run(run_dir: str | Path) -> Subject:
     """The trained model of a finished run (its ``config.yaml`` and ``model.pt``)."""
     from ..train import build_datamodule
@@ -44,10 +51,7 @@ def subject_from_run(run_dir: str | Path) -> Subject:
     run_dir = Path(run_dir)
     if not (run_dir / "model.pt").is_file():
         raise FileNotFoundError(f"{run_dir} has no model.pt; analyze a run made with save_weights=true")
-    from ..project import project_root
-
-    # settings added to defaults.yaml after the run was made take their default values
-    cfg = OmegaConf.merge(OmegaConf.load(project_root() / "configs" / "defaults.yaml"), OmegaConf.load(run_dir / "config.yaml"))
+    cfg = run_config(run_dir)
     datamodule = _setup(build_datamodule(cfg))
     model = _build(cfg, datamodule)
     model.load_state_dict(torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True))
@@ -104,7 +108,7 @@ def training_grad_norms(run_dir: str | Path, steps: list[int]) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; train with grad_norm_every_n_steps=N to record gradient norms")
     history = json.loads(path.read_text())["history"]
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg = run_config(run_dir)
     record = run_dir / "record.json"  # the dataset's resolved name (the config may leave it null)
     dataset = json.loads(record.read_text())["dataset"].get("name") if record.is_file() else cfg.data.get("name")
     recorded = [h["step"] for h in history]
