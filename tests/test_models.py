@@ -4,6 +4,7 @@ import torch
 
 import mixbench
 from mixbench import build_model
+from mixbench.layers import placement_parameters
 from mixbench.models.llama import llama_config
 
 PAPER_SIZES_M = {"llama_71m": 70.6, "llama_130m": 134.1, "llama_250m": 247.4, "llama_350m": 368.0, "llama_1b": 1339.1, "llama_7b": 6738.4}
@@ -15,7 +16,9 @@ def test_llama_paper_sizes_have_the_papers_parameter_counts(name, millions):
         model = build_model(name, norm="mix")
     count = sum(p.numel() for p in model.parameters())
     assert round(count / 1e6, 1) == millions
-    assert count == llama_config(name).num_params()
+    cfg = llama_config(name)  # 2·V·H (embedding, untied head) + L·(4H² + 3H·F + 2 norms·H) + final norm H
+    h, f, v, n = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_layers
+    assert count == 2 * v * h + n * (4 * h * h + 3 * h * f + 2 * h) + h
 
 
 def test_sandwich_adds_exactly_two_norms_per_block():
@@ -24,6 +27,7 @@ def test_sandwich_adds_exactly_two_norms_per_block():
     cfg = llama_config("llama_71m")
     extra = sum(p.numel() for p in sandwich.parameters()) - sum(p.numel() for p in pre.parameters())
     assert extra == 2 * cfg.num_layers * cfg.hidden_size
+    assert placement_parameters(sandwich.blocks) == extra and placement_parameters(pre.blocks) == 0
 
 
 def test_llama_has_no_biases_and_an_untied_head():

@@ -1,7 +1,7 @@
 """LLaMA decoder (RMSNorm, SwiGLU, RoPE, causal SDPA attention, no biases, untied head) with a per-block norm placement.
 
 Sizes follow the Mix-LN / GaLore configs (paper Table 7; hidden/intermediate/heads/layers from the
-official ``configs/llama_*.json``).  Parameter count = 2·V·H + L·(4H² + 3H·F + 2H) + H.
+official ``configs/llama_*.json``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..layers import (
     NormSpec,
     PlacedResidual,
-    init_deepnorm_,
+    init_placements_,
     norm_factory,
     scaled_init_,
 )
@@ -43,12 +43,6 @@ class LlamaConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
-
-    def num_params(self, sandwich: bool = False) -> int:
-        """Closed-form parameter count (RMSNorm, untied head, final norm)."""
-        h, f, v, n = self.hidden_size, self.intermediate_size, self.vocab_size, self.num_layers
-        norms_per_block = 4 if sandwich else 2
-        return 2 * v * h + n * (4 * h * h + 3 * h * f + norms_per_block * h) + h
 
 
 LLAMA_PRESETS: dict[str, dict] = {
@@ -149,7 +143,7 @@ class Llama(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """N(0, init_std) Linears, N(0, embed_init_std) embedding, unit norm gains; then the norm
-        options' own inits (scaled init of output projections, DeepNorm)."""
+        options' and placements' own inits (scaled init of output projections, DeepNorm, ...)."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=self.cfg.init_std)
@@ -159,12 +153,7 @@ class Llama(nn.Module):
                 nn.init.ones_(module.weight)
         if self.norm_spec.scaled_init:
             scaled_init_([w for b in self.blocks for w in (b.attn.proj.weight, b.mlp.fc2.weight)], self.cfg.init_std, self.cfg.num_layers)
-        for block in self.blocks:
-            if block.placement == "deepnorm":
-                init_deepnorm_(
-                    block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc1.weight, block.mlp.fc2.weight,
-                    self.cfg.hidden_size, self.cfg.intermediate_size, self.cfg.num_layers, self.norm_spec.paper_compat,
-                )
+        init_placements_(self.blocks)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward + backward), PaLM convention: 6·N + 12·L·H·T, where N

@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..layers import (
     NormSpec,
     PlacedResidual,
-    init_deepnorm_,
+    init_placements_,
     norm_factory,
     scaled_init_,
 )
@@ -99,12 +99,7 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
         scaled_init_([w for b in model.blocks for w in (b.attn.proj.weight, b.mlp.fc2.weight)], 0.02, num_layers, truncated=True)
     if norm.scaled_embed:
         model.patch_embed.register_forward_hook(partial(_scale_output, scale=options["hidden_size"] ** 0.5))
-    for block in model.blocks:
-        if block.placement == "deepnorm":
-            init_deepnorm_(
-                block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc1.weight, block.mlp.fc2.weight,
-                options["hidden_size"], block.mlp.fc1.out_features, num_layers, norm.paper_compat,
-            )
+    init_placements_(model.blocks)
     model.family = "vision"
     model.plan = plan
     model.norm_spec = norm
