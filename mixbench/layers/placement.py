@@ -25,6 +25,7 @@ from .placements import (
 )
 
 NORM_KINDS = ("rmsnorm", "layernorm", "groupnorm")
+QK_NORMS = ("none", "head", "full")
 
 
 def __getattr__(name: str):
@@ -56,6 +57,8 @@ class NormSpec:
             init under the assumption that every earlier sub-layer output has unit variance.
         scaled_init: output projections (attention out, MLP down) ~ N(0, std/sqrt(2L)) (paper App. B).
         scaled_embed: multiply the token / patch embeddings by sqrt(d) (Takase et al., 2023).
+        qk_norm: ``none`` | ``head`` (a norm of width head_dim on q and k after the head split) | ``full``
+            (a norm over the whole projected q and k, OLMo 2); before RoPE; on any placement.
         options: settings that the chosen placement declares (``Placement.options``), e.g. ``norm.embed_norm``.
     """
 
@@ -71,6 +74,7 @@ class NormSpec:
     admin_init: float | None = None
     scaled_init: bool = False
     scaled_embed: bool = False
+    qk_norm: str = "none"
     options: dict[str, Any] = field(default_factory=dict, compare=True)
 
     def __post_init__(self) -> None:
@@ -95,6 +99,8 @@ class NormSpec:
             raise NormConfigError(f"norm.eps must be a positive number, got {self.eps!r}")
         if not isinstance(self.groups, int) or self.groups < 1:
             raise NormConfigError(f"norm.groups must be a positive integer, got {self.groups!r}")
+        if self.qk_norm not in QK_NORMS:
+            raise NormConfigError(f"unknown norm.qk_norm {self.qk_norm!r}; valid: {', '.join(QK_NORMS)}")
         declared = placement.options
         unknown = sorted(set(self.options) - set(declared))
         if unknown:
@@ -154,6 +160,8 @@ class NormSpec:
             name += "+scaled_embed"
         if not self.final_norm:
             name += "[no-final-norm]"
+        if self.qk_norm != "none":
+            name += f"+qk_norm={self.qk_norm}"
         return name
 
 
