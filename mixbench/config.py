@@ -1,49 +1,80 @@
 """Compose a run's config from YAML files and command-line ``key=value`` arguments (plain OmegaConf).
 
-Merge order (later wins)::
+Merge order (later wins), every layer strict — a key that the layer below does not have fails with a
+did-you-mean naming the file it came from::
 
     configs/defaults.yaml
-    < model options of the chosen model (``model=NAME``, default: the task's model)
-    < configs/norm/<norm>.yaml     (``norm=NAME``, default: the task's norm or ``pre``)
-    < configs/data/<data>.yaml     (``data=NAME``, default: the task's data)
+    < model options of the chosen model (``model=NAME``, default: the task's model; from its family)
+    < configs/norm/<norm>.yaml     (``norm=NAME``, default: the task's norm or ``pre``; plus the placement's own options)
+    < configs/data/<data>.yaml     (``data=NAME``, default: the task's data; keys = the data loader's arguments)
     < the task's ``recipe``        (``task=NAME``, required)
     < dotted overrides             (``norm.alpha=0.5 trainer.max_steps=100 seed=1``)
 
-A dotted override must name an existing key (a typo fails with a did-you-mean); prefix it with
-``+`` to add a new key (e.g. ``+trainer.fast_dev_run=true``).  Values are parsed as YAML.
+A dotted override must name an existing key; prefix it with ``+`` to add a new key (e.g.
+``+trainer.fast_dev_run=true``).  Values are parsed as YAML.  Files come from the project search path
+(:mod:`mixbench.project`).
 """
 from __future__ import annotations
 
 import difflib
+import inspect
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError
-from .layers import NormSpec
-from .models import model_defaults, model_family
+from .layers import NormSpec, get_placement
 from .optim import OPTIMIZERS
-from .project import project_root
-from .tasks import get_task
+from .project import config_choices, config_file
 
 GROUPS = ("task", "model", "norm", "data")
+# trainer arguments mixbench fills itself, and the option to use instead
+RESERVED_TRAINER_KEYS = {
+    "logger": "the run's CSV logger is built in (logs/metrics.csv in the run folder)",
+    "callbacks": "use grad_norm_every_n_steps / checkpoint_every_n_steps / divergence.*; a task's task.py can add callbacks",
+    "default_root_dir": "use results_dir=DIR or run_dir=DIR",
+    "enable_checkpointing": "use checkpoint_every_n_steps=N",
+    "use_distributed_sampler": "set by the model family's sampler policy",
+}
 
 
 def _did_you_mean(word: str, options) -> str:
-    hint = difflib.get_close_matches(word, list(options), n=1)
+    hint = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
     return f" — did you mean {hint[0]!r}?" if hint else ""
 
 
-def group_choices(group: str, root: Path) -> list[str]:
-    return sorted(p.stem for p in (root / "configs" / group).glob("*.yaml"))
+def group_choices(group: str, root: str | Path | None = None) -> list[str]:
+    return config_choices(group, root)
 
 
-def _load_group(group: str, choice: str, root: Path) -> DictConfig:
-    path = root / "configs" / group / f"{choice}.yaml"
-    if not path.is_file():
+def load_group(group: str, choice: str, root=None) -> DictConfig:
+    """``configs/<group>/<choice>.yaml`` from the project search path."""
+    path = config_file(group, f"{choice}.yaml", root=root)
+    if path is None:
         valid = group_choices(group, root)
         raise ConfigError(f"unknown {group}={choice!r}{_did_you_mean(choice, valid)} Valid: {', '.join(valid)}")
-    return OmegaConf.load(path)
+    loaded = OmegaConf.load(path)
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{path} must hold a mapping of settings")
+    return loaded
+
+
+def check_known_keys(base: DictConfig, update, where: str, prefix: str = "") -> None:
+    """Fail on the first key of ``update`` (recursively) that ``base`` does not have."""
+    for key, value in update.items():
+        if key not in base:
+            level = prefix.rstrip(".") or "the top level"
+            raise ConfigError(f"{where}: unknown setting {prefix}{key!r}{_did_you_mean(key, base.keys())} "
+                              f"(keys under {level}: {', '.join(map(str, base.keys()))})")
+        if OmegaConf.is_dict(value) or isinstance(value, dict):
+            if OmegaConf.is_dict(base[key]):
+                check_known_keys(base[key], value, where, f"{prefix}{key}.")
+
+
+def merge_strict(base: DictConfig, update, where: str) -> DictConfig:
+    """``OmegaConf.merge(base, update)``, refusing keys ``base`` does not have (one ConfigError naming ``where``)."""
+    check_known_keys(base, update, where)
+    return OmegaConf.merge(base, update)
 
 
 def split_arguments(args: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -92,31 +123,64 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
     OmegaConf.update(cfg, key, parsed, merge=False, force_add=True)
 
 
+def _norm_group(defaults: DictConfig, choice: str, root) -> DictConfig:
+    """The norm group: common settings, the chosen placement's own options, then ``configs/norm/<choice>.yaml``."""
+    chosen = load_group("norm", choice, root)
+    placement = get_placement(chosen.get("placement", defaults.placement))
+    base = OmegaConf.merge(defaults, placement.options)
+    return merge_strict(base, chosen, f"configs/norm/{choice}.yaml")
+
+
+def data_arguments(loader_class) -> dict:
+    """The declared arguments of a data module class with their defaults (``seed`` is set by the runner)."""
+    params = inspect.signature(loader_class.__init__).parameters
+    variadic = [p.name for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    if variadic:
+        raise ConfigError(f"data module {loader_class.__qualname__} takes *{variadic[0]}: declare every argument explicitly")
+    return {name: (None if p.default is inspect.Parameter.empty else p.default)
+            for name, p in params.items() if name not in ("self", "seed")}
+
+
+def _data_group(choice: str, root) -> DictConfig:
+    """``configs/data/<choice>.yaml`` over the declared arguments (and defaults) of its ``loader``."""
+    from .data import get_datamodule_class
+
+    chosen = load_group("data", choice, root)
+    if "loader" not in chosen:
+        raise ConfigError(f"configs/data/{choice}.yaml: set loader: <name> (one of mixbench.data.list_datamodules())")
+    arguments = data_arguments(get_datamodule_class(chosen.loader))
+    base = OmegaConf.create({"loader": chosen.loader, **{k: _plain(v) for k, v in arguments.items()}})
+    return merge_strict(base, chosen, f"configs/data/{choice}.yaml (arguments of data loader {chosen.loader!r})")
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
 def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     """The resolved, validated config of ``mixbench run ARGS``."""
-    root = project_root(root)
+    from .families import family_of_model, get_family
+    from .tasks import discover_tasks, get_task
+
     choices, overrides = split_arguments(args)
     if "task" not in choices:
-        from .tasks import discover_tasks
-
         raise ConfigError(f"choose a task with task=NAME; available: {', '.join(discover_tasks(root))}")
     task = get_task(choices["task"], root)
+    task.load_plugin()  # may register families, data loaders and placements
+    family = get_family(task.family)
     model_name = choices.get("model", task.model)
-    try:
-        family = model_family(model_name)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if family != task.family:
-        raise ConfigError(f"model {model_name!r} is a {family} model but task {task.name!r} needs a {task.family} model")
+    model_family = family_of_model(model_name)
+    if model_family.name != family.name:
+        raise ConfigError(f"model {model_name!r} is a {model_family.name} model but task {task.name!r} needs a {family.name} model")
 
-    cfg = OmegaConf.load(root / "configs" / "defaults.yaml")
+    cfg = OmegaConf.load(config_file("defaults.yaml", root=root))
     cfg.choices = {"task": task.name, "model": model_name, "norm": choices.get("norm", task.norm), "data": choices.get("data", task.data)}
-    cfg.task = {"name": task.name, "family": task.family, "description": task.description,
+    cfg.task = {"name": task.name, "family": family.name, "description": task.description,
                 "metrics": [dict(name=m.name, higher_is_better=m.higher_is_better, primary=m.primary) for m in task.metrics]}
-    cfg.model = {"name": model_name, **model_defaults(model_name)}
-    cfg.norm = OmegaConf.merge(cfg.norm, _load_group("norm", cfg.choices.norm, root))
-    cfg.data = _load_group("data", cfg.choices.data, root)
-    cfg = OmegaConf.merge(cfg, task.recipe)
+    cfg.model = {"name": model_name, **family.model_defaults(model_name)}
+    cfg.norm = _norm_group(cfg.norm, cfg.choices.norm, root)
+    cfg.data = _data_group(cfg.choices.data, root)
+    cfg = merge_strict(cfg, task.recipe, f"{task.path / 'task.yaml'} (recipe)")
     for arg in overrides:
         _apply_override(cfg, arg)
     OmegaConf.resolve(cfg)
@@ -130,7 +194,18 @@ def validate(cfg: DictConfig) -> None:
     spec.plan(int(cfg.model.num_layers))
     if cfg.optim.name not in OPTIMIZERS:
         raise ConfigError(f"unknown optim.name {cfg.optim.name!r}; valid: {', '.join(OPTIMIZERS)}")
+    for key, instead in RESERVED_TRAINER_KEYS.items():
+        if key in cfg.trainer:
+            raise ConfigError(f"trainer.{key} is set by mixbench and cannot be overridden: {instead}")
 
 
 def norm_spec(cfg: DictConfig) -> NormSpec:
     return NormSpec.from_dict(OmegaConf.to_container(cfg.norm, resolve=True))
+
+
+def load_run_config(run_dir: str | Path) -> DictConfig:
+    """A finished run's ``config.yaml``; settings added to defaults.yaml after the run was made take their defaults."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
+    return OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), OmegaConf.load(path))

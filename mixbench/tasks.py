@@ -4,11 +4,15 @@ Discovery only parses YAML, so listing tasks never imports a task's heavy code; 
 imported by path when that task is selected (it may register data loaders with
 :func:`mixbench.data.register_datamodule`).
 
-``task.yaml`` keys: ``name``, ``description``, ``family`` (``lm`` | ``vision``), ``model`` (default
+``task.yaml`` keys: ``name``, ``description``, ``family`` (a registered family: ``lm``, ``vision``, or one the
+task's ``task.py`` registers with :func:`mixbench.families.register_family`), ``model`` (default
 model), ``data`` (default ``configs/data/<choice>.yaml``), optional ``norm`` (default choice,
 ``pre``), ``metrics`` (list of ``{name, higher_is_better, primary?}``, exactly one primary) and
 ``recipe`` (config merged over ``configs/defaults.yaml``: optim, trainer, model, data settings).
 ``base: <task>`` inherits every key of another task (this file's keys win; ``recipe`` is merged key by key).
+
+Tasks are looked up along the project search path (:func:`mixbench.project.project_roots`): a project's
+task of the same name as a shipped one replaces it.
 """
 from __future__ import annotations
 
@@ -21,9 +25,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from .errors import ConfigError
-from .project import project_root
-
-FAMILIES = ("lm", "vision")
+from .project import project_roots
 
 
 class TaskError(ConfigError):
@@ -70,8 +72,11 @@ def _parse_task(path: Path, raw: dict) -> TaskSpec:
     missing = [k for k in ("name", "family", "model", "data", "metrics") if k not in raw]
     if missing:
         raise TaskError(f"{where}: missing key(s) {missing}")
-    if raw["family"] not in FAMILIES:
-        raise TaskError(f"{where}: family must be one of {FAMILIES}, got {raw['family']!r}")
+    if not (path.parent / "task.py").is_file():  # a task.py may register its family when the task runs
+        from .families import list_families
+
+        if raw["family"] not in list_families():
+            raise TaskError(f"{where}: family must be one of {list_families()} (or one its task.py registers), got {raw['family']!r}")
     metrics = []
     for m in raw["metrics"]:
         if not isinstance(m, dict) or "name" not in m or not isinstance(m.get("higher_is_better"), bool):
@@ -103,15 +108,18 @@ def _inherit(raw: dict, by_name: dict[str, tuple[Path, dict]], path: Path, seen:
 
 
 def discover_tasks(root: str | Path | None = None) -> dict[str, TaskSpec]:
-    """All tasks under ``<project>/tasks``, by name (YAML only; no task code is imported)."""
+    """All tasks along the project search path, by name (YAML only; no task code is imported)."""
     by_name: dict[str, tuple[Path, dict]] = {}
-    for path in sorted((project_root(root) / "tasks").glob("*/task.yaml")):
-        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-        if not isinstance(raw, dict) or "name" not in raw:
-            raise TaskError(f"{path}: a task file needs at least a name")
-        if raw["name"] in by_name:
-            raise TaskError(f"task name {raw['name']!r} is declared twice: {by_name[raw['name']][0]} and {path}")
-        by_name[raw["name"]] = (path, raw)
+    for base in reversed(project_roots(root)):  # shipped first; a project's task of the same name replaces it
+        in_this_folder: dict[str, Path] = {}
+        for path in sorted((base / "tasks").glob("*/task.yaml")):
+            raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+            if not isinstance(raw, dict) or "name" not in raw:
+                raise TaskError(f"{path}: a task file needs at least a name")
+            if raw["name"] in in_this_folder:
+                raise TaskError(f"task name {raw['name']!r} is declared twice: {in_this_folder[raw['name']]} and {path}")
+            in_this_folder[raw["name"]] = path
+            by_name[raw["name"]] = (path, raw)
     return {name: _parse_task(path, _inherit(raw, by_name, path)) for name, (path, raw) in by_name.items()}
 
 

@@ -1,6 +1,7 @@
 """``mixbench run``: train and evaluate one configuration and write its result record."""
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -18,13 +19,15 @@ from omegaconf import DictConfig, OmegaConf
 from .analysis.gradnorm import GradNormMonitor
 from .callbacks import DivergenceMonitor, ThroughputMonitor
 from .config import norm_spec
+from .contracts import BenchDataModule, check_contract
 from .data import get_datamodule_class
 from .errors import ConfigError
-from .lit import CausalLMModule, ImageClassifierModule, OptimConfig
+from .families import get_family
 from .models import build_model
 from .provenance import git_commit, hardware, package_versions
 from .results import SCHEMA, write_record
 from .tasks import get_task
+from .weights import describe_model, init_from, save_weights
 
 log = logging.getLogger(__name__)
 
@@ -70,52 +73,35 @@ def accumulation_steps(global_batch: int | None, micro_batch: int, world: int) -
     return global_batch // (micro_batch * world)
 
 
-def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    options = OmegaConf.to_container(cfg.data, resolve=True)
-    if cfg.task.family == "lm" and options.get("path") is None and options.get("max_train_tokens") is None and cfg.trainer.max_steps > 0:
-        # a streamed source is cached up to what the run will consume (+1%)
-        global_batch = options.get("global_batch_size") or options["batch_size"] * world_size(cfg.trainer)
-        options["max_train_tokens"] = int(cfg.trainer.max_steps * global_batch * options["seq_len"] * 1.01)
-    return get_datamodule_class(options.pop("loader"))(seed=cfg.seed, **options)
+def build_datamodule(cfg: DictConfig, setup: bool = True) -> L.LightningDataModule:
+    """The run's data module (``data.loader`` with the ``data`` group's arguments, ``seed`` if it takes one), set up for
+    fitting and checked against :class:`mixbench.contracts.BenchDataModule` and the family's needs."""
+    family = get_family(cfg.task.family)
+    options = family.data_options(cfg, OmegaConf.to_container(cfg.data, resolve=True))
+    loader = options.pop("loader")
+    datamodule_class = get_datamodule_class(loader)
+    if "seed" in inspect.signature(datamodule_class.__init__).parameters:
+        options["seed"] = cfg.seed
+    datamodule = datamodule_class(**options)
+    if setup:
+        datamodule.setup("fit")
+        check_contract(datamodule, BenchDataModule, f"data loader {loader!r}", family.data_requires)
+    return datamodule
 
 
 def model_options(cfg: DictConfig, datamodule) -> dict:
-    """Architecture options of the run; a ViT's unset ``img_size`` / ``num_classes`` come from the data.
-    Fails if the data does not fit options that were set."""
+    """Architecture options of the run, completed from the data by the model family (which fails if they do not fit)."""
     options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
-    if cfg.task.family == "lm" and datamodule.vocab_size > cfg.model.vocab_size:
-        raise ConfigError(f"the tokenizer has {datamodule.vocab_size} tokens but model.vocab_size={cfg.model.vocab_size}; "
-                          f"set model.vocab_size={datamodule.vocab_size} (or larger)")
-    if cfg.task.family == "vision":
-        for key, value in (("num_classes", datamodule.num_classes), ("img_size", datamodule.img_size)):
-            if options[key] is None:
-                options[key] = value
-            elif options[key] != value:
-                raise ConfigError(f"the data has {key}={value} but model.{key}={options[key]}; set model.{key}={value} "
-                                  f"(or null to take it from the data)")
-    return options
+    return get_family(cfg.task.family).options_from_data(cfg, options, datamodule)
 
 
 def build_lightning_module(cfg: DictConfig, model, datamodule) -> L.LightningModule:
-    optim = OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
-    if cfg.task.family == "lm":
-        return CausalLMModule(model, optim, loss_chunk_size=cfg.loss.chunk_size)
-    return ImageClassifierModule(model, optim, num_classes=datamodule.num_classes, label_smoothing=cfg.loss.label_smoothing,
-                                 mixup=OmegaConf.to_container(cfg.mixup), ema_decay=cfg.ema.decay)
-
-
-def count_tokens(batch: dict) -> int:
-    return batch["input_ids"].numel()
-
-
-def count_images(batch) -> int:
-    return len(batch[1])
+    return get_family(cfg.task.family).lightning_module(cfg, model, datamodule)
 
 
 def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
-    if cfg.task.family == "lm":
-        return ThroughputMonitor(count_tokens, model.flops_per_token(cfg.data.seq_len), cfg.trainer.log_every_n_steps)
-    return ThroughputMonitor(count_images, None, cfg.trainer.log_every_n_steps)
+    family = get_family(cfg.task.family)
+    return ThroughputMonitor(family.items, family.flops_per_item(cfg, model), cfg.trainer.log_every_n_steps)
 
 
 def make_strategy(cfg: DictConfig, block_class: type):
@@ -160,7 +146,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
         logger=CSVLogger(str(run_dir), name="", version="logs"),
         callbacks=callbacks,
         enable_checkpointing=bool(cfg.checkpoint_every_n_steps),
-        use_distributed_sampler=cfg.task.family != "lm",  # LM data modules shard by rank themselves
+        use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
     )
 
 
@@ -196,15 +182,17 @@ def run(cfg: DictConfig) -> dict:
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build_datamodule(cfg)
-        datamodule.setup("fit")
         record["dataset"] = datamodule.describe()
         options = model_options(cfg, datamodule)
         model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
+        description = describe_model(cfg.task.family, cfg.model.name, options, model)
+        if cfg.init_from is not None:
+            record["init_from"] = init_from(model, cfg.init_from, description)
         record["norm"]["plan"] = list(model.plan)
         record["model"]["num_params"] = sum(p.numel() for p in model.parameters())
         record["model"]["label"] = model_label(cfg.model.name, options)
         log.info("%s | %s | %s: plan %s, %.2fM parameters", cfg.task.name, cfg.model.name, spec.label(),
-                 _plan_summary(model.plan), record["model"]["num_params"] / 1e6)
+                 plan_summary(model.plan), record["model"]["num_params"] / 1e6)
         monitor_options = {k: v for k, v in cfg.divergence.items() if k != "unigram_floor"}
         divergence, throughput = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model)
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
@@ -226,7 +214,7 @@ def run(cfg: DictConfig) -> dict:
         record["throughput"] = throughput.summary
         value = record["metrics"].get(task.primary_metric.name)
         record["primary_metric"]["value"] = value
-        stalled = never_learned(record["metrics"], datamodule) if cfg.divergence.get("unigram_floor", True) else None
+        stalled = get_family(cfg.task.family).learning_check(record["metrics"], datamodule) if cfg.divergence.get("unigram_floor", True) else None
         if divergence.diverged_at_step is not None or value is None or not math.isfinite(value) or stalled:
             record["status"] = "diverged"
             record["divergence"] = {"step": divergence.diverged_at_step, "reason": divergence.reason or stalled or "non-finite final metric",
@@ -234,7 +222,7 @@ def run(cfg: DictConfig) -> dict:
         else:
             record["status"] = "completed"
         if cfg.save_weights and primary:
-            torch.save(model.state_dict(), run_dir / "model.pt")
+            record["weights"] = str(save_weights(model, run_dir, description).name)
         for monitor in extra:
             if primary:
                 monitor.save(run_dir / "gradnorm.json")
@@ -248,19 +236,6 @@ def run(cfg: DictConfig) -> dict:
             write_record(record, run_dir / "record.json")
             log.info("record written to %s", run_dir / "record.json")
     return record
-
-
-def never_learned(metrics: dict, datamodule) -> str | None:
-    """For language models: a reason when the final validation loss is not below the unigram entropy of the
-    validation tokens (the best any context-free model can do) — a run that stalled at token frequencies, which
-    the blow-up detector cannot see because the loss never rose; None otherwise."""
-    loss, entropy = metrics.get("val/loss"), getattr(datamodule, "unigram_entropy", None)
-    if entropy is None or loss is None or not math.isfinite(loss):
-        return None
-    floor = entropy()
-    if loss >= floor:
-        return f"never learned beyond token frequencies: final val/loss {loss:.3f} ≥ unigram entropy {floor:.3f} of the validation tokens"
-    return None
 
 
 def check_final_validation(record: dict, fit_validation: dict, metric: str, step: int, rel_tol: float = 0.005) -> None:
@@ -284,7 +259,7 @@ def model_label(name: str, options: dict) -> str:
     return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + "]" if changed else "")
 
 
-def _plan_summary(plan: list[str]) -> str:
+def plan_summary(plan: list[str]) -> str:
     """['post','post','pre','pre','pre'] → 'post×2 pre×3'."""
     parts, prev, count = [], None, 0
     for p in [*plan, None]:

@@ -27,7 +27,7 @@ def test_vit_run_then_table(tmp_path, capsys):
         assert key in mix
     assert mix["versions"]["torch"] and mix["config"]["norm"]["alpha"] == 0.5
     run_dir = Path(mix["run_dir"])
-    assert (run_dir / "config.yaml").is_file() and (run_dir / "model.pt").is_file()
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "model.safetensors").is_file() and (run_dir / "model_config.json").is_file()
     capsys.readouterr()
     assert main(["table", "--results-dir", str(tmp_path), "--format", "md"]) == 0
     out = capsys.readouterr().out

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import compose, norm_spec
-from ..data.text import IGNORE_INDEX
+from ..config import compose, load_run_config, norm_spec
+from ..families import get_family
 from ..models import build_model
 from .angular import angular_distance_matrix
 from .gradnorm import block_grad_norms
@@ -37,24 +36,17 @@ class Subject:
     out_dir: Path
 
 
-def run_config(run_dir: Path) -> DictConfig:
-    """A finished run's ``config.yaml``; settings added to defaults.yaml after the run was made take their defaults."""
-    from ..project import project_root
-
-    return OmegaConf.merge(OmegaConf.load(project_root() / "configs" / "defaults.yaml"), OmegaConf.load(run_dir / "config.yaml"))
-
-
 def subject_from_run(run_dir: str | Path) -> Subject:
-    """The trained model of a finished run (its ``config.yaml`` and ``model.pt``)."""
+    """The trained model of a finished run (its ``config.yaml`` and ``model.safetensors``, or a legacy ``model.pt``)."""
     from ..train import build_datamodule
+    from ..weights import load_weights
 
     run_dir = Path(run_dir)
-    if not (run_dir / "model.pt").is_file():
-        raise FileNotFoundError(f"{run_dir} has no model.pt; analyze a run made with save_weights=true")
-    cfg = run_config(run_dir)
-    datamodule = _setup(build_datamodule(cfg))
+    cfg = load_run_config(run_dir)
+    state, _, _ = load_weights(run_dir)
+    datamodule = build_datamodule(cfg)
     model = _build(cfg, datamodule)
-    model.load_state_dict(torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True))
+    model.load_state_dict(state)
     return Subject(norm_spec(cfg).label(), cfg, model.to(analysis_device()).eval(), datamodule, run_dir / "analysis")
 
 
@@ -62,7 +54,7 @@ def subject_at_init(args: list[str], out_dir: Path) -> Subject:
     from ..train import build_datamodule
 
     cfg = compose(args)
-    datamodule = _setup(build_datamodule(cfg))
+    datamodule = build_datamodule(cfg)
     return Subject(norm_spec(cfg).label(), cfg, _build(cfg, datamodule).to(analysis_device()), datamodule, out_dir)
 
 
@@ -72,19 +64,6 @@ def _build(cfg: DictConfig, datamodule):
     return build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **model_options(cfg, datamodule))
 
 
-def _setup(datamodule):
-    datamodule.setup("fit")
-    return datamodule
-
-
-def batch_loss(family: str, model, batch) -> torch.Tensor:
-    if family == "lm":
-        labels = batch["labels"]
-        return model(batch["input_ids"], labels=labels) / (labels != IGNORE_INDEX).sum().clamp(min=1)
-    images, targets = batch
-    return F.cross_entropy(model(images), targets)
-
-
 def grad_norm_profile(subject: Subject, num_batches: int = 8) -> dict:
     """Per-block gradient norms averaged over ``num_batches`` training batches (model in train mode)."""
     model = subject.model.train()
@@ -92,7 +71,8 @@ def grad_norm_profile(subject: Subject, num_batches: int = 8) -> dict:
     batches = iter(subject.datamodule.train_dataloader())
     for _ in range(num_batches):
         model.zero_grad(set_to_none=True)
-        batch_loss(subject.cfg.task.family, model, subject.datamodule.transfer_batch_to_device(next(batches), analysis_device(), 0)).backward()
+        batch = subject.datamodule.transfer_batch_to_device(next(batches), analysis_device(), 0)
+        get_family(subject.cfg.task.family).analysis_loss(model, batch).backward()
         norms = block_grad_norms(model.blocks)
         sums = norms if sums is None else [{k: s[k] + n[k] for k in s} for s, n in zip(sums, norms)]
     model.zero_grad(set_to_none=True)
@@ -108,7 +88,7 @@ def training_grad_norms(run_dir: str | Path, steps: list[int]) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; train with grad_norm_every_n_steps=N to record gradient norms")
     history = json.loads(path.read_text())["history"]
-    cfg = run_config(run_dir)
+    cfg = load_run_config(run_dir)
     record = run_dir / "record.json"  # the dataset's resolved name (the config may leave it null)
     dataset = json.loads(record.read_text())["dataset"].get("name") if record.is_file() else cfg.data.get("name")
     recorded = [h["step"] for h in history]
@@ -120,12 +100,9 @@ def training_grad_norms(run_dir: str | Path, steps: list[int]) -> dict:
 
 
 def _token_batches(subject: Subject):
+    inputs = get_family(subject.cfg.task.family).analysis_inputs
     for batch in subject.datamodule.val_dataloader():
-        batch = subject.datamodule.transfer_batch_to_device(batch, analysis_device(), 0)  # as in training (e.g. GPU augmentation)
-        if subject.cfg.task.family == "lm":
-            yield batch["input_ids"], batch["labels"] != IGNORE_INDEX
-        else:
-            yield batch[0], None
+        yield inputs(subject.datamodule.transfer_batch_to_device(batch, analysis_device(), 0))  # as in training (e.g. GPU augmentation)
 
 
 def angular_profile(subject: Subject, token_budget: int = 262_144) -> dict:
@@ -144,7 +121,8 @@ def evaluate(subject: Subject, limit_val_batches=None) -> float:
 
     module = build_lightning_module(subject.cfg, subject.model, subject.datamodule)
     trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=limit_val_batches, use_distributed_sampler=subject.cfg.task.family != "lm")
+                        limit_val_batches=limit_val_batches,
+                        use_distributed_sampler=get_family(subject.cfg.task.family).distributed_sampler)
     metrics = trainer.validate(module, datamodule=subject.datamodule, verbose=False)[0]
     return float(metrics[get_task(subject.cfg.task.name).primary_metric.name])
 

@@ -90,7 +90,7 @@ class ImageFolderDataModule(L.LightningDataModule):
                  batch_size: int = 128, eval_batch_size: int | None = None, num_workers: int = 8, auto_augment: str | None = "rand-m9-mstd0.5-inc1",
                  re_prob: float = 0.25, interpolation: str = "bicubic", crop_pct: float = 0.875, hflip: float = 0.5,
                  color_jitter: float = 0.4, mean=IMAGENET_MEAN, std=IMAGENET_STD, name: str | None = None, label: str | None = None,
-                 pipeline: str = "cpu", **_unused):
+                 pipeline: str = "cpu"):
         super().__init__()
         if pipeline not in PIPELINES:
             raise ConfigError(f"unknown data.pipeline={pipeline!r}; valid: {', '.join(PIPELINES)}")

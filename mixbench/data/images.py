@@ -56,7 +56,7 @@ class CifarArrayDataModule(L.LightningDataModule):
     num_classes = 10
 
     def __init__(self, path: str = "embedded", val_per_class: int = 200, img_size: int = 32, batch_size: int = 64,
-                 eval_batch_size: int | None = None, num_workers: int = 0, augment: bool = True, name: str | None = None, **_unused):
+                 eval_batch_size: int | None = None, num_workers: int = 0, augment: bool = True, name: str | None = None):
         super().__init__()
         if path is None:
             raise ConfigError("set data.path to a CIFAR-10 .npz (arrays x, y, classes), e.g. the official test set")

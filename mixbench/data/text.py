@@ -129,7 +129,6 @@ class TextDataModule(L.LightningDataModule):
         seed: int = 0,
         name: str | None = None,
         label: str | None = None,
-        **_unused,
     ):
         super().__init__()
         if mode not in ("pack", "pad"):

@@ -26,6 +26,13 @@ class OptimConfig:
     min_lr: float | None = None  # absolute floor; wins over min_lr_ratio
     lr_reference_batch: int | None = None  # lr is given for this global batch and scaled linearly to the actual one
 
+    @classmethod
+    def from_config(cls, node) -> "OptimConfig":
+        """From the ``optim`` config group."""
+        from omegaconf import OmegaConf
+
+        return cls(**OmegaConf.to_container(node, resolve=True))
+
 
 class OptimizedModule(L.LightningModule):
     """Holds ``self.model`` and configures the optimizer and per-step LR schedule from :class:`OptimConfig`."""

@@ -1,44 +1,22 @@
-"""Model registry: every model name, its family and its default architecture options.
+"""Models by preset name, through the family registry (:mod:`mixbench.families`).
 
-Model code is imported lazily so that ``mixbench list`` and config validation stay fast.
+``mixbench.build_model("llama_71m", norm="mix", num_layers=24)`` works for every registered family.
 """
 from __future__ import annotations
 
-import difflib
-
-from ..errors import ConfigError
+from ..contracts import PlacedBlock, PlacedModel, check_contract
+from ..families import family_of_model, list_models
 from ..layers import NormSpec
-
-LM_MODELS = ("llama_71m", "llama_130m", "llama_250m", "llama_350m", "llama_1b", "llama_7b", "llama_tiny", "llama_debug")
-VISION_MODELS = ("vit_tiny", "vit_small", "vit_debug")
-
-
-def list_models() -> list[str]:
-    return [*LM_MODELS, *VISION_MODELS]
 
 
 def model_family(name: str) -> str:
-    if name in LM_MODELS:
-        return "lm"
-    if name in VISION_MODELS:
-        return "vision"
-    hint = difflib.get_close_matches(name, list_models(), n=1)
-    raise ConfigError(
-        f"unknown model {name!r}"
-        + (f" — did you mean {hint[0]!r}?" if hint else "")
-        + f" Valid: {', '.join(list_models())}"
-    )
+    """The family name of preset ``name``."""
+    return family_of_model(name).name
 
 
 def model_defaults(name: str) -> dict:
     """The architecture options of ``name`` (all overridable as ``model.<key>=...``)."""
-    if model_family(name) == "lm":
-        from .llama import llama_defaults
-
-        return llama_defaults(name)
-    from .vit import vit_defaults
-
-    return vit_defaults(name)
+    return family_of_model(name).model_defaults(name)
 
 
 def build_model(name: str, norm: str | NormSpec = "pre", alpha: float = 0.25, seed: int | None = None, **overrides):
@@ -46,21 +24,19 @@ def build_model(name: str, norm: str | NormSpec = "pre", alpha: float = 0.25, se
 
     Extra keyword arguments override architecture options, e.g. ``num_layers=24``.
     ``seed`` (optional) seeds torch before construction, so the same seed gives the same weights
-    for every placement (except DeepNorm's own init).
+    for every placement (except placements with an init of their own, such as DeepNorm).
+    The model is checked against :class:`mixbench.contracts.PlacedModel` and its family's needs.
     """
     spec = norm if isinstance(norm, NormSpec) else NormSpec(placement=norm, alpha=alpha)
-    family = model_family(name)
+    family = family_of_model(name)
     if seed is not None:
         import torch
 
         torch.manual_seed(seed)
-    if family == "lm":
-        from .llama import build_llama
-
-        return build_llama(name, spec, **overrides)
-    from .vit import build_vit
-
-    return build_vit(name, spec, **overrides)
+    model = family.build(name, spec, **overrides)
+    check_contract(model, PlacedModel, f"model {name!r} of family {family.name!r}", family.model_requires)
+    check_contract(model.blocks[0], PlacedBlock, f"a block of model {name!r}")
+    return model
 
 
-__all__ = ["LM_MODELS", "VISION_MODELS", "build_model", "list_models", "model_defaults", "model_family"]
+__all__ = ["build_model", "list_models", "model_defaults", "model_family"]

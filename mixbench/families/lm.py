@@ -1,0 +1,70 @@
+"""The ``lm`` family: LLaMA causal language models (:mod:`mixbench.models.llama`) on token data."""
+from __future__ import annotations
+
+import math
+from functools import partial
+
+from ..constants import IGNORE_INDEX
+from ..errors import ConfigError
+from ..models.llama import LLAMA_PRESETS, build_llama, llama_defaults
+from . import Family, register_family
+
+
+def lightning_module(cfg, model, datamodule):
+    from ..lit import CausalLMModule, OptimConfig
+
+    return CausalLMModule(model, OptimConfig.from_config(cfg.optim), loss_chunk_size=cfg.loss.chunk_size)
+
+
+def options_from_data(cfg, options: dict, datamodule) -> dict:
+    if datamodule.vocab_size > options["vocab_size"]:
+        raise ConfigError(f"the tokenizer has {datamodule.vocab_size} tokens but model.vocab_size={options['vocab_size']}; "
+                          f"set model.vocab_size={datamodule.vocab_size} (or larger)")
+    return options
+
+
+def data_options(cfg, options: dict) -> dict:
+    """A streamed source is cached up to what the run will consume (+1 %)."""
+    if options.get("path") is None and options.get("max_train_tokens") is None and cfg.trainer.max_steps > 0:
+        from ..train import world_size
+
+        global_batch = options.get("global_batch_size") or options["batch_size"] * world_size(cfg.trainer)
+        options = {**options, "max_train_tokens": int(cfg.trainer.max_steps * global_batch * options["seq_len"] * 1.01)}
+    return options
+
+
+def analysis_loss(model, batch):
+    labels = batch["labels"]
+    return model(batch["input_ids"], labels=labels) / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def never_learned(metrics: dict, datamodule) -> str | None:
+    """A reason when the final validation loss is not below the unigram entropy of the validation tokens (the best
+    any context-free model can do) — a run that stalled at token frequencies; None otherwise."""
+    loss, entropy = metrics.get("val/loss"), getattr(datamodule, "unigram_entropy", None)
+    if entropy is None or loss is None or not math.isfinite(loss):
+        return None
+    floor = entropy()
+    if loss >= floor:
+        return f"never learned beyond token frequencies: final val/loss {loss:.3f} ≥ unigram entropy {floor:.3f} of the validation tokens"
+    return None
+
+
+LM = register_family(Family(
+    name="lm",
+    description="LLaMA causal language models (RMSNorm, SwiGLU, RoPE); metric: validation perplexity",
+    models={name: partial(llama_defaults, name) for name in LLAMA_PRESETS},
+    build=build_llama,
+    lightning_module=lightning_module,
+    options_from_data=options_from_data,
+    data_options=data_options,
+    items=lambda batch: batch["input_ids"].numel(),
+    item_name="tokens",
+    flops_per_item=lambda cfg, model: model.flops_per_token(cfg.data.seq_len),
+    distributed_sampler=False,  # the text data modules shard by rank themselves (and resume mid-epoch)
+    analysis_loss=analysis_loss,
+    analysis_inputs=lambda batch: (batch["input_ids"], batch["labels"] != IGNORE_INDEX),
+    learning_check=never_learned,
+    data_requires=("vocab_size",),
+    model_requires=("flops_per_token",),
+))
