@@ -64,7 +64,7 @@ def check_known_keys(base: DictConfig, update, where: str, prefix: str = "") -> 
     for key, value in update.items():
         if key not in base:
             level = prefix.rstrip(".") or "the top level"
-            raise ConfigError(f"{where}: unknown setting {prefix}{key!r}{_did_you_mean(key, base.keys())} "
+            raise ConfigError(f"{where}: unknown setting '{prefix}{key}'{_did_you_mean(key, base.keys())} "
                               f"(keys under {level}: {', '.join(map(str, base.keys()))})")
         if OmegaConf.is_dict(value) or isinstance(value, dict):
             if OmegaConf.is_dict(base[key]):
@@ -204,8 +204,13 @@ def norm_spec(cfg: DictConfig) -> NormSpec:
 
 
 def load_run_config(run_dir: str | Path) -> DictConfig:
-    """A finished run's ``config.yaml``; settings added to defaults.yaml after the run was made take their defaults."""
+    """A finished run's ``config.yaml`` (settings added to defaults.yaml after the run was made take their defaults),
+    with its task's plugin code loaded (a plugin task needs its project: ``mixbench --project DIR``)."""
+    from .tasks import get_task
+
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    return OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), OmegaConf.load(path))
+    cfg = OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), OmegaConf.load(path))
+    get_task(cfg.task.name).load_plugin()
+    return cfg

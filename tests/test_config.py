@@ -55,3 +55,49 @@ def test_unknown_task_suggests_the_close_one():
 def test_plus_adds_a_new_key():
     cfg = compose(["task=vit_small", "+trainer.fast_dev_run=true"])
     assert cfg.trainer.fast_dev_run is True
+
+
+def _project_with(tmp_path, task_recipe: str = "", data_extra: str = ""):
+    (tmp_path / "tasks" / "t").mkdir(parents=True)
+    (tmp_path / "configs" / "data").mkdir(parents=True)
+    (tmp_path / "tasks" / "t" / "task.yaml").write_text(
+        "name: t\nfamily: vision\nmodel: vit_debug\ndata: mydata\nmetrics: [{name: val/top1, higher_is_better: true, primary: true}]\n"
+        + task_recipe)
+    (tmp_path / "configs" / "data" / "mydata.yaml").write_text("loader: cifar10\nbatch_size: 8\n" + data_extra)
+    return tmp_path
+
+
+def test_every_layer_is_strict_and_names_its_file(tmp_path):
+    project = _project_with(tmp_path)
+    cfg = compose(["task=t"], root=project)
+    assert cfg.data.batch_size == 8 and cfg.data.val_per_class == 200  # the loader's declared defaults fill the group
+    with pytest.raises(ConfigError, match=r"task.yaml \(recipe\): unknown setting 'optim.lrr' — did you mean 'lr'"):
+        compose(["task=t"], root=_project_with(tmp_path / "a", task_recipe="recipe: {optim: {lrr: 0.1}}\n"))
+    with pytest.raises(ConfigError, match=r"configs/data/mydata.yaml .*unknown setting 'bach_size' — did you mean 'batch_size'"):
+        compose(["task=t"], root=_project_with(tmp_path / "b", data_extra="bach_size: 3\n"))
+    (project / "configs" / "norm").mkdir()
+    (project / "configs" / "norm" / "mine.yaml").write_text("placement: mix\nalpah: 0.5\n")
+    with pytest.raises(ConfigError, match=r"configs/norm/mine.yaml: unknown setting 'alpah' — did you mean 'alpha'"):
+        compose(["task=t", "norm=mine"], root=project)
+
+
+@pytest.mark.parametrize("key, hint", [("logger", "CSV logger is built in"), ("callbacks", "grad_norm_every_n_steps"),
+                                       ("default_root_dir", "results_dir"), ("enable_checkpointing", "checkpoint_every_n_steps")])
+def test_keys_mixbench_fills_name_the_option_to_use(key, hint):
+    with pytest.raises(ConfigError, match=f"trainer.{key} is set by mixbench.*{hint}"):
+        compose(["task=vit_small", f"+trainer.{key}=false"])
+
+
+def test_data_modules_declare_their_arguments():
+    from mixbench.config import data_arguments
+    from mixbench.data import get_datamodule_class, list_datamodules
+
+    for name in list_datamodules():
+        assert "batch_size" in data_arguments(get_datamodule_class(name))
+
+    class Loose:
+        def __init__(self, batch_size=1, **rest):
+            pass
+
+    with pytest.raises(ConfigError, match="declare every argument"):
+        data_arguments(Loose)

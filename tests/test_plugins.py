@@ -1,0 +1,52 @@
+"""The core is family- and placement-agnostic: a task plugin brings a third model family (tests/plugins/), and
+`mixbench run`, `table` and `analyze` work on it without any core change."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mixbench.cli import main
+from mixbench.project import select_project
+
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+@pytest.fixture
+def toy_project(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(PLUGINS, project)
+    yield project
+    select_project(None)
+
+
+def test_a_plugin_family_runs_tables_and_analyzes(toy_project, tmp_path, capsys):
+    results = tmp_path / "results"
+    for norm in ("pre", "post"):
+        assert main(["--project", str(toy_project), "run", "task=toyseq", f"norm={norm}", f"results_dir={results}"]) == 0
+    records = [json.loads(p.read_text()) for p in sorted(results.rglob("record.json"))]
+    assert [r["status"] for r in records] == ["completed", "completed"]
+    assert {r["family"] for r in records} == {"toyseq"} and {r["norm"]["label"] for r in records} == {"pre", "post"}
+    assert all(r["dataset"]["name"] == "toyseq" and r["primary_metric"]["name"] == "val/acc" for r in records)
+    assert records[0]["throughput"] == {} or "perf/items_per_sec" in records[0]["throughput"]
+    capsys.readouterr()
+    assert main(["table", "--results-dir", str(results), "--format", "md"]) == 0
+    table = capsys.readouterr().out
+    assert "toyseq" in table and "| post |" in table
+    run_dir = Path(records[0]["run_dir"])
+    assert main(["--project", str(toy_project), "analyze", "grad-norm", "--run", str(run_dir), "--batches", "2"]) == 0
+    profile = json.loads((run_dir / "analysis" / "grad_norm.json").read_text())[0]
+    assert len(profile["blocks"]) == 2 and all(b["attn"] > 0 and b["mlp"] > 0 for b in profile["blocks"])
+
+
+def test_the_plugin_family_is_unknown_without_its_project(toy_project):
+    from mixbench.config import compose
+    from mixbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown task 'toyseq'"):
+        compose(["task=toyseq"])
+    select_project(toy_project)
+    cfg = compose(["task=toyseq", "norm=mix", "norm.alpha=0.5"])
+    assert cfg.task.family == "toyseq" and cfg.data.loader == "toyseq" and cfg.data.n_train == 256  # loader defaults
+    with pytest.raises(ConfigError, match="did you mean 'n_train'"):
+        compose(["task=toyseq", "data.n_trian=3"])
