@@ -50,3 +50,20 @@ def test_the_plugin_family_is_unknown_without_its_project(toy_project):
     assert cfg.task.family == "toyseq" and cfg.data.loader == "toyseq" and cfg.data.n_train == 256  # loader defaults
     with pytest.raises(ConfigError, match="did you mean 'n_train'"):
         compose(["task=toyseq", "data.n_trian=3"])
+
+
+def test_python_api_compose_run_load_records(tmp_path):
+    import mixbench
+
+    cfg = mixbench.compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5, "model.num_layers": 2, "model.hidden_size": 32,
+                                                           "model.num_heads": 2, "trainer.max_steps": 2, "trainer.max_epochs": 1,
+                                                           "trainer.limit_val_batches": 1, "trainer.enable_progress_bar": False,
+                                                           "results_dir": str(tmp_path)})
+    assert cfg == mixbench.compose(["task=vit_tiny", "norm=mix", "norm.alpha=0.5", "model.num_layers=2", "model.hidden_size=32",
+                                    "model.num_heads=2", "trainer.max_steps=2", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
+                                    "trainer.enable_progress_bar=false", f"results_dir={tmp_path}"])
+    record = mixbench.run(cfg)
+    assert record["status"] == "completed" and record["norm"]["plan"] == ["post", "pre"]
+    frame = mixbench.load_records(tmp_path)
+    assert len(frame) == 1 and frame.loc[0, "norm"] == "mix(α=0.5)"
+    assert frame["val/top1"].dtype.kind == "f" and frame.loc[0, "val/top1"] == record["metrics"]["val/top1"]
