@@ -31,6 +31,7 @@ class DivergenceMonitor(Callback):
         self.diverged_at_step: int | None = None
         self.reason: str | None = None
         self.last_finite_val: dict = {}
+        self.history: list[list[float]] = []  # [step, mean training loss of the window] at every check
         self._sum = self._count = None
         self._ema, self._best, self._strikes, self._last_check = None, math.inf, 0, 0
 
@@ -47,6 +48,7 @@ class DivergenceMonitor(Callback):
         mean = (self._sum / self._count).item()
         self._sum = self._count = None
         reason = None
+        self.history.append([trainer.global_step, mean])
         if not math.isfinite(mean):
             reason = f"non-finite training loss ({mean})"
         else:
@@ -64,6 +66,16 @@ class DivergenceMonitor(Callback):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         if metrics and all(math.isfinite(v) for v in metrics.values()):
             self.last_finite_val = {"step": trainer.global_step, **metrics}
+
+    _STATE = ("history", "last_finite_val", "_ema", "_best", "_strikes", "_last_check")
+
+    def state_dict(self) -> dict:  # saved in checkpoints, so a resumed run judges the whole run
+        return {key: getattr(self, key) for key in self._STATE}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        for key in self._STATE:
+            if key in state_dict:
+                setattr(self, key, state_dict[key])
 
 
 class ThroughputMonitor(Callback):

@@ -31,9 +31,9 @@ GROUPS = ("task", "model", "norm", "data")
 # trainer arguments mixbench fills itself, and the option to use instead
 RESERVED_TRAINER_KEYS = {
     "logger": "the run's CSV logger is built in (logs/metrics.csv in the run folder)",
-    "callbacks": "use grad_norm_every_n_steps / checkpoint_every_n_steps / divergence.*; a task's task.py can add callbacks",
+    "callbacks": "use grad_norm_every_n_steps / checkpoint.every_n_steps / divergence.*; a task's task.py can add callbacks",
     "default_root_dir": "use results_dir=DIR or run_dir=DIR",
-    "enable_checkpointing": "use checkpoint_every_n_steps=N",
+    "enable_checkpointing": "use checkpoint.every_n_steps=N",
     "use_distributed_sampler": "set by the model family's sampler policy",
 }
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
 import os
@@ -16,8 +17,11 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+
 from .analysis.gradnorm import GradNormMonitor
 from .callbacks import DivergenceMonitor, ThroughputMonitor
+from .checkpointing import AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .config import norm_spec
 from .contracts import BenchDataModule, check_contract
 from .data import get_datamodule_class
@@ -26,6 +30,7 @@ from .families import get_family
 from .models import build_model
 from .provenance import git_commit, hardware, package_versions
 from .results import SCHEMA, write_record
+from .status import classify
 from .tasks import get_task
 from .weights import describe_model, init_from, save_weights
 
@@ -37,19 +42,65 @@ def is_child_rank() -> bool:
     return int(os.environ.get("LOCAL_RANK", 0)) > 0 or int(os.environ.get("NODE_RANK", 0)) > 0
 
 
+FINISHED = ("completed", "diverged", "stalled")  # statuses of a run that need not run again
+
+
+def finished_record(run_dir: Path) -> dict | None:
+    """The run's record if it finished (completed, diverged or stalled); None if absent, failed or unreadable."""
+    try:
+        record = json.loads((run_dir / "record.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("status") in FINISHED else None
+
+
+def _same_run(folder: Path, cfg: DictConfig) -> bool:
+    """Whether ``folder`` holds a run of exactly ``cfg`` (the run-location settings aside)."""
+    try:
+        theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
+    except (OSError, ValueError, TypeError):
+        return False
+    ours = OmegaConf.to_container(cfg, resolve=True)
+    for config in (theirs, ours):
+        for key in ("run_dir", "resume", "command"):
+            config.pop(key, None)
+    return theirs == ours
+
+
 def run_directory(cfg: DictConfig, label: str) -> Path:
-    """``run_dir`` if given, else a new ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``."""
+    """``run_dir`` if given; with ``resume=auto`` the newest unfinished folder of the same config; else a new
+    ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``."""
     if cfg.run_dir is not None:
         path = Path(cfg.run_dir)
-        if (path / "record.json").exists() and not is_child_rank():
-            raise ConfigError(f"run_dir {path} already holds a finished run; choose another run_dir (or leave it unset)")
+        if finished_record(path) is not None and cfg.resume != "auto" and not is_child_rank():
+            raise ConfigError(f"run_dir {path} already holds a finished run; choose another run_dir, leave it unset, or add resume=auto")
         path.mkdir(parents=True, exist_ok=True)
         return path
     slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
+    parent = Path(cfg.results_dir) / "runs" / cfg.task.name / cfg.model.name / slug
+    if cfg.resume == "auto":
+        unfinished = [p for p in sorted(parent.glob(f"seed{cfg.seed}-*")) if finished_record(p) is None and _same_run(p, cfg)]
+        if unfinished:
+            log.info("resume=auto: continuing %s", unfinished[-1])
+            return unfinished[-1]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    path = Path(cfg.results_dir) / "runs" / cfg.task.name / cfg.model.name / slug / f"seed{cfg.seed}-{stamp}-{secrets.token_hex(2)}"
-    path.mkdir(parents=True, exist_ok=False)
+    path = parent / f"seed{cfg.seed}-{stamp}-{secrets.token_hex(2)}"
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+    except OSError as err:
+        raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set results_dir= to a writable folder") from None
     return path
+
+
+def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> str | None:
+    """The checkpoint to resume: ``resume_from`` if set; with ``resume=auto`` the newest complete one in ``run_dir``."""
+    if cfg.resume_from is not None:
+        return cfg.resume_from
+    if cfg.resume == "auto":
+        newest = newest_checkpoint(run_dir)
+        log.info("resume=auto: %s", f"continuing from {newest}" if newest else "no checkpoint yet, starting")
+        return str(newest) if newest else None
+    return None
 
 
 def world_size(trainer_cfg: DictConfig) -> int:
@@ -120,12 +171,7 @@ def make_strategy(cfg: DictConfig, block_class: type):
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
-    from lightning.pytorch.callbacks import (
-        LearningRateMonitor,
-        ModelCheckpoint,
-        RichProgressBar,
-        TQDMProgressBar,
-    )
+    from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
     from lightning.pytorch.loggers import CSVLogger
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -135,19 +181,24 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
         log.warning("no GPU: running %s on the CPU", kwargs["precision"])
     kwargs["strategy"] = make_strategy(cfg, block_class)
     kwargs["accumulate_grad_batches"] = accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
-    callbacks = [*callbacks, LearningRateMonitor(logging_interval="step")]
+    callbacks = [*callbacks, LearningRateMonitor(logging_interval="step"), RNGStateCallback()]
     if kwargs.get("enable_progress_bar", True):
-        callbacks.append(RichProgressBar() if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=10))
-    if cfg.checkpoint_every_n_steps:
-        callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=cfg.checkpoint_every_n_steps, save_last=True, save_top_k=-1))
-    return L.Trainer(
-        **kwargs,
-        default_root_dir=str(run_dir),
-        logger=CSVLogger(str(run_dir), name="", version="logs"),
-        callbacks=callbacks,
-        enable_checkpointing=bool(cfg.checkpoint_every_n_steps),
-        use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
-    )
+        callbacks.append(RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10))
+    every = cfg.checkpoint.every_n_steps
+    if every:
+        callbacks.append(checkpoint_callback(run_dir, every, cfg.checkpoint.keep_last))
+    try:
+        return L.Trainer(
+            **kwargs,
+            default_root_dir=str(run_dir),
+            logger=CSVLogger(str(run_dir), name="", version="logs"),
+            callbacks=callbacks,
+            plugins=[AtomicCheckpointIO()],
+            enable_checkpointing=bool(every),
+            use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
+        )
+    except (ValueError, TypeError, MisconfigurationException) as err:  # a trainer.* value Lightning rejects
+        raise ConfigError(f"Lightning rejected the trainer.* settings: {err}") from None
 
 
 def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) -> dict:
@@ -172,6 +223,10 @@ def run(cfg: DictConfig) -> dict:
     task = get_task(cfg.task.name)
     task.load_plugin()
     run_dir = run_directory(cfg, spec.label())
+    done = finished_record(run_dir) if cfg.resume == "auto" else None
+    if done is not None:
+        log.info("resume=auto: %s already finished (%s); nothing to do", run_dir, done["status"])
+        return done
     relaunches = world_size(cfg.trainer) > 1 and "spawn" not in str(cfg.trainer.strategy)
     if relaunches and cfg.run_dir is None and "run_dir=" not in " ".join(sys.argv):
         sys.argv.append(f"run_dir={run_dir}")  # DDP processes Lightning launches re-run this command: share the folder
@@ -193,14 +248,14 @@ def run(cfg: DictConfig) -> dict:
         record["model"]["label"] = model_label(cfg.model.name, options)
         log.info("%s | %s | %s: plan %s, %.2fM parameters", cfg.task.name, cfg.model.name, spec.label(),
                  plan_summary(model.plan), record["model"]["num_params"] / 1e6)
-        monitor_options = {k: v for k, v in cfg.divergence.items() if k != "unigram_floor"}
+        monitor_options = {k: v for k, v in cfg.divergence.items() if k not in ("unigram_floor", "stall_nats")}
         divergence, throughput = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model)
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
         if cfg.compile:
             model.compile()
         module = build_lightning_module(cfg, model, datamodule)
         trainer = build_trainer(cfg, run_dir, [divergence, throughput, *extra], block_class=type(model.blocks[0]))
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.resume_from)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg, run_dir))
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
@@ -214,13 +269,18 @@ def run(cfg: DictConfig) -> dict:
         record["throughput"] = throughput.summary
         value = record["metrics"].get(task.primary_metric.name)
         record["primary_metric"]["value"] = value
-        stalled = get_family(cfg.task.family).learning_check(record["metrics"], datamodule) if cfg.divergence.get("unigram_floor", True) else None
-        if divergence.diverged_at_step is not None or value is None or not math.isfinite(value) or stalled:
-            record["status"] = "diverged"
-            record["divergence"] = {"step": divergence.diverged_at_step, "reason": divergence.reason or stalled or "non-finite final metric",
-                                    "last_finite_validation": divergence.last_finite_val}
-        else:
-            record["status"] = "completed"
+        record["budget"] = {"max_steps": cfg.trainer.max_steps, "max_epochs": cfg.trainer.max_epochs, "steps": trainer.global_step,
+                            "epochs": trainer.current_epoch, "stopped_early": bool(trainer.should_stop)}
+        problem = get_family(cfg.task.family).learning_check(record["metrics"], datamodule) if cfg.divergence.unigram_floor else None
+        record["train_loss_history"] = divergence.history
+        status, reason = classify(divergence.reason if divergence.diverged_at_step is not None else None, value, problem,
+                                  divergence.history, cfg.divergence.stall_nats)
+        record["status"] = status
+        if status in ("diverged", "stalled"):
+            record["divergence"] = {"step": divergence.diverged_at_step, "reason": reason, "last_finite_validation": divergence.last_finite_val}
+        elif reason:
+            log.warning("%s", reason)
+            record.setdefault("warnings", []).append(reason)
         if cfg.save_weights and primary:
             record["weights"] = str(save_weights(model, run_dir, description).name)
         for monitor in extra:

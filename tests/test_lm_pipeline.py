@@ -177,10 +177,10 @@ def test_throughput_window_restarts_after_validation(monkeypatch):
 def test_resumed_run_continues_where_it_stopped(tmp_path):
     common = ["task=llama_lm", "norm=mix", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=6",
               "trainer.limit_val_batches=4", "save_weights=false", f"data.cache_dir={tmp_path / 'cache'}", *TINY_LM]
-    assert main(["run", *common, "checkpoint_every_n_steps=3", f"results_dir={tmp_path / 'full'}"]) == 0
+    assert main(["run", *common, "checkpoint.every_n_steps=3", "checkpoint.keep_last=null", f"results_dir={tmp_path / 'full'}"]) == 0
     (full,) = records(tmp_path / "full")
     (ckpt,) = Path(full["run_dir"]).glob("checkpoints/*step=3.ckpt")
-    assert main(["run", *common, f"resume_from={ckpt}", "checkpoint_every_n_steps=3", f"results_dir={tmp_path / 'resumed'}"]) == 0
+    assert main(["run", *common, f"resume_from={ckpt}", "checkpoint.every_n_steps=3", "checkpoint.keep_last=null", f"results_dir={tmp_path / 'resumed'}"]) == 0
     (resumed,) = records(tmp_path / "resumed")
     assert resumed["steps"] == 6
     # same weights, optimizer state, schedule *and* data position: the same model at step 6

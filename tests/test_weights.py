@@ -71,7 +71,7 @@ def test_legacy_model_pt_run_folder_still_loads(tmp_path):
 
 
 def test_init_from_a_run_folder_and_a_checkpoint(tmp_path):
-    assert main(["run", *TINY_LM, "norm=mix", "checkpoint_every_n_steps=2", f"results_dir={tmp_path / 'a'}"]) == 0
+    assert main(["run", *TINY_LM, "norm=mix", "checkpoint.every_n_steps=2", f"results_dir={tmp_path / 'a'}"]) == 0
     first = only_record(tmp_path / "a")
     run_dir = Path(first["run_dir"])
     assert first["weights"] == "model.safetensors"
