@@ -15,9 +15,18 @@ USER_ERRORS = (MixbenchError, FileNotFoundError)
 def cmd_run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
-    from .config import compose
+    from .config import compose, replay
 
-    cfg = compose(args.overrides)
+    if args.multirun:
+        if args.config or args.print_config:
+            raise ConfigError("-m (a sweep) cannot be combined with --config or --print-config")
+        from .runner import expand_sweep, run_many, summarize
+
+        outcomes = run_many(expand_sweep(args.overrides), args.jobs, args.resume)
+        return summarize(outcomes, "sweep")
+    if args.jobs != 1 or args.resume:
+        raise ConfigError("--jobs and --resume belong to sweeps (-m); a single run resumes with resume=auto")
+    cfg = replay(args.config, args.overrides) if args.config else compose(args.overrides)
     if args.print_config:
         sys.stdout.write(OmegaConf.to_yaml(cfg))
         return 0
@@ -32,7 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from .results import aggregate, load_records, render, rich_table
+    from .results import aggregate, load_records, render, rich_table, tidy_csv
 
     records, problems = load_records(args.results_dir)
     for problem in problems:
@@ -40,7 +49,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.paper:
         from .reproduce import paper_comparison, render_comparison
 
-        text = render_comparison(args.paper, *paper_comparison(args.paper, records), fmt="csv" if args.format == "csv" else "md")
+        text = render_comparison(args.paper, *paper_comparison(args.paper, records), fmt="csv" if args.format in ("csv", "tidy") else "md")
         if args.out:
             Path(args.out).write_text(text)
         else:
@@ -49,16 +58,19 @@ def cmd_table(args: argparse.Namespace) -> int:
     if not records:
         log.warning("no result records under %s; create some with `mixbench run task=...`", args.results_dir)
         return 0
-    table = aggregate(records)
-    if args.format == "rich":
-        from rich.console import Console
+    if args.format == "tidy":
+        text = tidy_csv(records)
+    else:
+        table = aggregate(records, baseline=args.baseline, confidence=args.confidence)
+        if args.format == "rich":
+            from rich.console import Console
 
-        console = Console(record=args.out is not None)
-        console.print(rich_table(table))
-        if args.out:
-            Path(args.out).write_text(console.export_text())
-        return 0
-    text = render(table, args.format)
+            console = Console(record=args.out is not None)
+            console.print(rich_table(table))
+            if args.out:
+                Path(args.out).write_text(console.export_text())
+            return 0
+        text = render(table, args.format)
     if args.out:
         Path(args.out).write_text(text)
         log.info("wrote %s", args.out)
@@ -69,13 +81,15 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from .reproduce import reproduce
+    from .runner import summarize
 
     seeds = tuple(range(args.seeds)) if args.seeds else (0,)
-    records = reproduce(args.table, args.scale, seeds, tuple(args.overrides), args.dry_run, args.jobs)
-    if records:
-        counts = {s: sum(r["status"] == s for r in records) for s in ("completed", "diverged", "failed")}
-        log.info("%s (%s scale): %s; see `mixbench table%s`", args.table, args.scale, counts, f" --paper {args.table}" if args.scale == "paper" else "")
-    return 0
+    outcomes = reproduce(args.table, args.scale, seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume)
+    if outcomes is None:  # --dry-run
+        return 0
+    status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
+    log.info("see `mixbench table%s`", f" --paper {args.table}" if args.scale == "paper" else "")
+    return status
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -119,41 +133,90 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    from .config import group_choices
+    from .config import group_choices, load_group
     from .data import list_datamodules
-    from .models import list_models, model_family
-    from .project import project_root
+    from .families import get_family, list_families
+    from .layers import get_placement
+    from .project import project_roots
     from .tasks import discover_tasks
 
-    root = project_root()
     console = Console()
     tasks = Table(title="tasks (task=...)")
     for col in ("task", "family", "default model", "default data", "primary metric"):
         tasks.add_column(col, no_wrap=True)
-    for t in discover_tasks(root).values():
+    for t in discover_tasks().values():
         pm = t.primary_metric
         tasks.add_row(t.name, t.family, t.model, t.data, f"{pm.name} {'↑' if pm.higher_is_better else '↓'}")
     console.print(tasks)
-    console.print("[bold]norms[/] (norm=...): " + ", ".join(group_choices("norm", root)))
-    console.print("[bold]models[/] (model=...): " + ", ".join(f"{m} ({model_family(m)})" for m in list_models()))
-    console.print("[bold]datasets[/] (data=...): " + ", ".join(group_choices("data", root)))
+    norms = Table(title="norms (norm=...)")
+    for col in ("norm", "placement", "what it computes"):
+        norms.add_column(col)
+    for choice in group_choices("norm"):
+        settings = load_group("norm", choice)
+        placement = settings.get("placement", "pre")
+        kind = f" (kind={settings.kind})" if settings.get("kind") else ""
+        norms.add_row(choice, placement + kind, escape(get_placement(placement).summary))
+    console.print(norms)
+    for name in list_families():
+        family = get_family(name)
+        console.print(f"[bold]models[/] of family [bold]{name}[/] ({family.description}): " + ", ".join(family.models))
+    console.print("[bold]datasets[/] (data=...): " + ", ".join(group_choices("data")))
     console.print("[bold]data loaders[/] (data.loader=...): " + ", ".join(list_datamodules()))
+    console.print("[dim]configs and tasks from: " + ", ".join(map(str, project_roots())) + "[/]")
     return 0
 
 
+Raw = argparse.RawDescriptionHelpFormatter
+
+
+def run_epilog() -> str:
+    """The choices of every group, and examples (shown by ``mixbench run --help``)."""
+    try:
+        from .config import group_choices
+        from .families import list_models
+        from .tasks import discover_tasks
+
+        choices = (f"choices:\n  task:  {', '.join(discover_tasks())}\n  norm:  {', '.join(group_choices('norm'))}\n"
+                   f"  model: {', '.join(list_models())}\n  data:  {', '.join(group_choices('data'))}\n")
+    except Exception as err:  # help must still print when the project folder is broken
+        choices = f"(choices unavailable: {err})\n"
+    return (choices + "\nexamples:\n  mixbench run task=vit_small norm=mix norm.alpha=0.5 seed=1\n"
+            "  mixbench run -m task=llama_lm norm=pre,post,mix seed=0,1,2 --jobs 3\n"
+            "  mixbench run --config results/runs/.../config.yaml trainer.max_steps=500\n"
+            "  mixbench run task=llama_lm run_dir=runs/a resume=auto      # continue after a crash\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="mixbench", description="Where should the normalization sit in a transformer block?")
+    parser.add_argument("--version", action="version", version=f"mixbench {__version__}")
+    parser.add_argument("--project", metavar="DIR", help="a project folder whose configs/ and tasks/ override and extend the shipped ones "
+                                                         "(default: the working directory when it has configs/ or tasks/)")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train + evaluate one configuration, write one result record",
-                         description="mixbench run task=NAME [norm=NAME] [model=NAME] [data=NAME] [key=value ...]")
+    run = sub.add_parser("run", help="train + evaluate one configuration, write one result record", formatter_class=Raw,
+                         description="mixbench run task=NAME [norm=NAME] [model=NAME] [data=NAME] [key=value ...]",
+                         epilog=run_epilog())
     run.add_argument("overrides", nargs="*", metavar="key=value")
     run.add_argument("--print-config", action="store_true", help="print the composed config and exit")
+    run.add_argument("-m", "--multirun", action="store_true", help="sweep: comma-separated values are axes of a product, "
+                                                                   "e.g. norm=pre,post,mix seed=0,1,2")
+    run.add_argument("--jobs", type=int, default=1, help="-m: runs at a time, as subprocesses sharing the machine")
+    run.add_argument("--resume", action="store_true", help="-m: skip finished runs, continue interrupted ones (resume=auto)")
+    run.add_argument("--config", metavar="RUN/config.yaml", help="replay a run's resolved config (key=value overrides apply on top)")
     run.set_defaults(func=cmd_run)
     table = sub.add_parser("table", help="aggregate all result records into a comparison table")
     table.add_argument("--results-dir", default="results")
-    table.add_argument("--format", choices=("rich", "md", "csv", "latex"), default="rich")
+    table.add_argument("--format", choices=("rich", "md", "csv", "latex", "tidy"), default="rich",
+                       help="rich/md/latex: text cells with a legend; csv: one row per cell, numeric columns "
+                            "(mean, std, n, n_seeds, diverged, delta, ci_low, ci_high, significant, ...); tidy: one row per run and metric")
+    table.add_argument("--baseline", default="pre", metavar="NORM",
+                       help="the row each cell is compared with (Δ and Welch's interval): its norm label, or the label "
+                            "without its parameters (mix → mix(α=0.25)); default: pre")
+    table.add_argument("--confidence", type=float, default=0.95, help="level of the Δ confidence intervals (default 0.95)")
     table.add_argument("--out", help="write the table to this file")
     table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")
     table.set_defaults(func=cmd_table)
@@ -165,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--seeds", type=int, default=1, help="run seeds 0..N-1")
     rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
     rep.add_argument("--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)")
+    rep.add_argument("--resume", action="store_true", help="skip runs whose record is finished, continue interrupted ones from "
+                                                           "their newest checkpoint; the exit status is 1 if any run failed")
     rep.set_defaults(func=cmd_reproduce)
     ana = sub.add_parser("analyze", help="per-block gradient norms, angular distance, layer-pruning drop",
                          description="mixbench analyze {grad-norm,angular,prune} (--run DIR | --compare DIR... | task=... norm=pre,post,mix ...); "
@@ -185,10 +250,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rich.logging import RichHandler
+def log_handler() -> logging.Handler:
+    """Logs go to stderr (data — tables, configs — to stdout): Rich on a terminal, one plain line per message otherwise."""
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.logging import RichHandler
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s", datefmt="[%X]", handlers=[RichHandler(show_path=False)])
+        return RichHandler(console=Console(stderr=True), show_path=False)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    return handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, handlers=[log_handler()])
     logging.getLogger("lightning.pytorch").propagate = False  # Lightning prints its own messages
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)  # key=value overrides may follow --options
@@ -197,9 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     try:
+        from .project import select_project
+
+        select_project(args.project)
         return args.func(args)
     except USER_ERRORS as err:
-        log.error("%s", err)
+        from .config import one_line
+
+        log.error("%s", one_line(err))
         return 2
 
 

@@ -20,7 +20,9 @@ import difflib
 import inspect
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
 from .layers import NormSpec, get_placement
@@ -38,6 +40,11 @@ RESERVED_TRAINER_KEYS = {
 }
 
 
+def one_line(err: BaseException) -> str:
+    """An exception's message on one line."""
+    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+
+
 def _did_you_mean(word: str, options) -> str:
     hint = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
     return f" — did you mean {hint[0]!r}?" if hint else ""
@@ -53,7 +60,10 @@ def load_group(group: str, choice: str, root=None) -> DictConfig:
     if path is None:
         valid = group_choices(group, root)
         raise ConfigError(f"unknown {group}={choice!r}{_did_you_mean(choice, valid)} Valid: {', '.join(valid)}")
-    loaded = OmegaConf.load(path)
+    try:
+        loaded = OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException) as err:
+        raise ConfigError(f"{path} is not valid YAML: {one_line(err)}") from None
     if not isinstance(loaded, DictConfig):
         raise ConfigError(f"{path} must hold a mapping of settings")
     return loaded
@@ -95,7 +105,12 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
     key, value = arg.split("=", 1)
     add = key.startswith("+")
     key = key.lstrip("+")
-    parsed = OmegaConf.select(OmegaConf.from_dotlist([f"v={value}"]), "v")
+    if not key or not all(part.isidentifier() or part.lstrip("-").isdigit() for part in key.split(".")):
+        raise ConfigError(f"{arg!r}: {key!r} is not a setting name (dotted names like trainer.max_steps=100)")
+    try:
+        parsed = OmegaConf.to_container(OmegaConf.create({"v": yaml.safe_load(value) if value.strip() else ""}))["v"]
+    except (yaml.YAMLError, OmegaConfBaseException) as err:
+        raise ConfigError(f"cannot parse the value of {arg!r} as YAML ({one_line(err)}); quote it, e.g. {key}='\"text\"'") from None
     node, parts = cfg, key.split(".")
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
@@ -118,6 +133,8 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
             pass  # null is always allowed (it means "unset" / "use the default")
         elif isinstance(old, numeric) and not isinstance(old, bool) and not (isinstance(parsed, numeric) and not isinstance(parsed, bool)):
             raise ConfigError(f"{key} expects a number, got {value!r}")
+        elif isinstance(old, int) and not isinstance(old, bool) and isinstance(parsed, float) and not parsed.is_integer():
+            raise ConfigError(f"{key} expects a whole number, got {value!r}")
         elif isinstance(old, bool) and not isinstance(parsed, bool):
             raise ConfigError(f"{key} expects true or false, got {value!r}")
     OmegaConf.update(cfg, key, parsed, merge=False, force_add=True)
@@ -183,7 +200,28 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     cfg = merge_strict(cfg, task.recipe, f"{task.path / 'task.yaml'} (recipe)")
     for arg in overrides:
         _apply_override(cfg, arg)
-    OmegaConf.resolve(cfg)
+    try:
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"cannot resolve the config: {one_line(err)}") from None
+    validate(cfg)
+    return cfg
+
+
+def replay(config_path: str | Path, overrides: list[str]) -> DictConfig:
+    """A run's saved ``config.yaml`` again (into a new run folder), with dotted ``key=value`` overrides on top."""
+    path = Path(config_path)
+    path = path / "config.yaml" if path.is_dir() else path
+    choices, dotted = split_arguments(overrides)
+    if choices:
+        raise ConfigError(f"with --config, change groups through their settings (e.g. norm.placement=mix), not {', '.join(choices)}=...")
+    cfg = load_run_config(path.parent) if path.name == "config.yaml" else None
+    if cfg is None:
+        raise ConfigError(f"--config {config_path}: give a run's config.yaml (or its run folder)")
+    cfg.run_dir = None
+    cfg.resume = None
+    for arg in dotted:
+        _apply_override(cfg, arg)
     validate(cfg)
     return cfg
 

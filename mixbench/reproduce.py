@@ -2,28 +2,23 @@
 
 ``mixbench reproduce table1`` runs every (task, norm) of Table 1 at paper scale; ``--scale proxy`` runs
 the same placements with the grid's proxy overrides (small model, short budget) on any C4-format
-corpus given as ``data.path=...``.  Runs go one after another (``jobs=1``, in this process) or ``jobs`` at a
-time as ``mixbench run`` subprocesses sharing the machine (small proxy models leave most of a GPU idle); a
-failed or diverged run is recorded and the grid goes on.
+corpus given as ``data.path=...``.  The runs go through :mod:`mixbench.runner` (``--jobs``, ``--resume``).
 """
 from __future__ import annotations
 
-import json
 import logging
 import shlex
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from .errors import ConfigError
-from .project import project_root
+from .project import config_file
 
 log = logging.getLogger(__name__)
-PAPER_FILE = Path("configs") / "paper" / "mixln_iclr2025.yaml"
+PAPER_FILE = ("paper", "mixln_iclr2025.yaml")  # under configs/ on the project search path
 
 
 @dataclass(frozen=True)
@@ -35,7 +30,7 @@ class PaperRun:
 
 
 def load_grids(root=None) -> dict:
-    return OmegaConf.to_container(OmegaConf.load(project_root(root) / PAPER_FILE))
+    return OmegaConf.to_container(OmegaConf.load(config_file(*PAPER_FILE, root=root)))
 
 
 def grid(name: str, root=None) -> dict:
@@ -66,92 +61,64 @@ def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
             for task, norm, overrides, scale_overrides in combos for seed in seeds]
 
 
-def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1) -> list[dict]:
-    from .config import compose
+def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1,
+              resume: bool = False) -> list | None:
+    """Run a paper grid (see :mod:`mixbench.runner`); with ``dry_run`` only print its ``mixbench run`` commands."""
+    from .runner import run_many
 
-    if jobs < 1:
-        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     argvs = expand(name, scale, seeds, extra)
-    configs = [compose(argv) for argv in argvs]  # validate the whole grid before running any of it
     if dry_run:
+        from .config import compose
+
+        for argv in argvs:  # validate the whole grid
+            compose(argv)
         sys.stdout.write("".join("mixbench run " + " ".join(shlex.quote(a) for a in argv) + "\n" for argv in argvs))
-        return []
-    if jobs > 1:
-        return _run_concurrently(argvs, configs, jobs)
-    from .train import run
-
-    records = []
-    for i, (argv, cfg) in enumerate(zip(argvs, configs), 1):
-        log.info("[%d/%d] mixbench run %s", i, len(argvs), " ".join(argv))
-        try:
-            records.append(run(cfg))
-        except Exception as err:  # recorded as status=failed by run(); the grid goes on
-            log.error("run failed: %s: %s", type(err).__name__, err)
-    return records
-
-
-def _run_concurrently(argvs: list[list[str]], configs: list, jobs: int) -> list[dict]:
-    """``jobs`` ``mixbench run`` subprocesses at a time, each in a run folder made here (its console output goes to
-    ``<run>/console.log``); returns the records they wrote."""
-    from .config import norm_spec
-    from .train import run_directory
-
-    def one(i: int) -> dict | None:
-        run_dir = run_directory(configs[i], norm_spec(configs[i]).label())
-        log.info("[%d/%d] mixbench run %s  → %s", i + 1, len(argvs), " ".join(argvs[i]), run_dir)
-        with open(run_dir / "console.log", "w") as console:
-            done = subprocess.run([sys.executable, "-m", "mixbench.cli", "run", *argvs[i], f"run_dir={run_dir}"],
-                                  stdout=console, stderr=subprocess.STDOUT)
-        record = run_dir / "record.json"
-        if not record.is_file():
-            log.error("run %d exited with %d without a record; see %s", i + 1, done.returncode, run_dir / "console.log")
-            return None
-        return json.loads(record.read_text())
-
-    with ThreadPoolExecutor(jobs) as pool:
-        return [r for r in pool.map(one, range(len(argvs))) if r is not None]
+        return None
+    return run_many(argvs, jobs, resume)
 
 
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
-    """Rows (norm labels), columns (tasks) and cells {(row, col): (ours mean or None, n completed, n diverged, paper)}
-    from the paper-scale records."""
-    import statistics
-
+    """Rows (norm labels), columns (tasks) and cells {(row, col): (ours, paper)} from the paper-scale records, where
+    ``ours`` is a :class:`mixbench.results.Cell`: counted by seed (repeats of a seed are one sample, see ``Cell``)."""
     from .config import compose, norm_spec
+    from .results import Cell
 
     cells, rows, cols = {}, [], []
     for run in paper_runs(name, root):
         cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
         label = norm_spec(cfg).label()
         matching = [r for r in records if r["scale"] == "paper" and r["task"] == run.task and r["norm"].get("label") == label]
-        ours = [r["metrics"][r["primary_metric"]["name"]] for r in matching if r["status"] == "completed"]
-        diverged = sum(r["status"] == "diverged" for r in matching)
         if label not in rows:
             rows.append(label)
         if run.task not in cols:
             cols.append(run.task)
-        cells[(label, run.task)] = (statistics.fmean(ours) if ours else None, len(ours), diverged, run.paper)
+        cells[(label, run.task)] = (Cell.from_records(matching), run.paper)
     return rows, cols, cells
 
 
 def render_comparison(name: str, rows, cols, cells, fmt: str = "md") -> str:
+    """``ours / paper (Δ = our mean − paper)`` per cell, e.g. ``33.50 ± 0.20 (n=3) / 33.12 (+0.38)``; ``md`` or ``csv``."""
+    import csv
+    import io
+
     def cell(row, col):
         if (row, col) not in cells:
             return ""
-        ours, n, diverged, paper = cells[(row, col)]
+        ours, paper = cells[(row, col)]
         paper_s = f"{paper:g}" if paper is not None else "–"
-        if ours is None:
-            return f"{'diverged' if diverged else 'not run'} / {paper_s}"
-        delta = f" ({ours - paper:+.2f})" if paper is not None else ""
-        return f"{ours:.2f} (n={n}) / {paper_s}{delta}"
+        if not ours.records:
+            return f"not run / {paper_s}"
+        delta = f" ({ours.mean - paper:+.2f})" if paper is not None and ours.mean is not None else ""
+        return f"{ours.summary()} / {paper_s}{delta}"
 
     title = grid(name)["title"]
-    sep = "," if fmt == "csv" else " | "
-    lines = [f"{title}: ours / paper (Δ)"] if fmt != "csv" else []
-    lines.append(sep.join(["norm", *cols]) if fmt == "csv" else "| norm | " + " | ".join(cols) + " |")
-    if fmt != "csv":
-        lines.append("|---|" + "---|" * len(cols))
-    for row in rows:
-        values = [row, *[cell(row, c) for c in cols]]
-        lines.append(sep.join(values) if fmt == "csv" else "| " + " | ".join(values) + " |")
+    table = [[row, *[cell(row, c) for c in cols]] for row in rows]
+    if fmt == "csv":
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([["norm", *cols], *table])
+        return buf.getvalue()
+    lines = [f"{title}: ours / paper (Δ)", "| norm | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(values) + " |" for values in table]
+    lines += ["", "ours: mean ± std over seeds, n = seeds that finished (records of the same seed are repeats, averaged "
+                 "into one sample); k/n diverged = k of n seeds diverged (a seed's latest record decides)."]
     return "\n".join(lines) + "\n"

@@ -74,22 +74,29 @@ def run_directory(cfg: DictConfig, label: str) -> Path:
         path = Path(cfg.run_dir)
         if finished_record(path) is not None and cfg.resume != "auto" and not is_child_rank():
             raise ConfigError(f"run_dir {path} already holds a finished run; choose another run_dir, leave it unset, or add resume=auto")
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set run_dir= to a writable folder") from None
         return path
     slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
     parent = Path(cfg.results_dir) / "runs" / cfg.task.name / cfg.model.name / slug
-    if cfg.resume == "auto":
-        unfinished = [p for p in sorted(parent.glob(f"seed{cfg.seed}-*")) if finished_record(p) is None and _same_run(p, cfg)]
-        if unfinished:
-            log.info("resume=auto: continuing %s", unfinished[-1])
-            return unfinished[-1]
+    if cfg.resume == "auto":  # the same config's folder: a finished one (nothing to do) before an unfinished one
+        same = [p for p in sorted(parent.glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg)]
+        for folder in [p for p in same if finished_record(p)] + [p for p in same if not finished_record(p)][::-1]:
+            log.info("resume=auto: %s", folder)
+            return folder
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    path = parent / f"seed{cfg.seed}-{stamp}-{secrets.token_hex(2)}"
-    try:
-        path.mkdir(parents=True, exist_ok=False)
-    except OSError as err:
-        raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set results_dir= to a writable folder") from None
-    return path
+    for _ in range(100):  # concurrent runs of one config each get their own folder
+        path = parent / f"seed{cfg.seed}-{stamp}-{secrets.token_hex(3)}"
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set results_dir= to a writable folder") from None
+    raise ConfigError(f"could not create a new run folder under {parent}")
 
 
 def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> str | None:
@@ -216,8 +223,9 @@ def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) ->
     }
 
 
-def run(cfg: DictConfig) -> dict:
-    """Train + evaluate ``cfg`` (from :func:`mixbench.config.compose`); returns the record (written by rank 0)."""
+def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
+    """Train + evaluate ``cfg`` (from :func:`mixbench.config.compose`); returns the record (written by rank 0).
+    ``command``: the command line that asked for it (stored in the record; default: this process's)."""
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     spec = norm_spec(cfg)
     task = get_task(cfg.task.name)
@@ -234,6 +242,7 @@ def run(cfg: DictConfig) -> dict:
     if primary:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     record = new_record(cfg, spec, task, run_dir, started)
+    record["command"] = command or ["mixbench", *sys.argv[1:]]
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build_datamodule(cfg)
