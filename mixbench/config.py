@@ -41,8 +41,11 @@ RESERVED_TRAINER_KEYS = {
 
 
 def one_line(err: BaseException) -> str:
-    """An exception's message on one line."""
-    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+    """An exception's message on one line (of an error re-raised from a DataLoader worker: the original message)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if any(line.startswith("Original Traceback") for line in lines):
+        lines = [lines[-1].split(": ", 1)[-1]]
+    return "; ".join(lines) or type(err).__name__
 
 
 def _did_you_mean(word: str, options) -> str:
@@ -127,7 +130,12 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
         if not last:
             node = node[part]
     else:
-        old = OmegaConf.select(cfg, key)
+        try:
+            old = cfg
+            for part in parts:
+                old = old[part]
+        except OmegaConfBaseException:  # the value it replaces is an interpolation that does not resolve
+            old = None
         numeric = (int, float)
         if parsed is None:
             pass  # null is always allowed (it means "unset" / "use the default")
@@ -135,6 +143,12 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
             raise ConfigError(f"{key} expects a number, got {value!r}")
         elif isinstance(old, int) and not isinstance(old, bool) and isinstance(parsed, float) and not parsed.is_integer():
             raise ConfigError(f"{key} expects a whole number, got {value!r}")
+        elif isinstance(old, str) and isinstance(parsed, (dict, list)):
+            raise ConfigError(f"{key} expects a text value, got {value!r}")
+        elif isinstance(old, DictConfig) and not isinstance(parsed, dict):
+            raise ConfigError(f"{key} is a group of settings; set its keys, e.g. {key}.{next(iter(old.keys()), 'name')}=...")
+        elif OmegaConf.is_list(old) and not isinstance(parsed, list):
+            raise ConfigError(f"{key} expects a list, e.g. {key}=[...], got {value!r}")
         elif isinstance(old, bool) and not isinstance(parsed, bool):
             raise ConfigError(f"{key} expects true or false, got {value!r}")
     OmegaConf.update(cfg, key, parsed, merge=False, force_add=True)
@@ -226,8 +240,27 @@ def replay(config_path: str | Path, overrides: list[str]) -> DictConfig:
     return cfg
 
 
+# settings that must lie in a range: key → (lowest allowed, whether the lowest is excluded)
+RANGES = {"data.batch_size": (0, True), "data.eval_batch_size": (0, True), "data.num_workers": (0, False),
+          "data.seq_len": (0, True), "optim.lr": (0, True), "optim.weight_decay": (0, False), "optim.eps": (0, True),
+          "optim.warmup_ratio": (0, False), "optim.min_lr_ratio": (0, False), "trainer.accumulate_grad_batches": (0, True),
+          "divergence.check_every_n_steps": (0, True), "divergence.patience": (0, True), "grad_norm_every_n_steps": (0, True)}
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    for key, (low, strict) in RANGES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if value < low or (strict and value == low):
+            raise ConfigError(f"{key} must be {'>' if strict else '≥'} {low}, got {value}")
+    if cfg.resume not in (None, "auto"):
+        raise ConfigError(f"resume must be auto or null, got {cfg.resume!r}")
+
+
 def validate(cfg: DictConfig) -> None:
     """Fail at config time on bad values that would otherwise surface mid-run."""
+    check_ranges(cfg)
     spec = norm_spec(cfg)
     spec.plan(int(cfg.model.num_layers))
     if cfg.optim.name not in OPTIMIZERS:

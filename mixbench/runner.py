@@ -34,7 +34,7 @@ class Outcome:
 
     @property
     def status(self) -> str:
-        return self.record["status"] if self.record else "crashed"
+        return self.record["status"] if self.record else "failed"
 
     @property
     def command(self) -> str:
@@ -114,10 +114,10 @@ def _in_subprocess(i: int, total: int, argv: list[str], cfg) -> Outcome:
 
 
 def summarize(outcomes: list[Outcome], what: str) -> int:
-    """Log the counts per status and every failed run; return the exit status (1 if any run failed or crashed)."""
+    """Log the counts per status and every failed run; return the exit status (1 if any run failed)."""
     counts = {s: sum(o.status == s for o in outcomes) for s in dict.fromkeys(o.status for o in outcomes)}
     log.info("%s: %d runs, %s", what, len(outcomes), ", ".join(f"{n} {s}" for s, n in counts.items()) or "none")
-    failed = [o for o in outcomes if o.status in ("failed", "crashed")]
+    failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
         error = o.error or (o.record or {}).get("error")
         log.error("%s: %s (%s)%s", o.status, o.command, o.run_dir or "no run folder", f": {error}" if error else "")

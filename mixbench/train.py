@@ -268,6 +268,7 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
+        record["dataset"] = datamodule.describe()  # again: e.g. images skipped while training
         record["fit_last_validation"] = fit_validation
         check_final_validation(record, fit_validation, task.primary_metric.name, trainer.global_step)
         record["steps"] = trainer.global_step

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import io
+import logging
 from pathlib import Path
 
 import lightning as L
@@ -23,6 +24,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -77,6 +80,41 @@ class ParquetImages(Dataset):
         return self.transform(image.convert("RGB")), row["label"]
 
 
+class TolerantImages(Dataset):
+    """A dataset of image files whose undecodable items are fatal (one error naming the file and the option), or —
+    with ``skip`` — replaced by the next good item and counted (``skipped``, shared by the DataLoader workers)."""
+
+    def __init__(self, dataset, skip: bool):
+        import multiprocessing
+
+        self.dataset, self.skip = dataset, skip
+        self._skipped = multiprocessing.Value("i", 0)
+
+    @property
+    def skipped(self) -> int:
+        return self._skipped.value
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        from PIL import UnidentifiedImageError
+
+        for offset in range(len(self.dataset)):
+            index = (i + offset) % len(self.dataset)
+            try:
+                return self.dataset[index]
+            except (OSError, UnidentifiedImageError, RuntimeError, ValueError) as err:
+                path = self.dataset.samples[index][0] if hasattr(self.dataset, "samples") else f"item {index}"
+                if not self.skip:
+                    raise ConfigError(f"cannot decode image {path} ({type(err).__name__}: {err}); replace or remove the file, "
+                                      "or set data.skip_bad_images=true to skip (and count) undecodable images") from None
+                with self._skipped.get_lock():
+                    self._skipped.value += 1
+                log.warning("skipping undecodable image %s (%s)", path, err)
+        raise ConfigError("no image of the dataset could be decoded")
+
+
 class ImageFolderDataModule(L.LightningDataModule):
     """Folder-per-class (or HF parquet) images through timm's ``create_transform``.
 
@@ -90,11 +128,11 @@ class ImageFolderDataModule(L.LightningDataModule):
                  batch_size: int = 128, eval_batch_size: int | None = None, num_workers: int = 8, auto_augment: str | None = "rand-m9-mstd0.5-inc1",
                  re_prob: float = 0.25, interpolation: str = "bicubic", crop_pct: float = 0.875, hflip: float = 0.5,
                  color_jitter: float = 0.4, mean=IMAGENET_MEAN, std=IMAGENET_STD, name: str | None = None, label: str | None = None,
-                 pipeline: str = "cpu"):
+                 pipeline: str = "cpu", skip_bad_images: bool = False):
         super().__init__()
         if pipeline not in PIPELINES:
             raise ConfigError(f"unknown data.pipeline={pipeline!r}; valid: {', '.join(PIPELINES)}")
-        self.pipeline = pipeline
+        self.pipeline, self.skip_bad_images = pipeline, skip_bad_images
         if root is None:
             raise ConfigError("set data.root to the dataset folder (ILSVRC train/ and val/ class folders, or HF imagenet-1k parquet files)")
         self.root, self.train_dir, self.val_dir = Path(root).expanduser(), train_dir, val_dir
@@ -144,11 +182,12 @@ class ImageFolderDataModule(L.LightningDataModule):
             from torchvision.datasets import ImageFolder
 
             loader = {"loader": read_bytes} if self.pipeline != "cpu" else {}
-            self.train_set = ImageFolder(str(self.root / self.train_dir), transform=train_tf, **loader)
-            self.val_set = ImageFolder(str(self.root / self.val_dir), transform=val_tf, **loader)
-            if self.train_set.classes != self.val_set.classes:
+            train_set = ImageFolder(str(self.root / self.train_dir), transform=train_tf, **loader)
+            val_set = ImageFolder(str(self.root / self.val_dir), transform=val_tf, **loader)
+            if train_set.classes != val_set.classes:
                 raise ConfigError(f"{self.root}: the train and val folders have different classes")
-            self.classes = self.train_set.classes
+            self.classes = train_set.classes
+            self.train_set, self.val_set = TolerantImages(train_set, self.skip_bad_images), TolerantImages(val_set, self.skip_bad_images)
         else:
             train = sorted(glob.glob(str(self.root / "**" / "train-*.parquet"), recursive=True))
             val = sorted(glob.glob(str(self.root / "**" / "validation-*.parquet"), recursive=True))
@@ -161,7 +200,9 @@ class ImageFolderDataModule(L.LightningDataModule):
     def describe(self) -> dict:
         return {"name": self.dataset_name, "label": self.dataset_label, "root": str(self.root), "layout": self.layout,
                 "num_train": len(self.train_set), "num_val": len(self.val_set), "num_classes": self.num_classes,
-                "image_size": self.img_size, "eval_crop_pct": self.crop_pct, "pipeline": self.pipeline, **{f"aug_{k}": v for k, v in self.aug.items()}}
+                "image_size": self.img_size, "eval_crop_pct": self.crop_pct, "pipeline": self.pipeline,
+                "skip_bad_images": self.skip_bad_images,
+                "bad_images_skipped": sum(getattr(d, "skipped", 0) for d in (self.train_set, self.val_set)), **{f"aug_{k}": v for k, v in self.aug.items()}}
 
     def _collate(self, train: bool) -> dict:
         pin = {"pin_memory": torch.cuda.is_available()}

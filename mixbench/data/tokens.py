@@ -50,7 +50,11 @@ class TokenizerSpec:
             return Tokenizer.from_file(str(EMBEDDED_TOKENIZER))
         path = Path(self.name).expanduser()
         if path.is_file():
-            return Tokenizer.from_file(str(path))
+            try:
+                return Tokenizer.from_file(str(path))
+            except Exception as err:  # tokenizers raises a bare Exception for a file it cannot parse
+                raise ConfigError(f"tokenizer file {path} does not parse as a Hugging Face tokenizer.json ({err}); "
+                                  "set data.tokenizer to a valid tokenizer.json, 'embedded' or a hub name") from None
         if path.suffix == ".json" or os.sep in self.name:
             raise FileNotFoundError(f"tokenizer file {self.name!r} not found; set data.tokenizer=embedded, a tokenizer.json path or a hub name")
         try:
@@ -98,7 +102,16 @@ def _tokenize_part(job: tuple[dict, str, str, int, int | None, str]) -> tuple[in
     tokenizer = TokenizerSpec(tokenizer_name).load()
     lengths, total = [], 0
     with open(out + ".bin", "wb") as f:
-        for texts in _batched(iter_texts(source), 1000):
+        batches = _batched(iter_texts(source), 1000)
+        while True:
+            try:
+                texts = next(batches, None)
+            except Exception as err:  # gzip/JSON errors surface through HF datasets' streaming reader
+                where = ", ".join(source["files"]) if "files" in source else f"{source['hub']} {source.get('split')}"
+                raise ConfigError(f"cannot read {where}: truncated or corrupt ({type(err).__name__}: {err}); "
+                                  "re-download the shard or leave it out of data.path") from None
+            if texts is None:
+                break
             for enc in tokenizer.encode_batch(texts, add_special_tokens=False):
                 ids = np.asarray(enc.ids + [eos_id], dtype=dtype)
                 f.write(ids.tobytes())

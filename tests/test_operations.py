@@ -1,0 +1,161 @@
+"""Operations: bad input is one clear line and exit status 2 (fuzzed), nothing earlier is lost; concurrent runs;
+sweeps and grids that report failures; replaying a run."""
+import gzip
+import json
+import logging
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_images import make_folder
+
+from mixbench.cli import main
+
+TINY_VIT = ["task=vit_tiny", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=2",
+            "trainer.max_epochs=1", "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]
+TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=2", "trainer.val_check_interval=null",
+           "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.rglob("record.json"))]
+
+
+def errors(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def bad_arguments(count: int, seed: int = 0) -> list[list[str]]:
+    """Generated bad command lines: unknown or misspelt keys, wrong types, unparsable YAML, unknown choices, values out of
+    range, keys mixbench fills itself, malformed key=value."""
+    rng = random.Random(seed)
+    numbers = ["seed", "optim.lr", "data.batch_size", "trainer.max_steps", "norm.alpha", "optim.weight_decay", "divergence.patience"]
+    flags = ["compile", "save_weights", "norm.final_norm", "norm.scaled_init", "data.augment"]
+    groups = ["mixup", "optim", "trainer", "norm"]
+    lists = ["optim.betas"]
+    texts = ["results_dir", "scale"]
+
+    def misspell(key: str) -> str:
+        i = rng.randrange(len(key))
+        return key[:i] + rng.choice("xqzj") + key[i + 1:]
+
+    makers = [
+        lambda: [f"{misspell(rng.choice(numbers + flags))}=1"],
+        lambda: [f"{rng.choice(numbers)}={rng.choice(['abc', '[1, 2]', '{a: 1}', 'true', 'nan-ish', '1e'])}"],
+        lambda: [f"{rng.choice(flags)}={rng.choice(['maybe', '3', '[true]', '0.5'])}"],
+        lambda: [f"{rng.choice(groups)}={rng.choice(['1', 'x', '[a]'])}"],
+        lambda: [f"{rng.choice(lists)}={rng.choice(['0.9', 'x'])}"],
+        lambda: [f"{rng.choice(texts)}={rng.choice(['[a, b]', '{k: v}'])}"],
+        lambda: [rng.choice(numbers + texts) + "=" + rng.choice(["[", "{", '"open', "a: b: c", "${nope}"])],
+        lambda: [f"{rng.choice(['norm', 'model', 'data', 'task'])}={rng.choice(['nope', 'mixx', 'vit_smal', 'cifar', ''])}"],
+        lambda: [rng.choice(["norm.alpha=1.5", "norm.alpha=-0.1", "norm.num_post=-1", "norm.kind=batchnorm", "optim.name=sgd",
+                             "data.batch_size=0", "optim.lr=-1", "seed=0.5", "norm.qk_norm=both", "resume=yes", "norm=custom",
+                             "norm.layers=[pre,postt]", "checkpoint.keep_last=0.5"])],
+        lambda: [f"+trainer.{rng.choice(['logger', 'callbacks', 'default_root_dir', 'enable_checkpointing'])}=false"],
+        lambda: [rng.choice(["seed", "norm.alpha", "=3", "a..b=1", ".x=1", "norm.=1", "trainer.max_steps==3"])],
+        lambda: [f"{rng.choice(['foo', 'optim.fancy', 'trainer.max_stepz', 'data.nope'])}.{rng.choice(['a', 'b'])}=1"],
+    ]
+    return [makers[i % len(makers)]() for i in range(count)]
+
+
+def test_fuzzed_bad_arguments_each_exit_2_with_one_line(tmp_path, caplog):
+    cases = bad_arguments(300)
+    for args in cases:
+        caplog.clear()
+        code = main(["run", "task=vit_tiny", f"results_dir={tmp_path}", *args, "--print-config"])
+        messages = errors(caplog)
+        assert code == 2, args
+        assert len(messages) == 1 and "\n" not in messages[0] and "Traceback" not in messages[0], (args, messages)
+    assert not list(tmp_path.rglob("record.json"))
+    # the same through real runs: nothing starts, nothing is written
+    for args in cases[::25]:
+        caplog.clear()
+        assert main(["run", *TINY_VIT, "+trainer.fast_dev_run=true", f"results_dir={tmp_path}", *args]) == 2, args
+        assert len(errors(caplog)) == 1
+    assert not list(tmp_path.rglob("record.json"))
+
+
+def test_run_time_input_errors_are_one_line_and_keep_earlier_results(tmp_path, caplog):
+    results = tmp_path / "results"
+    assert main(["run", *TINY_LM, f"results_dir={results}"]) == 0
+    before = {p: p.read_bytes() for p in results.rglob("*") if p.is_file()}
+    shards = tmp_path / "c4"
+    shards.mkdir()
+    with gzip.open(shards / "c4-train.00000-of-00001.json.gz", "wt") as f:
+        f.writelines(json.dumps({"text": f"document {i} " * 50}) + "\n" for i in range(200))
+    data = (shards / "c4-train.00000-of-00001.json.gz").read_bytes()
+    (shards / "c4-train.00000-of-00001.json.gz").write_bytes(data[: len(data) // 2])  # truncated
+    (shards / "c4-validation.00000-of-00001.json.gz").write_bytes(data)
+    (tmp_path / "bad-tokenizer.json").write_text('{"version": "1.0", "model": ')
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    cases = {
+        "truncated": ([*TINY_LM, f"data.path={shards}/c4-train.*.json.gz", f"data.cache_dir={tmp_path / 'cache'}"], "c4-train.00000-of-00001.json.gz: truncated or corrupt"),
+        "tokenizer": ([*TINY_LM, f"data.tokenizer={tmp_path / 'bad-tokenizer.json'}"], "does not parse as a Hugging Face tokenizer.json"),
+        "no folder": ([*TINY_VIT, "data=imagefolder", f"data.root={tmp_path / 'nothing'}"], "set data.root"),
+        "empty folder": ([*TINY_VIT, "data=imagefolder", f"data.root={tmp_path / 'empty'}"], str(tmp_path / "empty")),
+        "no npz": ([*TINY_VIT, f"data.path={tmp_path / 'none.npz'}"], "none.npz"),
+        "unwritable": ([*TINY_VIT, f"results_dir={tmp_path / 'a-file' / 'results'}"], "set results_dir= to a writable folder"),
+        "trainer": ([*TINY_VIT, "trainer.precision=banana"], "Lightning rejected the trainer.* settings"),
+    }
+    for name, (args, expected) in cases.items():
+        caplog.clear()
+        if not any(a.startswith("results_dir=") for a in args):
+            args = [*args, f"results_dir={results}"]
+        assert main(["run", *args]) == 2, name
+        (message,) = errors(caplog)
+        assert expected in message and "\n" not in message, (name, message)
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_a_corrupt_image_is_fatal_by_default_and_skipped_and_counted_on_request(tmp_path, caplog):
+    root = make_folder(tmp_path / "folder")
+    victim = sorted((root / "train").rglob("*.*"))[0]
+    victim.write_bytes(victim.read_bytes()[:40])  # a truncated JPEG
+    args = ["run", "task=vit_tiny", "data=imagefolder", f"data.root={root}", "data.img_size=32", "data.num_workers=0", "data.batch_size=4",
+            "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+            f"results_dir={tmp_path / 'results'}"]
+    assert main(args) == 2
+    (message,) = errors(caplog)
+    assert str(victim) in message and "data.skip_bad_images=true" in message
+    assert main([*args, "data.skip_bad_images=true"]) == 0
+    finished = [r for r in records(tmp_path / "results") if r["status"] == "completed"]
+    assert finished[0]["dataset"]["bad_images_skipped"] >= 1
+
+
+def test_four_concurrent_runs_into_one_results_folder_each_write_their_record(tmp_path):
+    cmd = [sys.executable, "-m", "mixbench.cli", "run", *TINY_VIT, f"results_dir={tmp_path}"]
+    processes = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(4)]
+    assert [p.wait(timeout=600) for p in processes] == [0, 0, 0, 0]
+    found = records(tmp_path)
+    assert len(found) == 4 and len({r["run_dir"] for r in found}) == 4 and all(r["status"] == "completed" for r in found)
+
+
+def test_sweep_expands_the_product_reports_failures_and_resumes(tmp_path, caplog):
+    sweep = ["run", "-m", *TINY_LM, "norm=pre,mix", "seed=0,1", f"results_dir={tmp_path}"]
+    assert main(sweep) == 0
+    found = records(tmp_path)
+    assert sorted((r["norm"]["placement"], r["seed"]) for r in found) == [("mix", 0), ("mix", 1), ("pre", 0), ("pre", 1)]
+    assert found[0]["command"][:2] == ["mixbench", "run"] and "norm=pre,mix" not in found[0]["command"]
+    # a failing cell (vocab too small for the tokenizer: fails at run time) makes the exit status 1 and is named
+    caplog.clear()
+    failing = ["run", "-m", *TINY_LM, "model.vocab_size=8192,64", f"results_dir={tmp_path / 'b'}"]
+    assert main(failing) == 1
+    assert any("failed: mixbench run" in m and "model.vocab_size=64" in m for m in errors(caplog))
+    # --resume: finished cells are skipped (no new record), the failed one is tried again
+    assert main([*failing, "--resume"]) == 1
+    statuses = sorted(r["status"] for r in records(tmp_path / "b"))
+    assert statuses == ["completed", "failed"]
+
+
+def test_replay_a_run_from_its_config(tmp_path):
+    assert main(["run", *TINY_VIT, "norm=mix", "norm.alpha=0.5", f"results_dir={tmp_path}"]) == 0
+    (first,) = records(tmp_path)
+    config = Path(first["run_dir"]) / "config.yaml"
+    assert main(["run", "--config", str(config), "trainer.max_steps=1"]) == 0
+    replayed = [r for r in records(tmp_path) if r["run_dir"] != first["run_dir"]]
+    assert len(replayed) == 1 and replayed[0]["steps"] == 1 and replayed[0]["norm"]["plan"] == ["post", "pre"]
+    assert replayed[0]["config"]["norm"] == first["config"]["norm"]
+    assert main(["run", "--config", str(config), "norm=pre"]) == 2
