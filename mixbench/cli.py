@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .errors import ConfigError, MixbenchError
+from .eval_cli import add_eval_commands
 
 log = logging.getLogger("mixbench")
 USER_ERRORS = (MixbenchError, FileNotFoundError)
@@ -131,6 +132,26 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .curves import curves_figure
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    curves_figure(args.compare, args.metric).savefig(out, dpi=120)
+    log.info("wrote %s", out)
+    return 0
+
+
+def cmd_reclassify(args: argparse.Namespace) -> int:
+    from .status import reclassify_records
+
+    changed = reclassify_records(args.results_dir, dry_run=args.dry_run)
+    for path, old, new in changed:
+        sys.stdout.write(f"{old} -> {new}\t{path}\n")
+    log.info("%d record(s) %s", len(changed), "would change" if args.dry_run else "re-classified")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -245,6 +266,21 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--tokens", type=int, default=262_144, help="angular: token budget (the paper: 256K)")
     ana.add_argument("--limit-val-batches", type=int, default=None, help="prune: evaluate on this many validation batches")
     ana.set_defaults(func=cmd_analyze)
+    plot = sub.add_parser("plot", help="training and validation curves of several runs on one figure", formatter_class=Raw,
+                          description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]",
+                          epilog="example:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n")
+    plot.add_argument("what", choices=("curves",))
+    plot.add_argument("--compare", nargs="+", required=True, metavar="RUN", help="run folders (their logs/metrics.csv)")
+    plot.add_argument("--metric", default=None, help="validation metric of the right panel (default: the runs' primary metric)")
+    plot.add_argument("--out", default="results/analysis/curves.png", help="PNG file to write")
+    plot.set_defaults(func=cmd_plot)
+    recl = sub.add_parser("reclassify", help="re-derive the status of existing records under the current rules", formatter_class=Raw,
+                          description="mixbench reclassify [--results-dir DIR] [--dry-run]",
+                          epilog="e.g. runs recorded as diverged because they ended above the unigram floor become stalled or completed\n")
+    recl.add_argument("--results-dir", default="results")
+    recl.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
+    recl.set_defaults(func=cmd_reclassify)
+    add_eval_commands(sub)
     lst = sub.add_parser("list", help="show tasks, norms, models and datasets")
     lst.set_defaults(func=cmd_list)
     return parser

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 from pathlib import Path
 
 import yaml
@@ -30,9 +31,10 @@ from .optim import OPTIMIZERS
 from .project import config_choices, config_file
 
 GROUPS = ("task", "model", "norm", "data")
+SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 # trainer arguments mixbench fills itself, and the option to use instead
 RESERVED_TRAINER_KEYS = {
-    "logger": "the run's CSV logger is built in (logs/metrics.csv in the run folder)",
+    "logger": "use logger=csv,tensorboard|wandb|mlflow and logger_options.<name>.<key>=...",
     "callbacks": "use grad_norm_every_n_steps / checkpoint.every_n_steps / divergence.*; a task's task.py can add callbacks",
     "default_root_dir": "use results_dir=DIR or run_dir=DIR",
     "enable_checkpointing": "use checkpoint.every_n_steps=N",
@@ -137,6 +139,11 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
         except OmegaConfBaseException:  # the value it replaces is an interpolation that does not resolve
             old = None
         numeric = (int, float)
+        if isinstance(parsed, str) and (old is None or (isinstance(old, numeric) and not isinstance(old, bool))):
+            try:  # YAML 1.1 reads 1e-3 as text; Python reads it as the number everyone means
+                parsed = float(parsed) if SCIENTIFIC.fullmatch(parsed.strip()) else parsed
+            except ValueError:
+                pass
         if parsed is None:
             pass  # null is always allowed (it means "unset" / "use the default")
         elif isinstance(old, numeric) and not isinstance(old, bool) and not (isinstance(parsed, numeric) and not isinstance(parsed, bool)):
@@ -254,6 +261,9 @@ def check_ranges(cfg: DictConfig) -> None:
             continue
         if value < low or (strict and value == low):
             raise ConfigError(f"{key} must be {'>' if strict else '≥'} {low}, got {value}")
+    from .loggers import logger_names
+
+    logger_names(cfg.logger)
     if cfg.resume not in (None, "auto"):
         raise ConfigError(f"resume must be auto or null, got {cfg.resume!r}")
 

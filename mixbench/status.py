@@ -39,3 +39,57 @@ def classify(diverged_reason: str | None, final_value: float | None, learning_pr
         return "stalled", f"{learning_problem}; the training loss stopped improving ({gain:+.4f} nats over the last quarter)"
     still = "too short to judge its progress" if gain is None else f"still improving ({gain:+.4f} nats over the last quarter)"
     return "completed", f"ended early: {learning_problem}, {still}"
+
+
+NEVER_LEARNED = "never learned beyond token frequencies"
+
+
+def history_of(record: dict) -> list[tuple[float, float]]:
+    """The run's training-loss history: the record's own, else ``train/loss`` of its ``logs/metrics.csv``."""
+    if record.get("train_loss_history"):
+        return [tuple(point) for point in record["train_loss_history"]]
+    from pathlib import Path
+
+    from .curves import read_metrics
+
+    try:
+        return read_metrics(Path(record["run_dir"])).get("train/loss", [])
+    except Exception:  # no run folder or log beside the record: judge without a history
+        return []
+
+
+def reclassify(record: dict) -> tuple[str, str | None]:
+    """The status of a finished record under the current rules (failed records keep theirs)."""
+    if record["status"] not in ("completed", "diverged", "stalled"):
+        return record["status"], (record.get("divergence") or {}).get("reason")
+    reason = (record.get("divergence") or {}).get("reason")
+    learning_problem = reason.split("; the training loss")[0] if reason and reason.startswith(NEVER_LEARNED) else None
+    blew_up = reason if record["status"] == "diverged" and reason and not learning_problem and reason != "non-finite final metric" else None
+    value = record["metrics"].get(record["primary_metric"]["name"])
+    return classify(blew_up, value, learning_problem, history_of(record))
+
+
+def reclassify_records(results_dir, dry_run: bool = False) -> list[tuple[str, str, str]]:
+    """Re-derive the status of every readable record under ``results_dir`` (rewritten atomically); returns the changes."""
+    from .results import load_records, write_record
+
+    changes = []
+    records, _ = load_records(results_dir)
+    for record in records:
+        path = record.pop("_path")
+        status, reason = reclassify(record)
+        if status == record["status"]:
+            continue
+        changes.append((path, record["status"], status))
+        if dry_run:
+            continue
+        record.setdefault("reclassified", []).append({"from": record["status"], "to": status, "reason": reason})
+        record["status"] = status
+        if status in ("diverged", "stalled"):
+            record["divergence"] = {**(record.get("divergence") or {}), "reason": reason}
+        else:
+            record.pop("divergence", None)
+            if reason:
+                record.setdefault("warnings", []).append(reason)
+        write_record(record, path)
+    return changes

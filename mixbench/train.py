@@ -29,6 +29,7 @@ from .errors import ConfigError
 from .families import get_family
 from .models import build_model
 from .provenance import git_commit, hardware, package_versions
+from .loggers import build_loggers
 from .results import SCHEMA, write_record
 from .status import classify
 from .tasks import get_task
@@ -179,7 +180,6 @@ def make_strategy(cfg: DictConfig, block_class: type):
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
-    from lightning.pytorch.loggers import CSVLogger
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     if kwargs.get("precision") is None:
@@ -198,7 +198,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
         return L.Trainer(
             **kwargs,
             default_root_dir=str(run_dir),
-            logger=CSVLogger(str(run_dir), name="", version="logs"),
+            logger=build_loggers(cfg.logger, OmegaConf.to_container(cfg.logger_options, resolve=True), run_dir,
+                                 f"{cfg.task.name}-{norm_spec(cfg).label()}-seed{cfg.seed}"),
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
             enable_checkpointing=bool(every),

@@ -81,7 +81,7 @@ def test_every_layer_is_strict_and_names_its_file(tmp_path):
         compose(["task=t", "norm=mine"], root=project)
 
 
-@pytest.mark.parametrize("key, hint", [("logger", "CSV logger is built in"), ("callbacks", "grad_norm_every_n_steps"),
+@pytest.mark.parametrize("key, hint", [("logger", "use logger=csv,tensorboard"), ("callbacks", "grad_norm_every_n_steps"),
                                        ("default_root_dir", "results_dir"), ("enable_checkpointing", "checkpoint.every_n_steps")])
 def test_keys_mixbench_fills_name_the_option_to_use(key, hint):
     with pytest.raises(ConfigError, match=f"trainer.{key} is set by mixbench.*{hint}"):

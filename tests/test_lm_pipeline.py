@@ -232,13 +232,19 @@ def test_final_validation_is_checked_against_the_last_validation_in_fit():
     assert "warnings" not in same and "warnings" not in earlier
 
 
-def test_a_run_that_never_learns_beyond_token_frequencies_is_recorded_as_diverged(tmp_path):
-    """lr = 0 keeps the initial model: its loss (≈ ln V) is above the validation tokens' unigram entropy."""
-    args = ["run", "task=llama_lm", "norm=pre", "optim.lr=0", "trainer.max_steps=2", "data.seq_len=32", "trainer.limit_val_batches=2",
-            f"data.cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path}", *TINY_LM, "divergence.unigram_floor=true"]
-    assert main(args) == 0
-    (rec,) = records(tmp_path)
-    assert rec["status"] == "diverged" and "never learned beyond token frequencies" in rec["divergence"]["reason"]
+def test_a_run_that_never_learns_and_stopped_improving_is_stalled_and_a_short_one_completed(tmp_path):
+    """A tiny lr keeps the initial model: its loss (≈ ln V) stays above the validation tokens' unigram entropy and the
+    training loss does not improve → stalled.  The same run cut after 2 steps is too short to judge → completed,
+    with a warning and its budget."""
+    common = ["run", "task=llama_lm", "norm=pre", "optim.lr=1e-9", "data.seq_len=32", "trainer.limit_val_batches=2",
+              "divergence.check_every_n_steps=1", f"data.cache_dir={tmp_path / 'cache'}", *TINY_LM, "divergence.unigram_floor=true"]
+    assert main([*common, "trainer.max_steps=16", f"results_dir={tmp_path / 'long'}"]) == 0
+    (rec,) = records(tmp_path / "long")
+    assert rec["status"] == "stalled" and "never learned beyond token frequencies" in rec["divergence"]["reason"]
+    assert "stopped improving" in rec["divergence"]["reason"]
+    assert main([*common, "trainer.max_steps=2", f"results_dir={tmp_path / 'short'}"]) == 0
+    (rec,) = records(tmp_path / "short")
+    assert rec["status"] == "completed" and "ended early" in rec["warnings"][-1] and rec["budget"]["max_steps"] == 2
 
 
 def test_unigram_entropy_of_the_validation_tokens(tmp_path):

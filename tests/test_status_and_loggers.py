@@ -1,0 +1,67 @@
+"""Statuses that mean what they say, re-classifying old records, experiment loggers and training curves."""
+import json
+from pathlib import Path
+
+import pytest
+
+from mixbench.cli import main
+from mixbench.results import write_record
+from mixbench.status import classify, loss_gain
+
+TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=4", "trainer.val_check_interval=2",
+           "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false",
+           "trainer.log_every_n_steps=1"]
+FLAT = [(i, 5.0) for i in range(12)]
+FALLING = [(i, 5.0 - 0.1 * i) for i in range(12)]
+
+
+def test_classify():
+    assert classify("loss blew up", 3.0, None, FALLING) == ("diverged", "loss blew up")
+    assert classify(None, float("nan"), None, FALLING)[0] == "diverged"
+    assert classify(None, 3.0, None, FLAT) == ("completed", None)
+    assert classify(None, 3.0, "never learned", FLAT)[0] == "stalled"
+    status, reason = classify(None, 3.0, "never learned", FALLING)
+    assert status == "completed" and reason.startswith("ended early") and "still improving" in reason
+    assert classify(None, 3.0, "never learned", FLAT[:5])[1].endswith("too short to judge its progress")
+    assert loss_gain(FALLING) == pytest.approx(0.3) and loss_gain(FLAT[:7]) is None
+
+
+def test_reclassify_turns_old_never_learned_records_into_stalled_or_completed(tmp_path):
+    base = {"schema": "mixbench.result/1", "task": "llama_lm", "model": {"name": "llama_tiny"}, "seed": 0, "scale": "embedded",
+            "dataset": {"name": "text"}, "norm": {"label": "pre"}, "metrics": {"val/ppl": 300.0},
+            "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": 300.0}, "status": "diverged",
+            "divergence": {"step": None, "reason": "never learned beyond token frequencies: final val/loss 5.7 ≥ unigram entropy 5.6"}}
+    for name, history in (("flat", FLAT), ("falling", FALLING)):
+        write_record({**base, "run_dir": str(tmp_path / name), "train_loss_history": history}, tmp_path / name / "record.json")
+    write_record({**base, "run_dir": str(tmp_path / "nan"), "divergence": {"reason": "non-finite training loss (nan)"}},
+                 tmp_path / "nan" / "record.json")
+    assert main(["reclassify", "--results-dir", str(tmp_path), "--dry-run"]) == 0
+    assert json.loads((tmp_path / "flat" / "record.json").read_text())["status"] == "diverged"  # dry run wrote nothing
+    assert main(["reclassify", "--results-dir", str(tmp_path)]) == 0
+    status = {name: json.loads((tmp_path / name / "record.json").read_text())["status"] for name in ("flat", "falling", "nan")}
+    assert status == {"flat": "stalled", "falling": "completed", "nan": "diverged"}
+    falling = json.loads((tmp_path / "falling" / "record.json").read_text())
+    assert falling["reclassified"][0]["from"] == "diverged" and "ended early" in falling["warnings"][0]
+
+
+def test_tensorboard_logger_next_to_csv_and_curves_figure(tmp_path):
+    pytest.importorskip("tensorboard")
+    for norm in ("pre", "mix"):
+        assert main(["run", *TINY_LM, f"norm={norm}", "logger=csv,tensorboard", f"results_dir={tmp_path}"]) == 0
+    runs = sorted(p.parent for p in tmp_path.rglob("record.json"))
+    for run in runs:
+        assert (run / "logs" / "metrics.csv").is_file() and list((run / "tensorboard").glob("events.out.tfevents.*"))
+    out = tmp_path / "curves.png"
+    assert main(["plot", "curves", "--compare", *map(str, runs), "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+
+
+def test_unknown_or_missing_logger_is_a_clear_error(tmp_path, caplog, monkeypatch):
+    assert main(["run", *TINY_LM, "logger=csv,tensorbored", "--print-config"]) == 2
+    assert "unknown logger(s) ['tensorbored']" in caplog.text
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    assert main(["run", *TINY_LM, "logger=mlflow", f"results_dir={tmp_path}"]) == 2
+    assert "pip install mlflow" in caplog.text
