@@ -210,6 +210,17 @@ def run_epilog() -> str:
             "  mixbench run task=llama_lm run_dir=runs/a resume=auto      # continue after a crash\n")
 
 
+def reproduce_epilog() -> str:
+    try:
+        from .reproduce import load_grids
+
+        tables = ", ".join(load_grids())
+    except Exception as err:  # help must still print when the project folder is broken
+        tables = f"(unavailable: {err})"
+    return (f"tables: {tables}\n\nexamples:\n  mixbench reproduce table1 --dry-run\n"
+            "  mixbench reproduce table4 --scale proxy --seeds 3 --jobs 6 --resume data.path=cifar10_bigbench.npz\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -229,7 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="-m: skip finished runs, continue interrupted ones (resume=auto)")
     run.add_argument("--config", metavar="RUN/config.yaml", help="replay a run's resolved config (key=value overrides apply on top)")
     run.set_defaults(func=cmd_run)
-    table = sub.add_parser("table", help="aggregate all result records into a comparison table")
+    table = sub.add_parser("table", help="aggregate all result records into a comparison table", formatter_class=Raw,
+                           epilog="examples:\n  mixbench table --results-dir results/proxy/placements --baseline pre\n"
+                                  "  mixbench table --format csv > table.csv      # numbers only on stdout; logs go to stderr\n"
+                                  "  mixbench table --paper table1                # ours next to the paper's numbers\n")
     table.add_argument("--results-dir", default="results")
     table.add_argument("--format", choices=("rich", "md", "csv", "latex", "tidy"), default="rich",
                        help="rich/md/latex: text cells with a legend; csv: one row per cell, numeric columns "
@@ -241,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--out", help="write the table to this file")
     table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")
     table.set_defaults(func=cmd_table)
-    rep = sub.add_parser("reproduce", help="run one of the paper's grids (table1, table4, table5, table6)",
-                         description="mixbench reproduce TABLE [--scale paper|proxy] [--dry-run] [--seeds N] [key=value ...]")
+    rep = sub.add_parser("reproduce", help="run one of the paper's grids (table1, table4, table5, table6)", formatter_class=Raw,
+                         description="mixbench reproduce TABLE [--scale paper|proxy] [--dry-run] [--seeds N] [key=value ...]",
+                         epilog=reproduce_epilog())
     rep.add_argument("table")
     rep.add_argument("overrides", nargs="*", metavar="key=value", help="applied to every run, e.g. data.path=... results_dir=...")
     rep.add_argument("--scale", choices=("paper", "proxy"), default="paper")
@@ -252,7 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--resume", action="store_true", help="skip runs whose record is finished, continue interrupted ones from "
                                                            "their newest checkpoint; the exit status is 1 if any run failed")
     rep.set_defaults(func=cmd_reproduce)
-    ana = sub.add_parser("analyze", help="per-block gradient norms, angular distance, layer-pruning drop",
+    ana = sub.add_parser("analyze", help="per-block gradient norms, angular distance, layer-pruning drop", formatter_class=Raw,
+                         epilog="examples:\n  mixbench analyze grad-norm task=llama_lm model=llama_71m model.num_layers=24 norm=pre,post,mix\n"
+                                "  mixbench analyze angular --run results/runs/llama_lm/llama_tiny/mix_alpha=0.25/seed0-...\n"
+                                "  mixbench analyze prune --compare RUN_A RUN_B --out results/analysis\n",
                          description="mixbench analyze {grad-norm,angular,prune} (--run DIR | --compare DIR... | task=... norm=pre,post,mix ...); "
                                      "mixbench analyze training-grad-norm (--run DIR | --compare DIR...) [--steps 0 100 1000 -1]")
     ana.add_argument("what", choices=("grad-norm", "angular", "prune", "training-grad-norm"))
@@ -281,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     recl.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
     recl.set_defaults(func=cmd_reclassify)
     add_eval_commands(sub)
-    lst = sub.add_parser("list", help="show tasks, norms, models and datasets")
+    lst = sub.add_parser("list", help="show tasks, norms, models and datasets", formatter_class=Raw,
+                         epilog="example:\n  mixbench --project my_project list    # shipped choices plus my_project's configs/ and tasks/\n")
     lst.set_defaults(func=cmd_list)
     return parser
 

@@ -159,3 +159,22 @@ def test_replay_a_run_from_its_config(tmp_path):
     assert len(replayed) == 1 and replayed[0]["steps"] == 1 and replayed[0]["norm"]["plan"] == ["post", "pre"]
     assert replayed[0]["config"]["norm"] == first["config"]["norm"]
     assert main(["run", "--config", str(config), "norm=pre"]) == 2
+
+
+@pytest.mark.parametrize("command", ["run", "table", "reproduce", "analyze", "plot", "reclassify", "list"])
+def test_every_subcommand_help_has_an_example(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "example" in out and f"mixbench {command}" in out.replace("mixbench --project my_project list", "mixbench list")
+    if command == "run":
+        assert "norm:  " in out and "mix" in out and "vit_small" in out  # the choices of every group
+
+
+def test_version(capsys):
+    import mixbench
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"mixbench {mixbench.__version__}"
