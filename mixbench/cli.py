@@ -294,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(func=cmd_plot)
     recl = sub.add_parser("reclassify", help="re-derive the status of existing records under the current rules", formatter_class=Raw,
                           description="mixbench reclassify [--results-dir DIR] [--dry-run]",
-                          epilog="e.g. runs recorded as diverged because they ended above the unigram floor become stalled or completed\n")
+                          epilog="example:\n  mixbench reclassify --results-dir results --dry-run   # e.g. runs recorded as diverged because they "
+                                 "ended above the unigram floor become stalled or completed\n")
     recl.add_argument("--results-dir", default="results")
     recl.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
     recl.set_defaults(func=cmd_reclassify)
