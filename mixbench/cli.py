@@ -85,7 +85,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .runner import summarize
 
     seeds = tuple(range(args.seeds)) if args.seeds else (0,)
-    outcomes = reproduce(args.table, args.scale, seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume)
+    outcomes = reproduce(args.table, args.scale, seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only))
     if outcomes is None:  # --dry-run
         return 0
     status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
@@ -264,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--seeds", type=int, default=1, help="run seeds 0..N-1")
     rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
     rep.add_argument("--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)")
+    rep.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
+                     help="run only the grid's runs with this argument (repeatable), e.g. --only model.num_layers=24")
     rep.add_argument("--resume", action="store_true", help="skip runs whose record is finished, continue interrupted ones from "
                                                            "their newest checkpoint; the exit status is 1 if any run failed")
     rep.set_defaults(func=cmd_reproduce)

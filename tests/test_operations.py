@@ -178,3 +178,12 @@ def test_version(capsys):
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.strip() == f"mixbench {mixbench.__version__}"
+
+
+def test_placements_grid_lists_every_placement_and_only_filters(capsys):
+    assert main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=24"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    norms = [next(a for a in line.split() if a.startswith("norm=")) for line in lines]
+    assert len(lines) == 13 and {"norm=lns", "norm=peri", "norm=hybrid_star", "norm=dyt", "norm=mix", "norm=post"} <= set(norms)
+    assert all("model.num_layers=24" in line and "task=c4_llama_71m" in line for line in lines)
+    assert main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=7"]) == 2
