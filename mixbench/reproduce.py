@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from .errors import ConfigError
-from .project import config_file
+from .project import config_choices, config_file
 
 log = logging.getLogger(__name__)
 PAPER_FILE = ("paper", "mixln_iclr2025.yaml")  # under configs/ on the project search path
@@ -30,7 +30,11 @@ class PaperRun:
 
 
 def load_grids(root=None) -> dict:
-    return OmegaConf.to_container(OmegaConf.load(config_file(*PAPER_FILE, root=root)))
+    """The paper's grids, then the suite's own (``configs/grids/*.yaml``, e.g. ``placements``)."""
+    grids = OmegaConf.to_container(OmegaConf.load(config_file(*PAPER_FILE, root=root)))
+    for name in config_choices("grids", root):
+        grids.update(OmegaConf.to_container(OmegaConf.load(config_file("grids", f"{name}.yaml", root=root))))
+    return grids
 
 
 def grid(name: str, root=None) -> dict:
@@ -50,10 +54,10 @@ def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
     runs = paper_runs(name, root)
     if scale == "paper":
         combos = [(r.task, r.norm, r.overrides, ()) for r in runs]
-    elif scale == "proxy":
-        proxy = spec["proxy"]
+    elif scale == "proxy":  # one proxy block, or a list of them run in order
+        blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]
         placements = list(dict.fromkeys((r.norm, r.overrides) for r in runs))
-        combos = [(task, norm, overrides, tuple(proxy["overrides"]) + tuple(variant))
+        combos = [(task, norm, overrides, tuple(proxy["overrides"]) + tuple(variant)) for proxy in blocks
                   for task in proxy["tasks"] for variant in proxy["variants"] for norm, overrides in placements]
     else:
         raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
@@ -62,11 +66,17 @@ def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
 
 
 def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1,
-              resume: bool = False) -> list | None:
-    """Run a paper grid (see :mod:`mixbench.runner`); with ``dry_run`` only print its ``mixbench run`` commands."""
+              resume: bool = False, only: tuple[str, ...] = ()) -> list | None:
+    """Run a paper grid (see :mod:`mixbench.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
+    ``only``: run just the configurations whose arguments include every one of these ``key=value`` items."""
+    if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
+        from .reproduce_downstream import reproduce_downstream
+        return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume)
     from .runner import run_many
 
-    argvs = expand(name, scale, seeds, extra)
+    argvs = [argv for argv in expand(name, scale, seeds, extra) if all(item in argv for item in only)]
+    if not argvs:
+        raise ConfigError(f"--only {' '.join(only)} matches no run of {name}; see mixbench reproduce {name} --dry-run")
     if dry_run:
         from .config import compose
 
@@ -83,6 +93,9 @@ def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[st
     from .config import compose, norm_spec
     from .results import Cell
 
+    if grid(name, root).get("kind") == "downstream":  # accuracy per downstream task (paper Table 2)
+        from .reproduce_downstream import paper_comparison as downstream_comparison
+        return downstream_comparison(name, records, root)
     cells, rows, cols = {}, [], []
     for run in paper_runs(name, root):
         cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
