@@ -94,6 +94,11 @@ class TolerantImages(Dataset):
     def skipped(self) -> int:
         return self._skipped.value
 
+    def __getattr__(self, name: str):  # the wrapped dataset's attributes (classes, samples, transform, ...)
+        if name in ("dataset", "skip", "_skipped"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
     def __len__(self) -> int:
         return len(self.dataset)
 

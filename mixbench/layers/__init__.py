@@ -1,6 +1,8 @@
-"""Layers shared by every model family: the placement registry, the norm switch, norm factories, residual wiring."""
+"""Layers shared by every model family: the placement registry, the norm switch, norm factories, residual wiring,
+norms inside attention (QK-norm, QKV-norm)."""
+from .attention import add_qk_norm, add_qkv_norm, project_qkv
 from .init import init_deepnorm_, scaled_init_
-from .norm import norm_factory
+from .norm import NORM_POSITIONS, DyT, by_position, dyt_factory, norm_factory
 from .placement import NORM_KINDS, NormSpec, layer_plan
 from .placements import (
     BlockContext,
@@ -16,19 +18,25 @@ from .placements import (
     num_post_layers,
     register_placement,
 )
-from .residual import PlacedResidual, init_placements_, placement_parameters
+from .residual import PlacedResidual, init_placements_, option_parameters, placement_parameters
 
 __all__ = [
     "NORM_KINDS",
+    "NORM_POSITIONS",
     "BlockContext",
     "BlockPlacement",
+    "DyT",
     "NormConfigError",
     "NormSpec",
     "PlacedResidual",
     "Placement",
+    "add_qk_norm",
+    "add_qkv_norm",
     "admin_omega_init",
     "block_placements",
+    "by_position",
     "deepnorm_constants",
+    "dyt_factory",
     "get_block_placement",
     "get_placement",
     "init_deepnorm_",
@@ -37,7 +45,9 @@ __all__ = [
     "list_placements",
     "norm_factory",
     "num_post_layers",
+    "option_parameters",
     "placement_parameters",
+    "project_qkv",
     "register_placement",
     "scaled_init_",
 ]

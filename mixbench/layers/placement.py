@@ -7,7 +7,9 @@ placement registry (:mod:`mixbench.layers.placements`, which also documents ever
 * ``group_ln``: ``pre`` with ``kind=groupnorm`` (GroupNorm over the channels of each token);
 * ``mix`` (Mix-LN): the first ``floor(alpha * L)`` blocks ``post``, the rest ``pre`` (paper Sec. 3);
   ``num_post`` gives the count directly (the official code's ``POST_NUM``);
-* ``layers``: an explicit per-block list (``norm=custom``; it overrides any placement).
+* ``layers``: an explicit per-block list (``norm=custom``; it overrides any placement);
+* the placements beyond the paper (``lns``, ``peri``, ``reordered``, ``hybrid``, ``hybrid_star``, ``dyt``)
+  and the ``qk_norm`` option: see :mod:`mixbench.layers.placements` and :mod:`mixbench.layers.attention`.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from .placements import (
     admin_omega_init,  # noqa: F401  (re-exported)
     block_placements,
     deepnorm_constants,  # noqa: F401  (re-exported)
+    get_block_placement,
     get_placement,
     list_placements,
     num_post_layers,  # noqa: F401  (re-exported)
@@ -108,6 +111,8 @@ class NormSpec:
                                   + (f"; its own options: {', '.join(declared)}" if declared else ""))
         object.__setattr__(self, "options", {**declared, **self.options})
         placement.validate(self)
+        for name in dict.fromkeys(self.layers or ()):
+            get_block_placement(name).validate_block(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "NormSpec":

@@ -9,24 +9,44 @@ parameter count, derived from the modules it built (:meth:`~BlockPlacement.extra
 
 Every block of both model families carries ``norm1`` / ``norm2`` (the norms of the attention / MLP
 sub-layer) and the sub-modules ``attn.qkv``, ``attn.proj``, ``mlp.fc1``, ``mlp.fc2``
-(:class:`mixbench.contracts.PlacedBlock`); a placement may rely on those and nothing else.
+(:class:`mixbench.contracts.PlacedBlock`); a placement may rely on those and nothing else — plus, for norms
+inside attention, ``attn.num_heads`` / ``attn.head_dim`` and the slots of :mod:`mixbench.layers.attention`.
 
 Adding a placement = subclass :class:`BlockPlacement` (or :class:`Placement` for a per-block mix),
 decorate it with :func:`register_placement`, and add ``configs/norm/<name>.yaml``.  A task's ``task.py``
 may register one too.
 
-==========  ===============================  ==========================================
-placement   sub-layer output                 reference
-==========  ===============================  ==========================================
-pre         x + F(N(x))                      Pre-LN, Mix-LN paper Eq. 2
-post        N(x + F(x))                      Post-LN, Mix-LN paper Eq. 1
-sandwich    x + N_b(F(N_a(x)))               Sandwich-LN (Ding et al., 2021)
-deepnorm    N(a·x + F(x)),  a = (2L)^(1/4)   DeepNorm (Wang et al., DeepNet)
-admin       N(w ⊙ x + F(x)),  w learnable    Admin (Liu et al., 2020), per-channel w
-mix         post in the first ⌊αL⌋ blocks,   Mix-LN (Li et al., ICLR 2025)
-            pre in the rest
-custom      per block from ``norm.layers``   ablations (e.g. a reversed mix)
-==========  ===============================  ==========================================
+============  ===============================  ==========================================
+placement     sub-layer output                 reference
+============  ===============================  ==========================================
+pre           x + F(N(x))                      Pre-LN, Mix-LN paper Eq. 2
+post          N(x + F(x))                      Post-LN, Mix-LN paper Eq. 1
+sandwich      x + N_b(F(N_a(x)))               Sandwich-LN (Ding et al., 2021)
+deepnorm      N(a·x + F(x)),  a = (2L)^(1/4)   DeepNorm (Wang et al., DeepNet)
+admin         N(w ⊙ x + F(x)),  w learnable    Admin (Liu et al., 2020), per-channel w
+mix           post in the first ⌊αL⌋ blocks,   Mix-LN (Li et al., ICLR 2025)
+              pre in the rest
+custom        per block from ``norm.layers``   ablations (e.g. a reversed mix)
+lns           x + F(N(x)/√l),  l = 1..L        LayerNorm Scaling (Sun et al., 2025)
+peri          x + N_b(F(N_a(x))); optional     Peri-LN (Kim et al., ICML 2025)
+              embedding norm (embed_norm)
+reordered     x + N(F(x))                      OLMo 2 "reordered norm"
+hybrid        attn: x + A_qkvn(x);             HybridNorm (Zhuo et al., 2025)
+              MLP: z = N(x), z + M(z)
+hybrid_first  x + A_qkvn(N(x)); x + M(N(x))    HybridNorm*'s first block
+hybrid_star   hybrid_first, then hybrid        HybridNorm* (Zhuo et al., 2025)
+dyt           pre with every norm (final       DyT (Zhu et al., CVPR 2025)
+              too) → γ ⊙ tanh(α x) + β
+============  ===============================  ==========================================
+
+``A_qkvn``: attention whose q, k and v each get a per-head norm of width head_dim (shared across heads)
+after the head split and before RoPE.  Independently of the placement, ``norm.qk_norm=head|full`` adds
+norms on q and k (:mod:`mixbench.layers.attention`).
+
+Norm factories: a placement may change the norms a model is built with (:meth:`Placement.norm_factory`;
+DyT replaces every norm), and every norm is made with its *position* (``attn``, ``mlp``, ``attn_out``,
+``mlp_out``, ``q``, ``k``, ``v``, ``final``, ``embed``; :mod:`mixbench.layers.norm`) so a factory may
+depend on it (DyT's α0 per position).
 """
 from __future__ import annotations
 
@@ -55,7 +75,7 @@ class BlockContext:
     depth: int
     num_layers: int
     dim: int
-    make_norm: Callable[[int], nn.Module]
+    make_norm: Callable[..., nn.Module]  # make_norm(dim, position=...): this block's norm factory
 
 
 class Placement:
@@ -78,29 +98,57 @@ class Placement:
     def validate(self, spec) -> None:
         """Raise :class:`NormConfigError` for settings this placement cannot use."""
 
+    def norm_factory(self, spec, make_norm: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        """The norm factory of the model (final / embedding norms, and the blocks' default): the family's
+        ``make_norm`` unless this placement replaces the norms (DyT).  Used per block too: a block placement
+        that returns another factory gets its own ``norm1``/``norm2`` (and attention norms) from it."""
+        return make_norm
+
+    def wants_embed_norm(self, spec) -> bool:
+        """Whether the model normalises the embedding output before the first block (Peri-LN's ``norm.embed_norm``)."""
+        return False
+
 
 class BlockPlacement(Placement):
     """A placement that is also a per-block rule (the two sub-layers of one block)."""
 
-    added_modules: ClassVar[tuple[str, ...]] = ()  # attribute names of the modules/parameters build() adds
+    # names of the modules/parameters build() adds, relative to the block (dotted for sub-modules, e.g. "attn.v_norm")
+    added_modules: ClassVar[tuple[str, ...]] = ()
 
     def build(self, block: nn.Module, ctx: BlockContext) -> None:
         """Create the modules and constants this placement adds to ``block`` (beyond ``norm1``/``norm2``)."""
+
+    def validate(self, spec) -> None:
+        self.validate_block(spec)
+
+    def validate_block(self, spec) -> None:
+        """Raise :class:`NormConfigError` for model settings a block of this placement cannot use (also checked
+        for the blocks of ``norm.layers`` and of model-level plans)."""
 
     def sublayer(self, block: nn.Module, which: int, x: torch.Tensor, branch: Branch) -> torch.Tensor:
         """Output of sub-layer ``which`` (1 = attention, 2 = MLP) with branch F."""
         raise NotImplementedError
 
+    @staticmethod
+    def remove_module(block: nn.Module, name: str) -> None:
+        """Replace ``block.<name>`` (e.g. an input norm this placement does without) by ``nn.Identity``; its
+        parameters are subtracted in :meth:`extra_parameters`."""
+        removed = sum(p.numel() for p in getattr(block, name).parameters())
+        block.removed_parameters = getattr(block, "removed_parameters", 0) + removed
+        setattr(block, name, nn.Identity())
+
     def init_weights(self, block: nn.Module, ctx: BlockContext) -> None:
         """Placement-specific init, applied after the model family's own init of ``block``."""
 
     def extra_parameters(self, block: nn.Module) -> int:
-        """Parameters this placement added to ``block`` (counted on the built modules)."""
+        """Parameters this placement added to ``block``, less those of the modules it removed (counted on the
+        built modules; negative where a placement drops more than it adds)."""
         total = 0
         for name in self.added_modules:
-            item = getattr(block, name)
+            owner, _, attr = name.rpartition(".")
+            item = getattr(block.get_submodule(owner) if owner else block, attr)
             total += item.numel() if isinstance(item, nn.Parameter) else sum(p.numel() for p in item.parameters())
-        return total
+        return total - getattr(block, "removed_parameters", 0)
 
     def extra_repr(self, block: nn.Module) -> str:
         return ""
@@ -184,8 +232,8 @@ class SandwichLN(BlockPlacement):
     added_modules = ("norm1_post", "norm2_post")
 
     def build(self, block, ctx):
-        block.norm1_post = ctx.make_norm(ctx.dim)
-        block.norm2_post = ctx.make_norm(ctx.dim)
+        block.norm1_post = ctx.make_norm(ctx.dim, position="attn_out")
+        block.norm2_post = ctx.make_norm(ctx.dim, position="mlp_out")
 
     def sublayer(self, block, which, x, branch):
         return x + getattr(block, f"norm{which}_post")(branch(getattr(block, f"norm{which}")(x)))
@@ -260,3 +308,159 @@ class Custom(Placement):
 
     def plan(self, spec, num_layers):
         return list(spec.layers)
+
+
+# ------------------------------------------------------------------------------------- placements beyond the paper
+# Formulas, inits and official code: /work/shared/notes/beyond-paper-placements.md (summarised in the README).
+@register_placement
+class LayerNormScaling(BlockPlacement):
+    """LNS: ``x + F(s_l · N(x))`` in both sub-layers, ``s_l = 1/√l`` with ``l`` 1-based (block 1 unscaled); the scale
+    is a constant applied after the norm's weight; no init of its own (the authors found scaled init hurts LNS),
+    final norm unscaled (lmsdss/LayerNorm-Scaling, OLMo-core ``LayerNormScaledTransformerBlock``).
+    With ``norm.qk_norm`` on, the scale cancels in q and k: only v and the MLP feel it."""
+
+    name, summary = "lns", "x + F(N(x)/√l), l = 1..L — LayerNorm Scaling (Sun et al., 2025)"
+
+    def build(self, block, ctx):
+        block.lns_scale = 1.0 / math.sqrt(ctx.depth + 1)
+
+    def sublayer(self, block, which, x, branch):
+        return x + branch(getattr(block, f"norm{which}")(x) * block.lns_scale)
+
+    def extra_repr(self, block):
+        return f"lns_scale={block.lns_scale:.4f}"
+
+
+@register_placement
+class PeriLN(SandwichLN):
+    """Peri-LN: the Sandwich-LN block ``x + N_out(F(N_in(x)))`` (output norm before the residual add), plus the
+    option ``norm.embed_norm``: a norm on the embedding output before the first block (off by default)."""
+
+    name, summary = "peri", "x + N_out(F(N_in(x))), optional norm.embed_norm — Peri-LN (Kim et al., ICML 2025)"
+    options = {"embed_norm": False}
+
+    def validate(self, spec):
+        super().validate(spec)
+        if not isinstance(spec.option("embed_norm"), bool):
+            raise NormConfigError(f"norm.embed_norm must be true or false, got {spec.option('embed_norm')!r}")
+
+    def wants_embed_norm(self, spec):
+        return bool(spec.options.get("embed_norm", False))
+
+    def label(self, spec):
+        return self.name + ("+embed_norm" if self.wants_embed_norm(spec) else "")
+
+
+@register_placement
+class ReorderedNorm(BlockPlacement):
+    """OLMo 2's reordered norm: ``x + N(F(x))`` — output norms only (``norm1``/``norm2``), no input norm.  OLMo 2
+    pairs it with ``norm.qk_norm=full`` (configs/norm/olmo2.yaml)."""
+
+    name, summary = "reordered", "x + N(F(x)) — OLMo 2 reordered norm (output norms only)"
+
+    def sublayer(self, block, which, x, branch):
+        return x + getattr(block, f"norm{which}")(branch(x))
+
+
+class _QKVNorm(BlockPlacement):
+    """HybridNorm's attention: q, k, v each normalised per head (width head_dim, shared across heads), after the
+    head split and before RoPE (BryceZhuo/HybridNorm ``OLMoBlock.attention``)."""
+
+    added_modules = ("attn.q_norm", "attn.k_norm", "attn.v_norm")
+
+    def validate_block(self, spec):
+        if spec.qk_norm == "full":
+            raise NormConfigError(f"norm.qk_norm=full cannot be combined with {self.name!r} blocks: HybridNorm normalises "
+                                  "q, k and v per head itself (norm.qk_norm=none or head)")
+
+    def build(self, block, ctx):
+        from .attention import add_qkv_norm
+
+        add_qkv_norm(block.attn, ctx.make_norm)
+
+
+@register_placement
+class HybridNorm(_QKVNorm):
+    """HybridNorm: attention with QKV-norm and no input norm, ``y = x + A_qkvn(x)``; the MLP in Post-Norm form
+    with the residual taken after the norm, ``z = N(y); x' = z + M(z)`` (``norm2``; ``norm1`` is dropped)."""
+
+    name, summary = "hybrid", "x + A_qkvn(x); z = N(x), z + M(z) — HybridNorm (Zhuo et al., 2025)"
+
+    def build(self, block, ctx):
+        super().build(block, ctx)
+        self.remove_module(block, "norm1")
+
+    def sublayer(self, block, which, x, branch):
+        if which == 1:
+            return x + branch(x)
+        z = block.norm2(x)
+        return z + branch(z)
+
+
+@register_placement
+class HybridFirst(_QKVNorm):
+    """HybridNorm*'s first block: Pre-Norm in both sub-layers and the QKV-norm,
+    ``y = x + A_qkvn(N_a(x)); x' = y + M(N_f(y))`` (the official code's ``norm_pos_special_config``)."""
+
+    name, summary = "hybrid_first", "x + A_qkvn(N(x)); x + M(N(x)) — HybridNorm*'s first block"
+
+    def sublayer(self, block, which, x, branch):
+        return x + branch(getattr(block, f"norm{which}")(x))
+
+
+@register_placement
+class HybridStar(Placement):
+    """HybridNorm*: ``hybrid_first`` in block 1, ``hybrid`` in the rest."""
+
+    name, summary = "hybrid_star", "hybrid_first in block 1, hybrid in the rest — HybridNorm* (Zhuo et al., 2025)"
+
+    def validate(self, spec):
+        get_block_placement("hybrid").validate_block(spec)
+
+    def plan(self, spec, num_layers):
+        return ["hybrid_first"] + ["hybrid"] * (num_layers - 1)
+
+
+@register_placement
+class DynamicTanh(BlockPlacement):
+    """DyT: the Pre-LN layout with every norm replaced one for one by ``γ ⊙ tanh(α x) + β`` — with ``norm=dyt`` the
+    final norm too (and q/k norms of ``norm.qk_norm``); a ``dyt`` block inside ``norm.layers`` replaces its own
+    norms only.  α is one learnable scalar per norm, initialised per position (``norm.dyt_alpha_attn`` for the
+    attention-input norm and any q/k norm, ``norm.dyt_alpha_mlp``, ``norm.dyt_alpha_final``); γ = 1, β = 0.
+    LLaMA has no β (the paper's LLaMA code), ViT has one (jiachenzhu/DyT ``convert_ln_to_dyt``)."""
+
+    name, summary = "dyt", "pre-LN with every norm → γ ⊙ tanh(α x) + β — DyT (Zhu et al., CVPR 2025)"
+    # 0.5: the paper's ViT value; the paper gives LLaMA values only from 7B up (attn / MLP / final 0.8 / 0.2 / 0.2
+    # at 7B), so small LLaMAs use 0.5 too until swept.
+    options = {"dyt_alpha_attn": 0.5, "dyt_alpha_mlp": 0.5, "dyt_alpha_final": 0.5}
+
+    def alphas(self, spec) -> tuple[float, float, float]:
+        """α0 of the attention, MLP and final norms (a ``dyt`` block of ``norm.layers`` uses the defaults)."""
+        return tuple(float(spec.options.get(key, default)) for key, default in self.options.items())
+
+    def validate(self, spec):
+        for key in self.options:
+            value = spec.option(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise NormConfigError(f"norm.{key} must be a positive number, got {value!r}")
+        if spec.kind is not None:
+            raise NormConfigError(f"norm=dyt replaces every norm by DyT: leave norm.kind unset (got {spec.kind!r})")
+
+    def norm_factory(self, spec, make_norm):
+        from .norm import dyt_factory, factory_setting
+
+        return dyt_factory(*self.alphas(spec), bias=factory_setting(make_norm, "bias", True))
+
+    def sublayer(self, block, which, x, branch):
+        return x + branch(getattr(block, f"norm{which}")(x))
+
+    def extra_parameters(self, block):
+        """One α per replaced norm (γ and β match those of the norm a DyT replaces: LLaMA's RMSNorm has no bias and
+        its DyT no β; ViT's LayerNorm and DyT have both).  The final norm's α is the model's, outside the blocks."""
+        return sum(getattr(block, name).alpha.numel() for name in ("norm1", "norm2"))
+
+    def label(self, spec):
+        alphas = self.alphas(spec)
+        if alphas == tuple(float(v) for v in self.options.values()):
+            return self.name
+        return self.name + "(α0=" + "/".join(f"{a:g}" for a in alphas) + ")"

@@ -15,6 +15,8 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from .attention import add_qk_norm
+from .norm import by_position
 from .placements import BlockContext, get_block_placement
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
@@ -28,12 +30,27 @@ class PlacedResidual:
     """
 
     placement: str = "pre"
+    option_modules: tuple[str, ...] = ()  # modules the norm options (norm.qk_norm) added, relative to the block
 
     def setup_placement(self, spec, depth: int, num_layers: int, dim: int, make_norm: Callable[..., nn.Module]) -> None:
-        """Take block ``depth``'s placement from ``spec`` and let it add its modules."""
+        """Take block ``depth``'s placement from ``spec``, let it add its modules, then add the q/k norms of
+        ``spec.qk_norm``.
+
+        ``make_norm`` is the model's norm factory (the one ``norm1``/``norm2`` were made with).  If the block's
+        placement brings its own (:meth:`~mixbench.layers.Placement.norm_factory`, e.g. a ``dyt`` block in a
+        per-block plan), or the factory depends on the position (DyT's α0), ``norm1``/``norm2`` are re-made with
+        their positions (``attn``/``mlp``; in place, so ``state_dict`` keys keep their order).
+        """
         self.placement = spec.plan(num_layers)[depth]
-        self.placement_context = BlockContext(spec, depth, num_layers, dim, make_norm)
-        get_block_placement(self.placement).build(self, self.placement_context)
+        rule = get_block_placement(self.placement)
+        rule.validate_block(spec)
+        block_norm = rule.norm_factory(spec, make_norm)
+        if block_norm is not make_norm or by_position(block_norm):
+            self.norm1 = block_norm(dim, position="attn")
+            self.norm2 = block_norm(dim, position="mlp")
+        self.placement_context = BlockContext(spec, depth, num_layers, dim, block_norm)
+        rule.build(self, self.placement_context)
+        self.option_modules = add_qk_norm(self.attn, spec.qk_norm, block_norm)
 
     @property
     def placement_rule(self):
@@ -54,6 +71,13 @@ def init_placements_(blocks) -> None:
         block.placement_rule.init_weights(block, block.placement_context)
 
 
+def option_parameters(block) -> int:
+    """Parameters the norm options (``norm.qk_norm``) added to ``block``, counted on the modules."""
+    return sum(p.numel() for name in block.option_modules for p in block.get_submodule(name).parameters())
+
+
 def placement_parameters(blocks) -> int:
-    """Parameters the placements added to ``blocks`` (e.g. Sandwich-LN's output norms), counted on the modules."""
-    return sum(block.placement_rule.extra_parameters(block) for block in blocks)
+    """Parameters the placements and the norm options added to ``blocks`` beyond Pre-LN's (e.g. Sandwich-LN's output
+    norms, HybridNorm's q/k/v norms less its dropped input norm, ``norm.qk_norm``'s q/k norms), counted on the modules.
+    A model-level embedding norm (``norm.embed_norm``) is not in the blocks: see ``model.embed_norm`` / ``norm_pre``."""
+    return sum(block.placement_rule.extra_parameters(block) + option_parameters(block) for block in blocks)

@@ -14,10 +14,13 @@ import torch.nn.functional as F
 from ..constants import IGNORE_INDEX
 from ..errors import ConfigError
 from ..layers import (
+    DyT,
     NormSpec,
     PlacedResidual,
+    get_placement,
     init_placements_,
     norm_factory,
+    project_qkv,
     scaled_init_,
 )
 
@@ -75,17 +78,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal attention; q/k/v share one fused projection ``qkv`` (rows [q; k; v])."""
+    """Multi-head causal attention; q/k/v share one fused projection ``qkv`` (rows [q; k; v]).
+
+    ``q_norm`` / ``k_norm`` / ``v_norm`` (``None`` unless ``norm.qk_norm`` or a HybridNorm placement adds them,
+    :mod:`mixbench.layers.attention`) act before RoPE."""
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=False)
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.qk_norm_mode = "none"
+        self.q_norm = self.k_norm = self.v_norm = None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, h = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = project_qkv(self, x)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, h))
@@ -109,9 +117,9 @@ class LlamaBlock(PlacedResidual, nn.Module):
 
     def __init__(self, cfg: LlamaConfig, norm: NormSpec, depth: int, make_norm):
         super().__init__()
-        self.norm1 = make_norm(cfg.hidden_size)
+        self.norm1 = make_norm(cfg.hidden_size, position="attn")
         self.attn = CausalSelfAttention(cfg)
-        self.norm2 = make_norm(cfg.hidden_size)
+        self.norm2 = make_norm(cfg.hidden_size, position="mlp")
         self.mlp = SwiGLU(cfg)
         self.setup_placement(norm, depth, cfg.num_layers, cfg.hidden_size, make_norm)
 
@@ -120,7 +128,11 @@ class LlamaBlock(PlacedResidual, nn.Module):
 
 
 class Llama(nn.Module):
-    """Token embedding → L placed blocks → optional final norm → untied LM head."""
+    """Token embedding (→ optional embedding norm) → L placed blocks → optional final norm → untied LM head.
+
+    The norms come from the placement's norm factory (the ``norm.kind`` norm, or DyT for ``norm=dyt``); the
+    embedding norm ``embed_norm`` (Peri-LN's ``norm.embed_norm``) exists only when on, after ``scaled_embed``.
+    """
 
     family = "lm"
     forward_computes_loss = True  # forward(input_ids, labels=...) returns the summed cross-entropy
@@ -129,11 +141,13 @@ class Llama(nn.Module):
         super().__init__()
         self.cfg, self.norm_spec = cfg, norm
         self.plan = norm.plan(cfg.num_layers)
-        make_norm = norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False, groups=norm.groups)
+        placement = get_placement(norm.placement)
+        make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False, groups=norm.groups))
         self.embed_scale = cfg.hidden_size ** 0.5 if norm.scaled_embed else 1.0
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_norm = make_norm(cfg.hidden_size, position="embed") if placement.wants_embed_norm(norm) else None
         self.blocks = nn.ModuleList(LlamaBlock(cfg, norm, i, make_norm) for i in range(cfg.num_layers))
-        self.norm = make_norm(cfg.hidden_size) if norm.final_norm else nn.Identity()
+        self.norm = make_norm(cfg.hidden_size, position="final") if norm.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -151,6 +165,8 @@ class Llama(nn.Module):
                 nn.init.normal_(module.weight, std=self.cfg.embed_init_std)
             elif hasattr(module, "weight") and isinstance(module, (nn.RMSNorm, nn.LayerNorm)):
                 nn.init.ones_(module.weight)
+            elif isinstance(module, DyT):
+                module.reset_parameters()
         if self.norm_spec.scaled_init:
             scaled_init_([w for b in self.blocks for w in (b.attn.proj.weight, b.mlp.fc2.weight)], self.cfg.init_std, self.cfg.num_layers)
         init_placements_(self.blocks)
@@ -170,6 +186,8 @@ class Llama(nn.Module):
         x = self.embed(input_ids)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
         for block in self.blocks:
             x = block(x, cos, sin)
         return self.norm(x)

@@ -4,6 +4,12 @@ Built with ``timm.create_model`` and its ``block_fn`` hook: :class:`PlacedViTBlo
 ``Block`` (same submodules ``norm1, attn, ls1, drop_path1, norm2, mlp, ls2, drop_path2``) and only
 rewires the residuals, so Pre-LN, Post-LN and Mix-LN models have exactly the parameters and
 ``state_dict`` keys of timm's own ``vit_tiny_patch16_224`` / ``vit_small_patch16_224``.
+
+Attention is :class:`PlacedAttention`, timm's ``Attention`` (same parameters and keys) that also computes
+``norm.qk_norm=full`` and HybridNorm's QKV-norm; ``norm.qk_norm=head`` uses timm's own ``q_norm``/``k_norm``
+slots.  Peri-LN's ``norm.embed_norm`` is timm's ``norm_pre`` slot (after patch embedding + position embedding,
+cls token included, before the blocks; ``pre_norm=True`` is not used since it also drops the patch bias).
+DyT's final norm is re-made with its position after timm has built the model.
 """
 from __future__ import annotations
 
@@ -11,15 +17,18 @@ from functools import partial
 
 import timm
 import torch
-from timm.layers import PatchEmbed
+from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block
 
 from ..errors import ConfigError
 from ..layers import (
     NormSpec,
     PlacedResidual,
+    by_position,
+    get_placement,
     init_placements_,
     norm_factory,
+    project_qkv,
     scaled_init_,
 )
 
@@ -33,6 +42,34 @@ VIT_PRESETS: dict[str, dict] = {
 VIT_DEFAULTS = dict(img_size=None, patch_size=16, num_classes=None, mlp_ratio=4.0, drop_path_rate=0.0, global_pool="token")
 # mixbench option -> timm keyword
 _TIMM_KEYS = dict(hidden_size="embed_dim", num_layers="depth")
+
+
+class PlacedAttention(Attention):
+    """timm's ``Attention`` (same modules, parameters and keys) with the norms of :mod:`mixbench.layers.attention`:
+    ``qk_norm_mode`` ``none``/``head`` run timm's own forward (``head`` fills its ``q_norm``/``k_norm`` slots);
+    ``full`` (norms over the whole projected q and k) and a ``v_norm`` (HybridNorm) run :meth:`_normed_forward`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.qk_norm_mode = "none"
+        self.v_norm = None
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        if self.qk_norm_mode == "full" or self.v_norm is not None:
+            return self._normed_forward(x, attn_mask, is_causal)
+        return super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
+
+    def _normed_forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+        """timm's forward with q, k, v from :func:`mixbench.layers.project_qkv` (fused SDPA)."""
+        b, n, _ = x.shape
+        gate = self.gate(x).sigmoid() if self.gate is not None else None
+        q, k, v = project_qkv(self, x)
+        x = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if self.training else 0.0, is_causal=is_causal)
+        x = self.norm(x.transpose(1, 2).reshape(b, n, self.attn_dim))
+        if gate is not None:
+            x = x * gate
+        return self.proj_drop(self.proj(x))
 
 
 class PlacedViTBlock(PlacedResidual, Block):
@@ -86,15 +123,25 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     num_layers = options["num_layers"]
     plan = norm.plan(num_layers)
     timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items()}
+    placement = get_placement(norm.placement)
+    make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, family="timm", groups=norm.groups))
     model = timm.create_model(
         VIT_PRESETS[name]["timm_name"],
         pretrained=False,
         block_fn=partial(PlacedViTBlock, norm=norm, num_layers=num_layers),
+        attn_layer=PlacedAttention,
         embed_layer=GemmPatchEmbed,
-        norm_layer=norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, family="timm", groups=norm.groups),
+        norm_layer=make_norm,
         final_norm=norm.final_norm,
         **timm_kwargs,
     )
+    dim = options["hidden_size"]
+    if by_position(make_norm):  # timm made the final norm (``norm``, or ``fc_norm`` after pooling) without its position
+        for slot in ("norm", "fc_norm"):
+            if not isinstance(getattr(model, slot), torch.nn.Identity):
+                setattr(model, slot, make_norm(dim, position="final"))
+    if placement.wants_embed_norm(norm):  # replaces timm's Identity in place: the key sits where timm's CLIP models have it
+        model.norm_pre = make_norm(dim, position="embed")
     if norm.scaled_init:  # timm's own init is trunc-normal(0.02)
         scaled_init_([w for b in model.blocks for w in (b.attn.proj.weight, b.mlp.fc2.weight)], 0.02, num_layers, truncated=True)
     if norm.scaled_embed:
