@@ -39,7 +39,7 @@ class DivergenceMonitor(Callback):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is None:
             return
-        loss = loss.detach().float()
+        loss = loss.detach().float() * trainer.accumulate_grad_batches  # Lightning hands hooks loss / accumulation steps
         self._sum = loss if self._sum is None else self._sum + loss
         self._count = 1 if self._count is None else self._count + 1
         if trainer.global_step - self._last_check < self.every:

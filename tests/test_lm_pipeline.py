@@ -70,8 +70,8 @@ def test_gradient_accumulation_reaches_the_global_batch():
 
 
 class FakeTrainer(SimpleNamespace):
-    def __init__(self):
-        super().__init__(global_step=0, should_stop=False, callback_metrics={},
+    def __init__(self, accumulate_grad_batches: int = 1):
+        super().__init__(global_step=0, should_stop=False, callback_metrics={}, accumulate_grad_batches=accumulate_grad_batches,
                          strategy=SimpleNamespace(reduce_boolean_decision=lambda flag, all=False: flag))
 
 
@@ -91,6 +91,13 @@ def test_divergence_monitor_catches_nan_and_blowups_but_not_noise():
     monitor, trainer = DivergenceMonitor(blowup_nats=1.0, check_every_n_steps=5, patience=2), FakeTrainer()
     stopped = feed(monitor, trainer, [6.0] * 50 + [7.3] * 50)
     assert stopped == 60 and monitor.diverged_at_step == 60 and "nats above its best" in monitor.reason
+
+
+def test_divergence_monitor_judges_the_real_loss_under_gradient_accumulation():
+    """Lightning hands callbacks loss / accumulate_grad_batches: the monitor must undo that (history and thresholds)."""
+    monitor, trainer = DivergenceMonitor(blowup_nats=1.0, check_every_n_steps=5, patience=2), FakeTrainer(accumulate_grad_batches=4)
+    stopped = feed(monitor, trainer, [6.0 / 4] * 50 + [7.3 / 4] * 50)
+    assert stopped == 60 and monitor.history[0][1] == pytest.approx(6.0)
 
 
 def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys):
