@@ -71,7 +71,7 @@ def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, .
     ``only``: run just the configurations whose arguments include every one of these ``key=value`` items."""
     if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
         from .reproduce_downstream import reproduce_downstream
-        return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume)
+        return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
     from .runner import run_many
 
     argvs = [argv for argv in expand(name, scale, seeds, extra) if all(item in argv for item in only)]

@@ -16,6 +16,7 @@ _DATAMODULES: dict[str, str] = {
     "cifar10": "mixbench.data.images:CifarArrayDataModule",
     "text": "mixbench.data.text:TextDataModule",
     "image_folder": "mixbench.data.folders:ImageFolderDataModule",
+    "instruction": "mixbench.sft.data:InstructionDataModule",
 }
 
 

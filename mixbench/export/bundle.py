@@ -1,0 +1,166 @@
+"""Copy the mixbench modules a model needs into flat files that transformers' remote-code loader can import.
+
+transformers copies the file named in ``auto_map`` and, recursively, every file it imports relatively
+(``from .x import y``) into one flat folder, and refuses files importing packages that are not installed.  So, starting
+from an entry module (``mixbench.models.llama``), :func:`module_closure` follows every mixbench-internal import (relative
+or absolute, at any depth of the code) and :func:`bundle_modules` writes each module as ``mb_<dotted path>.py``
+(``mixbench.layers.norm`` → ``mb_layers_norm.py``, the package ``mixbench.layers`` → ``mb_layers.py``) with only its
+import statements rewritten (``from ..layers import X`` → ``from .mb_layers import X``).  The model code itself is
+copied verbatim, so every placement — including ones added later — exports without any hand-written copy.
+
+Imports of other packages inside functions (e.g. timm, used only for ViTs) are wrapped in ``try: … except ImportError:
+raise`` — same behaviour, but not a load-time requirement for transformers; a module-level import of a package other
+than the standard library and torch cannot be exported and fails here, naming it.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+
+from ..errors import MixbenchError
+
+ROOT = "mixbench"
+ALLOWED_TOP_LEVEL = {"torch", "__future__"}
+
+
+class BundleError(MixbenchError):
+    """A module cannot be bundled for export."""
+
+
+def flat_name(module: str) -> str:
+    """``mixbench.layers.norm`` → ``mb_layers_norm``."""
+    parts = module.split(".")
+    if parts[0] != ROOT:
+        raise BundleError(f"{module} is not a mixbench module")
+    return "mb_" + ("_".join(parts[1:]) or "root")
+
+
+def _source(module: str) -> tuple[Path, bool]:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise BundleError(f"cannot find the source of {module}")
+    return Path(spec.origin), spec.submodule_search_locations is not None
+
+
+def _absolute(importer: str, is_package: bool, node: ast.ImportFrom) -> str | None:
+    """The absolute module a ``from`` import refers to (None for other packages)."""
+    if node.level == 0:
+        return node.module if node.module and node.module.split(".")[0] == ROOT else None
+    base = importer.split(".") if is_package else importer.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _internal_targets(module: str) -> tuple[ast.Module, str, bool, list[tuple[ast.ImportFrom, str]]]:
+    path, is_package = _source(module)
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == ROOT for a in node.names):
+            raise BundleError(f"{module}: `import {ROOT}...` cannot be bundled; use `from ... import ...`")
+        if isinstance(node, ast.ImportFrom):
+            target = _absolute(module, is_package, node)
+            if target is not None:
+                found.append((node, target))
+    return tree, text, is_package, found
+
+
+def module_closure(entry: str) -> list[str]:
+    """``entry`` and every mixbench module it needs (through imports anywhere in the code), in discovery order."""
+    if entry.split(".")[0] != ROOT:
+        raise BundleError(f"{entry} is not a mixbench module")
+    seen, queue = [], [entry]
+    while queue:
+        module = queue.pop(0)
+        if module in seen:
+            continue
+        seen.append(module)
+        _, _, _, found = _internal_targets(module)
+        for node, target in found:
+            queue.append(target)
+            queue += [f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}")]
+    return seen
+
+
+def _line_offsets(text: str) -> list[int]:
+    offsets, total = [0], 0
+    for line in text.splitlines(keepends=True):
+        total += len(line)
+        offsets.append(total)
+    return offsets
+
+
+def _rewrite_import(node: ast.ImportFrom, target: str) -> str:
+    """``from .<flat> import a as b, ...`` (submodules as ``from . import <flat> as name``)."""
+    modules = [a for a in node.names if _is_module(f"{target}.{a.name}")]
+    names = [a for a in node.names if a not in modules]
+    parts = []
+    if names:
+        parts.append(f"from .{flat_name(target)} import " + ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names))
+    parts += [f"from . import {flat_name(f'{target}.{a.name}')} as {a.asname or a.name}" for a in modules]
+    return "; ".join(parts)
+
+
+def _third_party(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Import):
+        tops = {a.name.split(".")[0] for a in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        tops = {node.module.split(".")[0]}
+    else:
+        return None
+    foreign = sorted(t for t in tops if t not in ALLOWED_TOP_LEVEL and t not in sys.stdlib_module_names and t != ROOT)
+    return foreign[0] if foreign else None
+
+
+def rewrite_module(module: str) -> str:
+    """The source of ``module`` with its internal imports pointing at the flat files (see the module doc)."""
+    tree, text, _, found = _internal_targets(module)
+    internal = {id(node): target for node, target in found}
+    offsets = _line_offsets(text)
+    edits = []
+    top_level = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        start = offsets[node.lineno - 1] + node.col_offset
+        end = offsets[node.end_lineno - 1] + node.end_col_offset
+        if id(node) in internal:
+            edits.append((start, end, _rewrite_import(node, internal[id(node)])))
+        elif (package := _third_party(node)) is not None:
+            if id(node) in top_level:
+                raise BundleError(f"{module} imports {package} at module level: an exported model would need it installed; "
+                                  "import it inside the function that uses it")
+            indent = " " * node.col_offset
+            statement = text[start:end]
+            edits.append((start, end, f"try:  # needed only on a code path the exported model does not take\n"
+                                      f"{indent}    {statement}\n{indent}except ImportError:\n{indent}    raise"))
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def bundle_modules(entry: str, out: Path) -> dict[str, str]:
+    """Write the flat copies of ``entry``'s closure into ``out``; returns module → file name."""
+    files = {}
+    for module in module_closure(entry):
+        name = flat_name(module) + ".py"
+        header = f"# Generated by `mixbench export` from {module} (mixbench {_version()}); do not edit.\n"
+        (out / name).write_text(header + rewrite_module(module), encoding="utf-8")
+        files[module] = name
+    return files
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

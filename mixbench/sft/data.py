@@ -1,0 +1,272 @@
+"""Instruction data in the Commonsense170K / LLM-Adapters format for supervised fine-tuning.
+
+A record is ``{"instruction", "input", "output", "answer"}`` (``input`` and ``answer`` optional); files are JSON
+arrays or JSON lines.  Each example is ``prompt ‖ output ‖ EOS`` with the prompt of :mod:`mixbench.sft.prompt`,
+tokenized separately so the boundary is exact.  For the ids x_0..x_{n-1} of an example whose prompt is its first
+m tokens, the model reads x_0..x_{n-2} and is scored on the response only::
+
+    labels_t = x_{t+1}  if t + 1 >= m   else IGNORE_INDEX (-100)        (t = 0..n-2)
+
+so ``loss = Σ_t CE(logits_t, labels_t) / #{t: labels_t != -100}`` counts response tokens (and EOS) only.
+
+Sequence modes (``mode``):
+
+* ``pad`` (default, LLM-Adapters): one example per row, truncated to ``seq_len + 1`` tokens, right-padded to the
+  longest row of the batch (rounded up to a multiple of 8); pad positions are never scored.
+* ``pack`` (OwLore / LMFlow ``group_texts``): examples concatenated and cut into windows of ``seq_len + 1`` tokens,
+  every prompt token still unscored; attention crosses example boundaries (the model has no document mask).
+
+Examples whose prompt fills the whole window have no scored token and are dropped (counted in ``describe()``).
+The validation split is ``val_path``, or ``val_size`` examples held out by a permutation with ``split_seed``
+(LLM-Adapters: 120 examples, seed 42) — the same for every run, placement and training seed.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ..constants import IGNORE_INDEX
+from ..data.samplers import EpochShuffleSampler, ShardSampler
+from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
+from ..errors import ConfigError
+from ..jsonitems import read_items
+from .prompt import build_prompt
+
+log = logging.getLogger(__name__)
+REQUIRED_FIELDS = ("instruction", "output")
+
+
+def resolve_paths(path: str | None) -> list[Path]:
+    """Files of ``path``: one file, a glob, or several separated by commas."""
+    if path is None:
+        raise ConfigError("set data.path to Commonsense170K-format JSON (e.g. data.path=commonsense_170k.json, "
+                          "a glob, or several files separated by commas)")
+    files = [Path(f) for part in str(path).split(",") if part.strip()
+             for f in sorted(glob.glob(str(Path(part.strip()).expanduser())))]
+    if not files:
+        raise FileNotFoundError(f"data.path={path}: no such file (give a JSON file, a glob, or files separated by commas)")
+    return files
+
+
+def read_records(files: list[Path]) -> list[dict]:
+    """Every record of ``files`` (JSON array or JSON lines), checked for ``instruction`` and ``output`` strings."""
+    records = []
+    for file in files:
+        for i, row in enumerate(read_items(file, 'records {"instruction", "input", "output", "answer"}')):
+            if not isinstance(row, dict) or any(not isinstance(row.get(k), str) for k in REQUIRED_FIELDS):
+                raise ConfigError(f"{file}: record {i} is not an object with string fields {', '.join(REQUIRED_FIELDS)} "
+                                  f"(Commonsense170K format {{\"instruction\", \"input\", \"output\", \"answer\"}}): {str(row)[:200]}")
+            records.append(row)
+    if not records:
+        raise ConfigError(f"data.path: {', '.join(map(str, files))} hold no records")
+    return records
+
+
+def encode_examples(records: list[dict], tokenizer, eos_id: int, template: str, train_on_inputs: bool) -> list[tuple[np.ndarray, int]]:
+    """``(ids, m)`` per record: prompt ids ‖ output ids ‖ EOS, and m = the number of unscored prompt tokens."""
+    prompts = [build_prompt(r["instruction"], r.get("input"), template) for r in records]
+    prompt_ids = tokenizer.encode_batch(prompts, add_special_tokens=False)
+    output_ids = tokenizer.encode_batch([r["output"] for r in records], add_special_tokens=False)
+    out = []
+    for p, o in zip(prompt_ids, output_ids):
+        ids = np.asarray(p.ids + o.ids + [eos_id], dtype=np.int64)
+        out.append((ids, 0 if train_on_inputs else len(p.ids)))
+    return out
+
+
+def example_labels(ids: np.ndarray, prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(input_ids, labels)`` of one example: inputs x_0..x_{n-2}, labels x_{t+1} with prompt targets ignored."""
+    labels = ids[1:].copy()
+    labels[: max(prompt_len - 1, 0)] = IGNORE_INDEX
+    return ids[:-1], labels
+
+
+class PaddedExamples(Dataset):
+    """One example per item, truncated to ``seq_len`` inputs (variable length; the collate pads)."""
+
+    def __init__(self, examples: list[tuple[np.ndarray, int]], seq_len: int):
+        self.items = []
+        for ids, m in examples:
+            inputs, labels = example_labels(ids[: seq_len + 1], m)
+            if (labels != IGNORE_INDEX).any():
+                self.items.append((inputs, labels))
+        self.dropped = len(examples) - len(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        inputs, labels = self.items[i]
+        return {"input_ids": torch.from_numpy(inputs), "labels": torch.from_numpy(labels)}
+
+    def num_target_tokens(self) -> int:
+        return int(sum((labels != IGNORE_INDEX).sum() for _, labels in self.items))
+
+
+class PackedExamples(Dataset):
+    """Examples concatenated into one stream of (token, label) pairs, cut into windows of ``seq_len``."""
+
+    def __init__(self, examples: list[tuple[np.ndarray, int]], seq_len: int):
+        pairs = [example_labels(ids, m) for ids, m in examples]
+        # within an example, labels are its next tokens; across examples, the last input of one example predicts
+        # the first token of the next: that position is a boundary and is not scored
+        inputs = np.concatenate([np.append(i, ids[-1]) for (i, _), (ids, _) in zip(pairs, examples)])
+        labels = np.concatenate([np.append(lab, IGNORE_INDEX) for _, lab in pairs])
+        n = len(inputs) // seq_len
+        self.inputs = inputs[: n * seq_len].reshape(n, seq_len)
+        self.labels = labels[: n * seq_len].reshape(n, seq_len)
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": torch.from_numpy(self.inputs[i]), "labels": torch.from_numpy(self.labels[i])}
+
+    def num_target_tokens(self) -> int:
+        return int((self.labels != IGNORE_INDEX).sum())
+
+
+def pad_collate(pad_id: int, multiple: int = 8):
+    """Right-pad ``input_ids`` with ``pad_id`` and ``labels`` with IGNORE_INDEX to the longest row (rounded up to ``multiple``)."""
+
+    def collate(rows: list[dict]) -> dict:
+        longest = max(len(r["input_ids"]) for r in rows)
+        width = -(-longest // multiple) * multiple
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r["input_ids"])] = r["input_ids"]
+            labels[i, : len(r["labels"])] = r["labels"]
+        return {"input_ids": ids, "labels": labels}
+
+    return collate
+
+
+class InstructionDataModule(L.LightningDataModule):
+    """Commonsense170K-format instruction data (``data.loader=instruction``) for ``task=sft_commonsense``.
+
+    ``tokenizer`` is ``embedded``, a ``tokenizer.json``, a hub name, or a run folder / weights file whose
+    pretraining tokenizer is used (the shipped config sets it to ``${init_from}``).  ``batch_size`` is the per-device
+    micro-batch; ``global_batch_size`` is reached by gradient accumulation.  Each DDP rank reads a disjoint part of
+    a per-epoch permutation from ``seed``.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        val_path: str | None = None,
+        val_size: int = 120,
+        split_seed: int = 42,
+        tokenizer: str | None = None,
+        template: str = "alpaca",
+        train_on_inputs: bool = False,
+        seq_len: int = 256,
+        mode: str = "pad",
+        batch_size: int = 16,
+        global_batch_size: int | None = None,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        max_train_tokens: int | None = None,
+        seed: int = 0,
+        name: str | None = None,
+        label: str | None = None,
+    ):
+        super().__init__()
+        if mode not in ("pad", "pack"):
+            raise ConfigError(f"data.mode must be 'pad' or 'pack', got {mode!r}")
+        from ..trained import tokenizer_of
+
+        self.files = resolve_paths(path)
+        self.val_files = resolve_paths(val_path) if val_path is not None else None
+        self.val_size, self.split_seed = val_size, split_seed
+        self.tokenizer = TokenizerSpec(tokenizer_of(tokenizer))
+        self.template, self.train_on_inputs = template, train_on_inputs
+        self.seq_len, self.mode, self.seed = seq_len, mode, seed
+        self.batch_size, self.global_batch_size = batch_size, global_batch_size
+        self.eval_batch_size, self.num_workers = eval_batch_size or batch_size, num_workers
+        self.max_train_tokens = max_train_tokens
+        self.dataset_name = name or self.files[0].stem
+        self.dataset_label = label or f"instruction data {', '.join(str(f) for f in self.files)}"
+        self._resume: tuple[int, int] | None = None
+
+    def _split(self, records: list[dict]) -> tuple[list[dict], list[dict]]:
+        if self.val_files is not None:
+            return records, read_records(self.val_files)
+        if not 0 < self.val_size < len(records):
+            raise ConfigError(f"data.val_size={self.val_size} must be between 1 and the {len(records)} records - 1 "
+                              "(or give data.val_path)")
+        order = np.random.default_rng(self.split_seed).permutation(len(records))
+        held = set(order[: self.val_size].tolist())
+        return [r for i, r in enumerate(records) if i not in held], [records[i] for i in sorted(held)]
+
+    def setup(self, stage: str | None = None) -> None:
+        if hasattr(self, "train_set"):
+            return
+        tok = self.tokenizer.load()
+        self.vocab_size = tok.get_vocab_size()
+        self.eos_id = special_id(tok, EOS_CANDIDATES, "end-of-sequence")
+        self.pad_id = tok.token_to_id(PAD_CANDIDATES[0]) if tok.token_to_id(PAD_CANDIDATES[0]) is not None else self.eos_id
+        train, val = self._split(read_records(self.files))
+        encode = lambda rows: encode_examples(rows, tok, self.eos_id, self.template, self.train_on_inputs)  # noqa: E731
+        train_examples = encode(train)
+        if self.max_train_tokens is not None:
+            lengths = np.cumsum([len(ids) for ids, _ in train_examples])
+            train_examples = train_examples[: max(1, int(np.searchsorted(lengths, self.max_train_tokens, side="right")))]
+        dataset = PackedExamples if self.mode == "pack" else PaddedExamples
+        self.train_set, self.val_set = dataset(train_examples, self.seq_len), dataset(encode(val), self.seq_len)
+        if len(self.train_set) == 0:
+            raise ConfigError(f"no training example has a response within data.seq_len={self.seq_len} tokens; raise data.seq_len")
+        log.info("instruction data: %d train / %d val %s (%d without a response within %d tokens dropped)",
+                 len(self.train_set), len(self.val_set), "windows" if self.mode == "pack" else "examples",
+                 self.train_set.dropped + self.val_set.dropped, self.seq_len)
+
+    def describe(self) -> dict:
+        return {"name": self.dataset_name, "label": self.dataset_label, "source": ",".join(map(str, self.files)),
+                "val_source": ",".join(map(str, self.val_files)) if self.val_files else f"{self.val_size} held out (seed {self.split_seed})",
+                "tokenizer": self.tokenizer.name, "vocab_size": self.vocab_size, "seq_len": self.seq_len, "mode": self.mode,
+                "template": self.template, "train_on_inputs": self.train_on_inputs,
+                "num_train_sequences": len(self.train_set), "num_val_sequences": len(self.val_set),
+                "num_train_target_tokens": self.train_set.num_target_tokens(), "num_val_target_tokens": self.val_set.num_target_tokens(),
+                "dropped_examples": self.train_set.dropped + self.val_set.dropped}
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _loader(self, dataset, batch_size: int, sampler, drop_last: bool) -> DataLoader:
+        collate = pad_collate(self.pad_id) if self.mode == "pad" else None
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, collate_fn=collate,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available())
+
+    def train_dataloader(self) -> DataLoader:
+        rank, world = self._rank_world()
+        self.train_sampler = EpochShuffleSampler(len(self.train_set), self.seed, rank, world)
+        if self._resume is not None:
+            self.train_sampler.set_start(*self._resume)
+            self._resume = None
+        return self._loader(self.train_set, self.batch_size, self.train_sampler, drop_last=True)
+
+    def val_dataloader(self) -> DataLoader:
+        rank, world = self._rank_world()
+        return self._loader(self.val_set, self.eval_batch_size, ShardSampler(len(self.val_set), rank, world), drop_last=False)
+
+    def state_dict(self) -> dict:
+        """Position in the training order (epoch, samples this rank consumed), as :class:`~mixbench.data.text.TextDataModule`."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None or not hasattr(self, "train_sampler"):
+            return {}
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"epoch": self.train_sampler.epoch, "consumed": batches * self.batch_size, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            if state.get("seed") != self.seed:
+                raise ConfigError(f"the checkpoint was trained with seed {state.get('seed')}, this run has seed {self.seed}")
+            self._resume = (state["epoch"], state["consumed"])

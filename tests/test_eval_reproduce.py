@@ -1,0 +1,90 @@
+"""`mixbench reproduce table2`: pretrain → SFT → eval chains (dry run, stage options, reuse of finished stages) and
+`mixbench table --paper table2` next to the paper's numbers."""
+import json
+from pathlib import Path
+
+import pytest
+
+from mixbench.cli import main
+from mixbench.errors import ConfigError
+from mixbench.reproduce import grid
+from mixbench.reproduce_downstream import chains, same_settings, split_overrides
+
+from downstream_fixtures import TINY, write_records
+
+
+def test_table2_grid_holds_the_paper_numbers():
+    spec = grid("table2")
+    assert spec["kind"] == "downstream" and spec["tasks"] == ["mmlu", "boolq", "arc_easy", "piqa", "hellaswag", "openbookqa", "winogrande"]
+    mix250 = next(r for r in spec["runs"] if r["task"] == "c4_llama_250m" and r["norm"] == "mix")["paper"]
+    assert mix250["boolq"] == 56.12 and mix250["avg"] == 41.34
+    for run in spec["runs"]:  # "Avg." is the mean of the seven tasks
+        assert abs(sum(run["paper"][t] for t in spec["tasks"]) / 7 - run["paper"]["avg"]) < 0.01
+
+
+def test_dry_run_lists_every_stage_with_its_dependencies(capsys):
+    assert main(["reproduce", "table2", "--dry-run", "sft:data.path=/data/commonsense_170k.json", "eval:limit=100"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[pretrain] mixbench run task=c4_llama_") == 8 and out.count("[sft]      mixbench run") == 8 and out.count("[eval]     mixbench eval") == 8
+    assert "task=sft_commonsense model=llama_250m norm=mix" in out and "'init_from=<pretrain run>'" in out
+    assert "--num-fewshot 5" in out and "--limit 100" in out and "data.path=/data/commonsense_170k.json" in out
+    assert main(["reproduce", "table2", "--dry-run"]) == 0
+    assert "add sft:data.path=" in capsys.readouterr().out
+    assert main(["reproduce", "table2", "--dry-run", "--only", "norm=mix", "sft:data.path=x"]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("# ")] == [
+        "# c4_llama_250m · mix(α=0.25) · seed 0", "# c4_llama_1b · mix(α=0.25) · seed 0"]
+
+
+def test_stage_options_and_settings_comparison():
+    common, pre, sft, options = split_overrides(("seed=1", "pretrain:data.path=a", "sft:data.path=b", "eval:tasks=boolq,piqa", "eval:limit=5"))
+    assert (common, pre, sft, options) == (["seed=1"], ["data.path=a"], ["data.path=b"], {"tasks": ["boolq", "piqa"], "limit": 5})
+    with pytest.raises(ConfigError, match="unknown evaluation option"):
+        split_overrides(("eval:shots=5",))
+    [chain] = [c for c in chains("table2", "proxy", (0,), ("model.vocab_size=8192",)) if "· pre ·" in c.label]
+    assert "model.num_layers=24" in chain.sft and "scale=proxy" in chain.sft and chain.eval["num_fewshot"] == 0
+    old = {"a": 1, "run_dir": "x", "b": {"c": 2}, "init_from": "p", "data": {"tokenizer": "p"}}
+    assert same_settings(old, {"a": 1, "run_dir": "y", "b": {"c": 2, "new": 0}, "init_from": "q", "data": {"tokenizer": "q"}})
+    assert not same_settings(old, {"a": 1, "b": {"c": 3}})
+
+
+def _sft_record(root: Path, norm_label: str, seed: int, accuracy: float) -> None:
+    tasks = grid("table2")["tasks"]
+    metrics = {"val/loss": 1.0, **{f"eval/{t}/acc": accuracy for t in tasks}, "eval/avg/acc": accuracy}
+    record = {"schema": "mixbench.result/1", "task": "sft_commonsense", "scale": "paper", "seed": seed, "status": "completed",
+              "model": {"name": "llama_250m"}, "norm": {"label": norm_label}, "dataset": {"name": "commonsense_170k"},
+              "metrics": metrics, "primary_metric": {"name": "val/loss", "higher_is_better": False, "value": 1.0},
+              "downstream": {"harness": {"tasks": {t: {"acc": accuracy} for t in tasks}}}, "started_at": f"2026-01-0{seed + 1}"}
+    folder = root / "runs" / f"{norm_label}-{seed}"
+    folder.mkdir(parents=True)
+    (folder / "record.json").write_text(json.dumps(record))
+
+
+def test_table_paper_table2_puts_ours_next_to_the_paper(tmp_path, capsys):
+    _sft_record(tmp_path, "mix(α=0.25)", 0, 0.40)
+    _sft_record(tmp_path, "mix(α=0.25)", 1, 0.42)
+    capsys.readouterr()
+    assert main(["table", "--paper", "table2", "--results-dir", str(tmp_path), "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| llama_250m · mix(α=0.25)"))
+    assert "41.00 ± 1.41 (n=2) / 56.12 (-15.12)" in row and "/ 41.34" in row
+    assert "| llama_1b · pre | not run / 26.54" in out
+
+
+@pytest.mark.slow
+def test_reproduce_table2_proxy_chains_run_and_are_reused(tmp_path, capsys):
+    """The whole proxy grid at toy size on the CPU (4 chains × pretrain, SFT, eval), then again: nothing re-runs."""
+    data = write_records(tmp_path / "sft.json")
+    args = ["reproduce", "table2", "--scale", "proxy", f"results_dir={tmp_path / 'results'}", *TINY[1:], "model.num_layers=2",
+            "data.tokenizer=embedded", "model.vocab_size=8192", "trainer.precision=32-true", "compile=false",
+            "pretrain:data.path=embedded", "pretrain:trainer.max_steps=2", "pretrain:data.batch_size=4", "pretrain:data.global_batch_size=4",
+            "pretrain:trainer.val_check_interval=2", "pretrain:data.max_val_tokens=2000", f"sft:data.path={data}", "sft:data.val_size=4",
+            "sft:trainer.max_steps=2", "eval:data=embedded", "eval:limit=3", "eval:tasks=arc_easy,winogrande"]
+    assert main(args) == 0
+    records = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("record.json")]
+    sft = [r for r in records if r["task"] == "sft_commonsense"]
+    assert len(records) == 8 and len(sft) == 4 and all("eval/arc_easy/acc" in r["metrics"] for r in sft)
+    capsys.readouterr()
+    assert main([*args[:4], "--dry-run", *args[4:]]) == 0
+    assert capsys.readouterr().out.count("# reuse") == 8
+    assert main(args) == 0
+    assert len(list((tmp_path / "results").rglob("record.json"))) == 8
