@@ -77,13 +77,13 @@ class DyT(nn.Module):
         return f"{self.dim}, alpha_init={self.alpha_init:g}, bias={self.bias is not None}"
 
 
-def _make_norm(dim: int, position: str | None = None, *, kind: str, eps: float, bias: bool, family: str, groups: int,
+def _make_norm(dim: int, position: str | None = None, *, kind: str, eps: float, bias: bool, impl: str, groups: int,
                device=None, dtype=None) -> nn.Module:
     """One norm of ``kind`` (``position`` is ignored: these norms are the same everywhere)."""
     dd = dict(device=device, dtype=dtype)
     if kind == "groupnorm":
         return TokenGroupNorm(dim, groups=groups, eps=eps, bias=bias, **dd)
-    if family == "timm":
+    if impl == "timm":
         from timm.layers import LayerNorm, RmsNorm
 
         return LayerNorm(dim, eps=eps, **dd) if kind == "layernorm" else RmsNorm(dim, eps=eps, **dd)
@@ -111,16 +111,16 @@ def _make_dyt(dim: int, position: str | None = None, *, bias: bool, alpha_attn: 
 _make_dyt.by_position = True  # type: ignore[attr-defined]
 
 
-def norm_factory(kind: str, eps: float = 1e-6, bias: bool = True, family: str = "torch", groups: int = 8) -> Callable[..., nn.Module]:
+def norm_factory(kind: str, eps: float = 1e-6, bias: bool = True, impl: str = "torch", groups: int = 8) -> Callable[..., nn.Module]:
     """Return ``f(dim, position=None) -> nn.Module`` for the norm ``kind``.
 
-    ``family='timm'`` uses timm's LayerNorm / RmsNorm (so ViT state_dicts match timm's);
-    ``family='torch'`` uses ``torch.nn`` modules (fused kernels under torch.compile).
+    ``impl='timm'`` uses timm's LayerNorm / RmsNorm (so ViT state_dicts match timm's);
+    ``impl='torch'`` uses ``torch.nn`` modules (fused kernels under torch.compile).
     ``bias`` applies to LayerNorm and GroupNorm (and to a DyT made from this factory, see :func:`dyt_factory`).
     """
     if kind not in NORM_KINDS:
         raise NormConfigError(f"unknown norm.kind {kind!r}; valid: {', '.join(NORM_KINDS)}")
-    return partial(_make_norm, kind=kind, eps=eps, bias=bias, family=family, groups=groups)
+    return partial(_make_norm, kind=kind, eps=eps, bias=bias, impl=impl, groups=groups)
 
 
 def dyt_factory(alpha_attn: float = 0.5, alpha_mlp: float = 0.5, alpha_final: float = 0.5, bias: bool = True) -> Callable[..., nn.Module]:

@@ -134,7 +134,6 @@ class Llama(nn.Module):
     embedding norm ``embed_norm`` (Peri-LN's ``norm.embed_norm``) exists only when on, after ``scaled_embed``.
     """
 
-    family = "lm"
     forward_computes_loss = True  # forward(input_ids, labels=...) returns the summed cross-entropy
 
     def __init__(self, cfg: LlamaConfig, norm: NormSpec = NormSpec()):

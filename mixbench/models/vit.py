@@ -124,7 +124,7 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     plan = norm.plan(num_layers)
     timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items()}
     placement = get_placement(norm.placement)
-    make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, family="timm", groups=norm.groups))
+    make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, impl="timm", groups=norm.groups))
     model = timm.create_model(
         VIT_PRESETS[name]["timm_name"],
         pretrained=False,
@@ -147,7 +147,6 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     if norm.scaled_embed:
         model.patch_embed.register_forward_hook(partial(_scale_output, scale=options["hidden_size"] ** 0.5))
     init_placements_(model.blocks)
-    model.family = "vision"
     model.plan = plan
     model.norm_spec = norm
     return model
