@@ -49,3 +49,45 @@ class ShardSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return len(range(self.rank, self.n, self.world_size))
+
+
+class ResumableOrder:
+    """Mixin for a Lightning data module whose training order is a per-epoch permutation from ``self.seed``, each rank
+    reading a disjoint part, and whose position is saved in checkpoints (``state_dict``) so that a resumed run continues
+    where it stopped.  The module sets ``self.seed``, ``self.batch_size`` and ``self._resume = None``."""
+
+    _resume: tuple[int, int] | None = None
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _train_sampler(self, n: int) -> EpochShuffleSampler:
+        """The sampler of this rank's training order, started at the restored position (if any)."""
+        rank, world = self._rank_world()
+        self.train_sampler = EpochShuffleSampler(n, self.seed, rank, world)
+        if self._resume is not None:
+            self.train_sampler.set_start(*self._resume)
+            self._resume = None
+        return self.train_sampler
+
+    def _val_sampler(self, n: int) -> ShardSampler:
+        rank, world = self._rank_world()
+        return ShardSampler(n, rank, world)
+
+    def state_dict(self) -> dict:
+        """Position in the training order: epoch and samples this rank consumed in it."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None or not hasattr(self, "train_sampler"):
+            return {}
+        # micro-batches of this epoch, counted by Lightning across restarts (so not added to the resume offset)
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"epoch": self.train_sampler.epoch, "consumed": batches * self.batch_size, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            if state.get("seed") != self.seed:
+                from ..errors import ConfigError
+
+                raise ConfigError(f"the checkpoint was trained with seed {state.get('seed')}, this run has seed {self.seed}")
+            self._resume = (state["epoch"], state["consumed"])

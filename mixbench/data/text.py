@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..constants import IGNORE_INDEX
 from ..errors import ConfigError
 from . import ASSETS_DIR
-from .samplers import EpochShuffleSampler, ShardSampler
+from .samplers import ResumableOrder
 from .tokens import PAD_CANDIDATES, TokenizerSpec, TokenStore, build_cache, special_id
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class PaddedDocuments(Dataset):
         return int((lengths - 1).sum())
 
 
-class TextDataModule(L.LightningDataModule):
+class TextDataModule(ResumableOrder, L.LightningDataModule):
     """Token-cached C4-format text for causal LM training.
 
     ``batch_size`` is the micro-batch per device; ``global_batch_size`` (optional) is reached by
@@ -209,36 +209,10 @@ class TextDataModule(L.LightningDataModule):
         return self._unigram_entropy
 
     # loaders -----------------------------------------------------------------------------------
-    def _rank_world(self) -> tuple[int, int]:
-        trainer = getattr(self, "trainer", None)
-        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-
     def train_dataloader(self) -> DataLoader:
-        rank, world = self._rank_world()
-        self.train_sampler = EpochShuffleSampler(len(self.train_set), self.seed, rank, world)
-        if self._resume is not None:
-            self.train_sampler.set_start(*self._resume)
-            self._resume = None
-        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=self.train_sampler, drop_last=True,
+        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=self._train_sampler(len(self.train_set)), drop_last=True,
                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available())
 
     def val_dataloader(self) -> DataLoader:
-        rank, world = self._rank_world()
-        return DataLoader(self.val_set, batch_size=self.eval_batch_size, sampler=ShardSampler(len(self.val_set), rank, world),
+        return DataLoader(self.val_set, batch_size=self.eval_batch_size, sampler=self._val_sampler(len(self.val_set)),
                           num_workers=self.num_workers, pin_memory=torch.cuda.is_available())
-
-    # resume ------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Position in the training order: epoch and samples this rank consumed in it."""
-        trainer = getattr(self, "trainer", None)
-        if trainer is None or not hasattr(self, "train_sampler"):
-            return {}
-        # micro-batches of this epoch, counted by Lightning across restarts (so not added to the resume offset)
-        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        return {"epoch": self.train_sampler.epoch, "consumed": batches * self.batch_size, "seed": self.seed}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state:
-            if state.get("seed") != self.seed:
-                raise ConfigError(f"the checkpoint was trained with seed {state.get('seed')}, this run has seed {self.seed}")
-            self._resume = (state["epoch"], state["consumed"])

@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..constants import IGNORE_INDEX
-from ..data.samplers import EpochShuffleSampler, ShardSampler
+from ..data.samplers import ResumableOrder
 from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
 from ..errors import ConfigError
 from ..jsonitems import read_items
@@ -149,7 +149,7 @@ def pad_collate(pad_id: int, multiple: int = 8):
     return collate
 
 
-class InstructionDataModule(L.LightningDataModule):
+class InstructionDataModule(ResumableOrder, L.LightningDataModule):
     """Commonsense170K-format instruction data (``data.loader=instruction``) for ``task=sft_commonsense``.
 
     ``tokenizer`` is ``embedded``, a ``tokenizer.json``, a hub name, or a run folder / weights file whose
@@ -236,37 +236,13 @@ class InstructionDataModule(L.LightningDataModule):
                 "num_train_target_tokens": self.train_set.num_target_tokens(), "num_val_target_tokens": self.val_set.num_target_tokens(),
                 "dropped_examples": self.train_set.dropped + self.val_set.dropped}
 
-    def _rank_world(self) -> tuple[int, int]:
-        trainer = getattr(self, "trainer", None)
-        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-
     def _loader(self, dataset, batch_size: int, sampler, drop_last: bool) -> DataLoader:
         collate = pad_collate(self.pad_id) if self.mode == "pad" else None
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, collate_fn=collate,
                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available())
 
     def train_dataloader(self) -> DataLoader:
-        rank, world = self._rank_world()
-        self.train_sampler = EpochShuffleSampler(len(self.train_set), self.seed, rank, world)
-        if self._resume is not None:
-            self.train_sampler.set_start(*self._resume)
-            self._resume = None
-        return self._loader(self.train_set, self.batch_size, self.train_sampler, drop_last=True)
+        return self._loader(self.train_set, self.batch_size, self._train_sampler(len(self.train_set)), drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
-        rank, world = self._rank_world()
-        return self._loader(self.val_set, self.eval_batch_size, ShardSampler(len(self.val_set), rank, world), drop_last=False)
-
-    def state_dict(self) -> dict:
-        """Position in the training order (epoch, samples this rank consumed), as :class:`~mixbench.data.text.TextDataModule`."""
-        trainer = getattr(self, "trainer", None)
-        if trainer is None or not hasattr(self, "train_sampler"):
-            return {}
-        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        return {"epoch": self.train_sampler.epoch, "consumed": batches * self.batch_size, "seed": self.seed}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state:
-            if state.get("seed") != self.seed:
-                raise ConfigError(f"the checkpoint was trained with seed {state.get('seed')}, this run has seed {self.seed}")
-            self._resume = (state["epoch"], state["consumed"])
+        return self._loader(self.val_set, self.eval_batch_size, self._val_sampler(len(self.val_set)), drop_last=False)
