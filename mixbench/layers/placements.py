@@ -398,14 +398,11 @@ class HybridNorm(_QKVNorm):
 
 
 @register_placement
-class HybridFirst(_QKVNorm):
-    """HybridNorm*'s first block: Pre-Norm in both sub-layers and the QKV-norm,
+class HybridFirst(_QKVNorm, PreLN):
+    """HybridNorm*'s first block: Pre-Norm in both sub-layers (PreLN's rule) and the QKV-norm,
     ``y = x + A_qkvn(N_a(x)); x' = y + M(N_f(y))`` (the official code's ``norm_pos_special_config``)."""
 
     name, summary = "hybrid_first", "x + A_qkvn(N(x)); x + M(N(x)) — HybridNorm*'s first block"
-
-    def sublayer(self, block, which, x, branch):
-        return x + branch(getattr(block, f"norm{which}")(x))
 
 
 @register_placement
