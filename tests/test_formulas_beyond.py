@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from conftest import randomize_norms
+from test_formulas import layer_norm, rms_norm  # the hand-written norms of the paper placements' tests
 
 from mixbench import build_model
 from mixbench.layers import DyT, NormConfigError, NormSpec, block_placements, list_placements, placement_parameters
@@ -29,16 +30,6 @@ def build(family, norm, seed=0):
 
 
 # ------------------------------------------------------------------------------------------------ formulas by hand
-def rms_norm(x, w):
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
-
-
-def layer_norm(x, w, b):
-    mu = x.mean(-1, keepdim=True)
-    var = (x - mu).pow(2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + EPS) * w + b
-
-
 def dyt(x, alpha, w, b):
     y = torch.tanh(alpha * x) * w
     return y if b is None else y + b
