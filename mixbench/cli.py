@@ -33,7 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     from .train import run
 
-    record = run(cfg)
+    record = run(cfg, command=["mixbench", *args.command_line])
     pm = record["primary_metric"]
     log.info("%s: %s = %s on %s (%s, %.0f s)", record["status"], pm["name"],
              f"{pm['value']:.4g}" if pm["value"] is not None else "n/a", record["dataset"].get("label", record["dataset"]["name"]),
@@ -325,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("lightning.pytorch").propagate = False  # Lightning prints its own messages
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)  # key=value overrides may follow --options
+    args.command_line = list(argv if argv is not None else sys.argv[1:])
     if extra and (not hasattr(args, "overrides") or any("=" not in e for e in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:

@@ -226,7 +226,7 @@ def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) ->
 
 def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
     """Train + evaluate ``cfg`` (from :func:`mixbench.config.compose`); returns the record (written by rank 0).
-    ``command``: the command line that asked for it (stored in the record; default: this process's)."""
+    ``command``: the command line that asked for it, stored in the record (None from the Python API)."""
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     spec = norm_spec(cfg)
     task = get_task(cfg.task.name)
@@ -243,7 +243,7 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
     if primary:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     record = new_record(cfg, spec, task, run_dir, started)
-    record["command"] = command or ["mixbench", *sys.argv[1:]]
+    record["command"] = command
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build_datamodule(cfg)

@@ -157,6 +157,7 @@ def test_replay_a_run_from_its_config(tmp_path):
     assert main(["run", "--config", str(config), "trainer.max_steps=1"]) == 0
     replayed = [r for r in records(tmp_path) if r["run_dir"] != first["run_dir"]]
     assert len(replayed) == 1 and replayed[0]["steps"] == 1 and replayed[0]["norm"]["plan"] == ["post", "pre"]
+    assert replayed[0]["command"] == ["mixbench", "run", "--config", str(config), "trainer.max_steps=1"]
     assert replayed[0]["config"]["norm"] == first["config"]["norm"]
     assert main(["run", "--config", str(config), "norm=pre"]) == 2
 
