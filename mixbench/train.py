@@ -84,7 +84,9 @@ def run_directory(cfg: DictConfig, label: str) -> Path:
     parent = Path(cfg.results_dir) / "runs" / cfg.task.name / cfg.model.name / slug
     if cfg.resume == "auto":  # the same config's folder: a finished one (nothing to do) before an unfinished one
         same = [p for p in sorted(parent.glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg)]
-        for folder in [p for p in same if finished_record(p)] + [p for p in same if not finished_record(p)][::-1]:
+        finished = [p for p in same if finished_record(p) is not None]
+        if finished or same:
+            folder = finished[0] if finished else same[-1]
             log.info("resume=auto: %s", folder)
             return folder
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -132,7 +134,7 @@ def accumulation_steps(global_batch: int | None, micro_batch: int, world: int) -
     return global_batch // (micro_batch * world)
 
 
-def build_datamodule(cfg: DictConfig, setup: bool = True) -> L.LightningDataModule:
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     """The run's data module (``data.loader`` with the ``data`` group's arguments, ``seed`` if it takes one), set up for
     fitting and checked against :class:`mixbench.contracts.BenchDataModule` and the family's needs."""
     family = get_family(cfg.task.family)
@@ -142,9 +144,8 @@ def build_datamodule(cfg: DictConfig, setup: bool = True) -> L.LightningDataModu
     if "seed" in inspect.signature(datamodule_class.__init__).parameters:
         options["seed"] = cfg.seed
     datamodule = datamodule_class(**options)
-    if setup:
-        datamodule.setup("fit")
-        check_contract(datamodule, BenchDataModule, f"data loader {loader!r}", family.data_requires)
+    datamodule.setup("fit")
+    check_contract(datamodule, BenchDataModule, f"data loader {loader!r}", family.data_requires)
     return datamodule
 
 
