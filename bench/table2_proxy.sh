@@ -1,43 +1,63 @@
 #!/usr/bin/env bash
-# Paper Table 2 at proxy scale on one GPU: pretrain → SFT → lm-evaluation-harness for Post-LN, DeepNorm, Pre-LN and Mix-LN
-# (LLaMA-71M width, 24 blocks, vocab 8192), the four chains side by side on the GPU (--jobs 4).
+# Paper Table 2 at proxy scale: pretrain → SFT → lm-evaluation-harness for Pre-LN, Post-LN and Mix-LN, three seeds each
+# (LLaMA-71M width, 24 blocks, vocab 8192).  The nine chains are spread over the machine's GPUs as PARTS says.
 #
 # Needs, in the repository root (all git-ignored):
-#   .data/textmix/pkgtext-train.0000{2,4,5,6,7,8}-of-00009.json.gz + pkgtext-validation.00000-of-00001.json.gz   (pretraining text)
-#   .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json   (fine-tuning: the real train sets in LLM-Adapters format)
-#   .data/commonsense/{boolq,ARC-Easy,piqa,openbookqa,winogrande}/test.json  (evaluation: the real test sets)
+#   .data/textmix3/pkgtext-train.0000{1,3,8}-of-00009.json.gz + pkgtext-validation.00000-of-00001.json.gz
+#       (pretraining text: shards of ../shared/data/textmix, 26.6M tokens; 760 steps read 24.9M of them)
+#   .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json + commonsense170k_like.json
+#       (fine-tuning: the real train sets in LLM-Adapters format and the mc-registry's Commonsense170K-format items)
+#   .data/commonsense/{boolq,ARC-Easy,piqa,openbookqa,winogrande}/test.json   (evaluation: the real test sets)
 #   .whl/ from bench/table2_proxy_wheels.sh when lm_eval / datasets / omegaconf are not installed there
-# MMLU (the 273 genuine dev questions) and HellaSwag (format sample, not HellaSwag) come from the embedded sample.
-# Output: $OUT (default results/proxy/table2): table2_proxy.md and table2_proxy_runs.tgz (records, eval summaries, logs).
+# MMLU (the 273 genuine dev questions) and HellaSwag (a format sample, not HellaSwag) come from the embedded sample.
+# PARTS: "GPU:NORM:SEEDS ..." — one `mixbench reproduce table2` per item, CUDA_VISIBLE_DEVICES=GPU, chains of a part
+# side by side on its GPU.  Output: $OUT (default results/proxy/table2): table2_proxy.md, the consoles, and
+# table2_proxy_runs.tgz (records, eval summaries, configs, logs; no weights).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/proxy/table2}
 RESULTS=${RESULTS:-.data/table2_results}
-JOBS=${JOBS:-4}
+PARTS=${PARTS:-"0:pre:0,1,2 0:mix:0,1 1:post:0,1,2 1:mix:2"}
 mkdir -p "$OUT"
 if [ -d .whl ] && ! python3 -c "import lm_eval, datasets, omegaconf" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 python3 -c "import lm_eval, mixbench" || { echo "lm_eval or mixbench is not importable: pip install -e '.[eval]' (or bring .whl/)"; exit 2; }
-for f in .data/textmix/pkgtext-validation.00000-of-00001.json.gz .data/commonsense/boolq/train.json .data/commonsense/piqa/test.json; do
+for f in .data/textmix3/pkgtext-validation.00000-of-00001.json.gz .data/commonsense/boolq/train.json .data/commonsense/piqa/test.json; do
     [ -f "$f" ] || { echo "missing $f (see the header of $0)"; exit 2; }
 done
-SFT_DATA=$(ls .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json | paste -sd, -)
+SFT_DATA=$(ls .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json .data/commonsense/commonsense170k_like.json | paste -sd, -)
+PRETRAIN_DATA=(data.tokenizer=embedded model.vocab_size=8192 'data.path=.data/textmix3/pkgtext-train.*.json.gz')
 ARGS=(results_dir="$RESULTS" data.tokenizer=embedded model.vocab_size=8192 trainer.enable_progress_bar=false
-      "pretrain:data.path=.data/textmix/pkgtext-train.*.json.gz"
-      "sft:data.path=$SFT_DATA"
-      "eval:data=.data/commonsense,embedded")
-python3 -m mixbench.cli reproduce table2 --scale proxy --dry-run "${ARGS[@]}" | tee "$OUT/table2_proxy_plan.txt"
+      "pretrain:data.path=.data/textmix3/pkgtext-train.*.json.gz" pretrain:compile=true pretrain:data.batch_size=64
+      pretrain:data.num_workers=2 "sft:data.path=$SFT_DATA" "eval:data=.data/commonsense,embedded" ${EXTRA:-})
+: > "$OUT/table2_proxy_plan.txt"
+for part in $PARTS; do
+    IFS=: read -r gpu norm seeds <<< "$part"
+    echo "## GPU $gpu" >> "$OUT/table2_proxy_plan.txt"
+    python3 -m mixbench.cli reproduce table2 --scale proxy --seeds "$seeds," --only "norm=$norm" --dry-run "${ARGS[@]}" >> "$OUT/table2_proxy_plan.txt"
+done
+cat "$OUT/table2_proxy_plan.txt"
 [ "${DRY_RUN:-0}" = 1 ] && exit 0   # DRY_RUN=1: check the data and the plan only
-# tokenize the pretraining corpus once, before four runs would each build the same cache
+# tokenize the pretraining corpus once, before the chains would each build the same cache
 python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
-    task=c4_llama_71m scale=proxy data.mode=pack data.tokenizer=embedded model.vocab_size=8192 'data.path=.data/textmix/pkgtext-train.*.json.gz' \
-    data.max_val_tokens=1000000
+    task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${PRETRAIN_DATA[@]}" ${EXTRA_PRETRAIN:-}
 start=$(date +%s)
-python3 -m mixbench.cli reproduce table2 --scale proxy --jobs "$JOBS" "${ARGS[@]}" 2>&1 | tee "$OUT/table2_proxy_console.txt"
-echo "wall time: $(( $(date +%s) - start )) s on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$OUT/table2_proxy_console.txt"
-python3 -m mixbench.reproduce_downstream --results-dir "$RESULTS" --scale proxy --out "$OUT/table2_proxy.md"
-find "$RESULTS" \( -name record.json -o -name harness.json -o -name console.log -o -name config.yaml \) -print0 \
+pids=()
+for part in $PARTS; do
+    IFS=: read -r gpu norm seeds <<< "$part"
+    n=$(tr ',' '\n' <<< "$seeds" | wc -l)
+    CUDA_VISIBLE_DEVICES=$gpu python3 -m mixbench.cli reproduce table2 --scale proxy --seeds "$seeds," --only "norm=$norm" \
+        --jobs "$n" "${ARGS[@]}" > "$OUT/console_${norm}_${seeds//,/}.txt" 2>&1 &
+    pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "no GPU")
+echo "wall time: $(( $(date +%s) - start )) s on $(nvidia-smi -L 2>/dev/null | wc -l) × ${gpu}; parts: $PARTS" | tee "$OUT/wall_time.txt"
+python3 -m mixbench.reproduce_downstream --results-dir "$RESULTS" --scale proxy --out "$OUT/table2_proxy.md" || status=1
+find "$RESULTS" \( -name record.json -o -name harness.json -o -name console.log -o -name config.yaml -o -name metrics.csv \) -print0 \
     | tar czf "$OUT/table2_proxy_runs.tgz" --null -T -
+exit $status

@@ -80,12 +80,22 @@ def cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def seed_list(text: str) -> tuple[int, ...]:
+    """``--seeds``: ``N`` → seeds 0..N-1; ``0,2`` → seeds 0 and 2; ``2,`` → seed 2 alone."""
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s) if "," in text else tuple(range(int(text)))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes a count N or a comma-separated list of seeds, got {text!r}") from None
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds needs at least one seed, none negative; got {text!r}")
+    return seeds
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from .reproduce import reproduce
     from .runner import summarize
 
-    seeds = tuple(range(args.seeds)) if args.seeds else (0,)
-    outcomes = reproduce(args.table, args.scale, seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only))
+    outcomes = reproduce(args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only))
     if outcomes is None:  # --dry-run
         return 0
     status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
@@ -261,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("table")
     rep.add_argument("overrides", nargs="*", metavar="key=value", help="applied to every run, e.g. data.path=... results_dir=...")
     rep.add_argument("--scale", choices=("paper", "proxy"), default="paper")
-    rep.add_argument("--seeds", type=int, default=1, help="run seeds 0..N-1")
+    rep.add_argument("--seeds", type=seed_list, default=(0,), metavar="N|S,S,...",
+                     help="N: run seeds 0..N-1; a comma-separated list: run those seeds (0,2: seeds 0 and 2; 2,: seed 2 alone)")
     rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
     rep.add_argument("--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)")
     rep.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
