@@ -28,7 +28,9 @@ from omegaconf.errors import OmegaConfBaseException
 from .errors import ConfigError
 from .layers import NormSpec, get_placement
 from .optim import OPTIMIZERS
+from .precision import check_fp8_settings
 from .project import config_choices, config_file
+from .strategy import check_strategy_settings
 
 GROUPS = ("task", "model", "norm", "data")
 SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -271,6 +273,8 @@ def check_ranges(cfg: DictConfig) -> None:
 def validate(cfg: DictConfig) -> None:
     """Fail at config time on bad values that would otherwise surface mid-run."""
     check_ranges(cfg)
+    check_fp8_settings(cfg)
+    check_strategy_settings(cfg)
     spec = norm_spec(cfg)
     spec.plan(int(cfg.model.num_layers))
     if cfg.optim.name not in OPTIMIZERS:

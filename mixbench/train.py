@@ -28,10 +28,12 @@ from .data import get_datamodule_class
 from .errors import ConfigError
 from .families import get_family
 from .models import build_model
+from .precision import apply_fp8, lightning_precision
 from .provenance import git_commit, hardware, package_versions
 from .loggers import build_loggers
 from .results import SCHEMA, write_record
 from .status import classify
+from .strategy import make_strategy
 from .tasks import get_task
 from .weights import describe_model, init_from, save_weights
 
@@ -164,30 +166,12 @@ def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
     return ThroughputMonitor(family.items, family.flops_per_item(cfg, model), cfg.trainer.log_every_n_steps)
 
 
-def make_strategy(cfg: DictConfig, block_class: type):
-    """``trainer.strategy`` as given, except ``fsdp``: FSDP sharding each transformer block
-    (``fsdp.*`` settings: sharding strategy, activation checkpointing) — the option for llama_1b / llama_7b."""
-    if cfg.trainer.strategy != "fsdp":
-        return cfg.trainer.strategy
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    return FSDPStrategy(
-        auto_wrap_policy={block_class},
-        activation_checkpointing_policy={block_class} if cfg.fsdp.activation_checkpointing else None,
-        sharding_strategy=cfg.fsdp.sharding_strategy,
-        use_orig_params=True,  # needed by torch.compile and by per-parameter optimizer groups
-    )
-
-
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
-    if kwargs.get("precision") is None:
-        kwargs["precision"] = "bf16-mixed" if torch.cuda.is_available() and kwargs.get("accelerator") in ("auto", "gpu", "cuda") else "32-true"
-    if not torch.cuda.is_available() and str(kwargs["precision"]).startswith("bf16") and kwargs.get("accelerator") == "auto":
-        log.warning("no GPU: running %s on the CPU", kwargs["precision"])
-    kwargs["strategy"] = make_strategy(cfg, block_class)
+    kwargs["precision"] = lightning_precision(kwargs.get("precision"), kwargs.get("accelerator"))
+    kwargs["strategy"] = make_strategy(cfg, block_class, kwargs["precision"])
     kwargs["accumulate_grad_batches"] = accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
     callbacks = [*callbacks, LearningRateMonitor(logging_interval="step"), RNGStateCallback()]
     if kwargs.get("enable_progress_bar", True):
@@ -262,6 +246,8 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
         monitor_options = {k: v for k, v in cfg.divergence.items() if k not in ("unigram_floor", "stall_nats")}
         divergence, throughput = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model)
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
+        if (fp8 := apply_fp8(cfg, model)) is not None:
+            record["fp8"] = fp8
         if cfg.compile:
             model.compile()
         module = build_lightning_module(cfg, model, datamodule)

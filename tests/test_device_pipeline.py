@@ -10,6 +10,7 @@ from timm.data import create_transform
 
 from mixbench.data import ASSETS_DIR
 from mixbench.data import device_pipeline as dp
+from mixbench.data import randaugment as ra
 from mixbench.data.folders import ImageFolderDataModule
 
 FILL = (124, 116, 104)  # timm's img_mean for the ImageNet mean
@@ -36,7 +37,7 @@ def _both(photos, name, timm_fn, arg):
     images, batch = photos
     args = () if arg is None else (arg,)
     ref = torch.stack([torch.from_numpy(np.array(timm_fn(i, *args, fillcolor=FILL, resample=Image.BICUBIC))).permute(2, 0, 1) for i in images])
-    out = dp.BATCH_OPS[name](batch.clone(), torch.full((len(batch),), float(arg or 0)), torch.tensor(FILL, dtype=torch.float32))
+    out = ra.apply_op(name, batch.clone(), torch.full((len(batch),), float(arg or 0)), torch.tensor(FILL, dtype=torch.float32))
     assert out.dtype == torch.uint8 and out.shape == batch.shape
     return (out.float() - ref.float()).abs()
 
@@ -54,17 +55,17 @@ def test_geometric_ops_match_timm_pil_ops(photos, name, timm_fn, arg):
 
 def test_per_image_arguments_are_applied_per_image(photos):
     _, batch = photos
-    out = dp.rotate(batch.clone(), torch.tensor([0.0, 90.0, 0.0, -90.0]), torch.tensor(FILL, dtype=torch.float32))
+    out = ra.apply_op("Rotate", batch.clone(), torch.tensor([0.0, 90.0, 0.0, -90.0]), torch.tensor(FILL, dtype=torch.float32))
     assert torch.equal(out[0], batch[0]) and torch.equal(out[2], batch[2])
     assert torch.equal(out[1], batch[1].rot90(1, dims=(1, 2))) and torch.equal(out[3], batch[3].rot90(-1, dims=(1, 2)))
 
 
 def test_rand_augment_takes_timms_ops_and_changes_about_the_expected_share(photos):
-    ra = dp.BatchRandAugment("rand-m9-mstd0.5-inc1", 64, (0.485, 0.456, 0.406))
-    assert [op.name for op in ra.ops] == list(aa._RAND_INCREASING_TRANSFORMS) and ra.num_layers == 2
+    rand_augment = ra.BatchRandAugment("rand-m9-mstd0.5-inc1", 64, (0.485, 0.456, 0.406))
+    assert [op.name for op in rand_augment.ops] == list(aa._RAND_INCREASING_TRANSFORMS) and rand_augment.num_layers == 2
     _, batch = photos
     many = batch.repeat(64, 1, 1, 1)
-    out = ra(many.clone())
+    out = rand_augment(many.clone())
     unchanged = (out == many).flatten(1).all(1).float().mean()
     # each of 2 layers applies its op with p = 0.5: 1/4 untouched, plus ops that are no-ops at their level
     assert 0.15 < unchanged < 0.45
@@ -140,5 +141,113 @@ def test_rand_augment_ops_without_a_batched_version_are_one_clear_error():
     from mixbench.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.pipeline=cpu"):
-        dp.BatchRandAugment("rand-m9-t3a", 64, (0.5, 0.5, 0.5))  # timm's '3a' set has Desaturate and GaussianBlur
-    assert len(dp.BatchRandAugment("rand-m9", 64, (0.5, 0.5, 0.5)).ops) == 15  # the non-increasing set is covered
+        ra.BatchRandAugment("rand-m9-t3a", 64, (0.5, 0.5, 0.5))  # timm's '3a' set has Desaturate and GaussianBlur
+    assert len(ra.BatchRandAugment("rand-m9", 64, (0.5, 0.5, 0.5)).ops) == 15  # the non-increasing set is covered
+
+
+def test_erasing_draws_the_boxes_timm_erases_and_fills_only_them():
+    import random
+
+    from timm.data.random_erasing import RandomErasing
+
+    images = torch.zeros(32, 3, 40, 48)
+    random.seed(1)
+    RandomErasing(0.5, mode="pixel", max_count=1, device="cpu")(images)
+    random.seed(1)
+    recipe = dp.RecipeDraws(None, hflip=0.0, re_prob=0.5, img_size=40)
+    boxes = torch.tensor([dp.erase_box(recipe.eraser, 40, 48) for _ in range(32)])
+    masks = torch.zeros(32, 40, 48, dtype=torch.bool)
+    for mask, (top, left, h, w) in zip(masks, boxes.tolist()):
+        mask[top:top + h, left:left + w] = True
+    assert 5 < (boxes[:, 2] > 0).sum() < 27  # p = 0.5
+    assert torch.equal(images.ne(0).any(dim=1), masks)  # timm's boxes, from the same `random` draws
+    erased = dp.erase(torch.full((32, 3, 40, 48), 7.0), boxes)
+    assert torch.equal(erased.ne(7.0).any(dim=1), masks)
+
+
+def _rand_augment_image_by_image(rand_augment, images, fill):
+    """The reference: timm's draw order (``np.random`` op choices, then per layer and image the op's own draws), each
+    drawn op applied by name to its image alone."""
+    choices = np.random.randint(len(rand_augment.ops), size=(len(images), rand_augment.num_layers))
+    out = images.clone()
+    for layer in range(rand_augment.num_layers):
+        for i, k in enumerate(choices[:, layer]):
+            op = rand_augment.ops[k]
+            args = rand_augment._draw_args(op)
+            if args is not None:
+                out[i:i + 1] = ra.apply_op(op.name, out[i:i + 1], torch.tensor([float(args[0]) if args else 0.0]), fill)
+    return out
+
+
+def test_grouped_rand_augment_equals_applying_each_images_ops_alone(photos):
+    import random
+
+    rand_augment = ra.BatchRandAugment("rand-m9-mstd0.5-inc1", 64, (0.485, 0.456, 0.406))
+    many = photos[1].repeat(8, 1, 1, 1)
+    random.seed(0), np.random.seed(0)
+    draws = rand_augment.draw(len(many))
+    assert draws.counts.sum() > 0 and not draws.index.is_cuda
+    grouped = rand_augment.apply(many.clone(), draws, rand_augment.fill)
+    random.seed(0), np.random.seed(0)
+    diff = (grouped.int() - _rand_augment_image_by_image(rand_augment, many, rand_augment.fill).int()).abs()
+    assert diff.max() <= 1 and (diff > 0).float().mean() < 1e-4  # batched vs single-image matmul: last-bit differences
+
+
+def test_rand_augment_draws_follow_timms_probabilities():
+    rand_augment = ra.BatchRandAugment("rand-m9-mstd0.5-inc1", 64, (0.485, 0.456, 0.406))
+    counts = sum(rand_augment.draw(256).counts for _ in range(20)).float()  # (layers, groups) over 5,120 images
+    applied = counts.sum(dim=1) / 5120
+    assert torch.allclose(applied, torch.full_like(applied, 0.5), atol=0.03)  # every op applies with p = 0.5
+    share = counts.sum(dim=0) / counts.sum()
+    expected = torch.tensor([rand_augment.group_of.count(g) / len(rand_augment.ops) for g in range(len(rand_augment.groups))])
+    assert rand_augment.groups.count("affine") == 1 and torch.allclose(share, expected, atol=0.02)  # ops uniform; 5 of 15 affine
+
+
+def test_device_half_is_deterministic_given_the_workers_draws(tmp_path):
+    from test_images import make_folder
+
+    dm = ImageFolderDataModule(root=str(make_folder(tmp_path)), img_size=32, batch_size=6, num_workers=0, pipeline="gpu")
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert isinstance(batch.draws, dp.TrainDraws) and batch.draws.erase.shape == (6, 4)
+    outputs = []
+    for _ in range(2):
+        torch.manual_seed(0)  # the erasing noise
+        outputs.append(dm.transfer_batch_to_device(batch, torch.device("cpu"), 0)[0])
+    assert torch.equal(*outputs)
+    assert dm.val_dataloader().collate_fn(list(zip([torch.zeros(3, 32, 32, dtype=torch.uint8)] * 2, [0, 1]))).draws is None
+
+
+def test_worker_nice_lowers_the_workers_priority(tmp_path):
+    import os
+
+    from mixbench.errors import ConfigError
+
+    from test_images import make_folder
+
+    dm = ImageFolderDataModule(root=str(make_folder(tmp_path)), img_size=32, batch_size=2, num_workers=1, worker_nice=3)
+    dm.setup()
+    init = dm.train_dataloader().worker_init_fn
+    loader = torch.utils.data.DataLoader(range(1), num_workers=1, worker_init_fn=init, collate_fn=lambda _: os.nice(0))
+    assert next(iter(loader)) == os.nice(0) + 3
+    with pytest.raises(ConfigError, match="worker_nice"):
+        ImageFolderDataModule(root=str(tmp_path), worker_nice=-1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_side_stream_gives_the_same_batch_as_the_current_stream(photos):
+    encoded = [_jpeg_bytes(p) for p in photos[0]] * 16
+    crop = dp.WorkerCrop(dp.CropGeometry(48), train=True)
+    recipe = dp.DeviceImagePipeline(dp.CropGeometry(48), re_prob=0.5)
+    batch = dp.CroppedImages(torch.stack([crop(e) for e in encoded]), torch.arange(64), True, recipe.draw(64)).pin_memory()
+    outputs = []
+    for overlap in (False, True):
+        pipe = dp.DeviceImagePipeline(dp.CropGeometry(48), re_prob=0.5, overlap=overlap)
+        busy = torch.randn(4096, 4096, device="cuda")
+        for _ in range(20):  # the current stream is busy while the side stream works
+            busy = busy @ busy / 64
+        torch.manual_seed(0)
+        images, labels = pipe(batch, "cuda")
+        outputs.append((images.sum(dim=(1, 2, 3)).cpu(), labels.cpu()))  # read on the current stream
+    assert torch.equal(outputs[0][1], outputs[1][1]) and torch.allclose(outputs[0][0], outputs[1][0])

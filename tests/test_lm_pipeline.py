@@ -197,20 +197,6 @@ def test_resumed_run_continues_where_it_stopped(tmp_path):
     assert positions[0] == positions[1] == {"epoch": 0, "consumed": 24, "seed": 0}
 
 
-def test_fsdp_option_shards_each_block():
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    from mixbench.config import compose
-    from mixbench.models.llama import LlamaBlock
-    from mixbench.train import make_strategy
-
-    cfg = compose(["task=c4_llama_1b", "trainer.strategy=fsdp", "fsdp.activation_checkpointing=true"])
-    strategy = make_strategy(cfg, LlamaBlock)
-    assert isinstance(strategy, FSDPStrategy)
-    assert strategy.kwargs["use_orig_params"] is True
-    assert make_strategy(compose(["task=c4_llama_1b", "trainer.strategy=ddp"]), LlamaBlock) == "ddp"
-
-
 def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
     """--jobs 2: the table4 proxy grid as concurrent `mixbench run` subprocesses, every record written and counted."""
     from mixbench.results import load_records

@@ -41,3 +41,22 @@ def test_validation_loss_is_token_weighted_whatever_the_batch_size():
             module.validation_step({"input_ids": ids[start:start + batch_size], "labels": labels[start:start + batch_size]}, 0)
         assert module.val_loss.compute().item() == pytest.approx(expected.item(), rel=1e-5)
         assert math.isfinite(expected.item())
+
+
+@pytest.mark.parametrize("clip, fused", [(1.0, False), (None, None), (0.0, None)])
+def test_gradient_clipping_takes_the_unfused_optimizer(monkeypatch, clip, fused):
+    """Lightning raises at the first clipped step of a fused optimizer (it unscales inside its step), so a run with
+    trainer.gradient_clip_val gets foreach Adam(W); without clipping the fused one stays the default on GPU."""
+    import types
+
+    import mixbench.lit.base as base
+
+    seen = {}
+    real = base.build_optimizer
+    monkeypatch.setattr(base, "build_optimizer", lambda *a, **k: seen.update(k) or real(*a, **k))
+    module = CausalLMModule(build_model("llama_debug", seed=0), OptimConfig())
+    trainer = types.SimpleNamespace(gradient_clip_val=clip, estimated_stepping_batches=10, max_epochs=None, world_size=1,
+                                    accumulate_grad_batches=1, datamodule=types.SimpleNamespace(batch_size=4))
+    monkeypatch.setattr(type(module), "trainer", property(lambda self: trainer))
+    module.configure_optimizers()
+    assert seen["fused"] is fused

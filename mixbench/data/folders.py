@@ -10,13 +10,17 @@ Layouts read from ``root``:
 ``pipeline``: ``cpu`` decodes and augments in the DataLoader workers (PIL + timm transforms); ``gpu`` has the
 workers decode and crop only (uint8) and runs flip, RandAugment, normalize and erasing on the training device;
 ``nvjpeg`` has the workers read the files only and decodes on the GPU too (:mod:`mixbench.data.device_pipeline`,
-applied in ``transfer_batch_to_device``).
+applied in ``transfer_batch_to_device``; the workers' collate draws the batch's random augmentation parameters).
+``overlap`` runs that device half on a side CUDA stream; ``worker_nice`` lowers the workers' CPU priority so the
+process that drives the GPU is not starved when the workers use every core.
 """
 from __future__ import annotations
 
 import glob
 import io
 import logging
+import os
+from functools import partial
 from pathlib import Path
 
 import lightning as L
@@ -120,6 +124,11 @@ class TolerantImages(Dataset):
         raise ConfigError("no image of the dataset could be decoded")
 
 
+def _lower_priority(increment: int, worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: raise the worker's nice value by ``increment``."""
+    os.nice(increment)
+
+
 class ImageFolderDataModule(L.LightningDataModule):
     """Folder-per-class (or HF parquet) images through timm's ``create_transform``.
 
@@ -127,17 +136,21 @@ class ImageFolderDataModule(L.LightningDataModule):
     ``re_prob``; eval: resize ``img_size / crop_pct`` (256 for 224) + center crop, bicubic.  ``batch_size``
     is per device.  ``pipeline``: ``cpu`` (workers decode and augment), ``gpu`` (workers decode + crop; the rest of
     the recipe batched on the training device) or ``nvjpeg`` (workers read bytes; all of it on the device).
+    ``overlap`` (``gpu`` / ``nvjpeg``): the device half on a side CUDA stream, overlapping the running step.
+    ``worker_nice``: added to the DataLoader workers' nice value (0: unchanged).
     """
 
     def __init__(self, root: str | None = None, train_dir: str = "train", val_dir: str = "val", img_size: int = 224,
                  batch_size: int = 128, eval_batch_size: int | None = None, num_workers: int = 8, auto_augment: str | None = "rand-m9-mstd0.5-inc1",
                  re_prob: float = 0.25, interpolation: str = "bicubic", crop_pct: float = 0.875, hflip: float = 0.5,
                  color_jitter: float = 0.4, mean=IMAGENET_MEAN, std=IMAGENET_STD, name: str | None = None, label: str | None = None,
-                 pipeline: str = "cpu", skip_bad_images: bool = False):
+                 pipeline: str = "cpu", skip_bad_images: bool = False, overlap: bool = False, worker_nice: int = 0):
         super().__init__()
         if pipeline not in PIPELINES:
             raise ConfigError(f"unknown data.pipeline={pipeline!r}; valid: {', '.join(PIPELINES)}")
-        self.pipeline, self.skip_bad_images = pipeline, skip_bad_images
+        if worker_nice < 0:
+            raise ConfigError(f"data.worker_nice={worker_nice}: only a non-negative increment (lower worker priority) is allowed")
+        self.pipeline, self.skip_bad_images, self.overlap, self.worker_nice = pipeline, skip_bad_images, overlap, worker_nice
         if root is None:
             raise ConfigError("set data.root to the dataset folder (ILSVRC train/ and val/ class folders, or HF imagenet-1k parquet files)")
         self.root, self.train_dir, self.val_dir = Path(root).expanduser(), train_dir, val_dir
@@ -160,7 +173,7 @@ class ImageFolderDataModule(L.LightningDataModule):
             from .device_pipeline import DeviceImagePipeline
 
             self._device_pipeline = DeviceImagePipeline(self.geometry(), self.aug["auto_augment"], self.aug["re_prob"], self.aug["hflip"],
-                                                        self.aug["mean"], self.aug["std"])
+                                                        self.aug["mean"], self.aug["std"], overlap=self.overlap)
         return self._device_pipeline
 
     def transforms(self):
@@ -206,26 +219,29 @@ class ImageFolderDataModule(L.LightningDataModule):
         return {"name": self.dataset_name, "label": self.dataset_label, "root": str(self.root), "layout": self.layout,
                 "num_train": len(self.train_set), "num_val": len(self.val_set), "num_classes": self.num_classes,
                 "image_size": self.img_size, "eval_crop_pct": self.crop_pct, "pipeline": self.pipeline,
-                "skip_bad_images": self.skip_bad_images,
+                "skip_bad_images": self.skip_bad_images, "overlap": self.overlap, "worker_nice": self.worker_nice,
                 "bad_images_skipped": sum(getattr(d, "skipped", 0) for d in (self.train_set, self.val_set)), **{f"aug_{k}": v for k, v in self.aug.items()}}
 
-    def _collate(self, train: bool) -> dict:
+    def _loader_options(self, train: bool) -> dict:
+        """DataLoader arguments: collate (device pipelines: with the train batches' draws), pinning, worker priority."""
+        options = {"worker_init_fn": partial(_lower_priority, self.worker_nice)} if self.worker_nice else {}
         pin = {"pin_memory": torch.cuda.is_available()}
         if self.pipeline == "cpu":
-            return pin
+            return options | pin
         from .device_pipeline import collate_cropped, collate_encoded
 
+        draw = self.device_pipeline().draw if train else None
         if self.pipeline == "gpu":
-            return {"collate_fn": collate_cropped(train), **pin}
-        return {"collate_fn": collate_encoded(train)}  # nvJPEG reads the encoded bytes from host memory
+            return options | pin | {"collate_fn": collate_cropped(train, draw)}
+        return options | {"collate_fn": collate_encoded(train, draw)}  # nvJPEG reads the encoded bytes from host memory
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, **self._collate(train=True))
+                          persistent_workers=self.num_workers > 0, **self._loader_options(train=True))
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers,
-                          **self._collate(train=False))
+                          **self._loader_options(train=False))
 
     def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
         """``gpu`` / ``nvjpeg`` pipelines: finish the recipe on ``device``; otherwise Lightning's default."""

@@ -49,7 +49,9 @@ class OptimizedModule(L.LightningModule):
         cfg = self.optim_cfg
         lr = cfg.lr * self.global_batch_size() / cfg.lr_reference_batch if cfg.lr_reference_batch else cfg.lr
         self.effective_lr = lr
-        optimizer = build_optimizer(self.model, cfg.name, lr, cfg.weight_decay, cfg.betas, cfg.eps)
+        # Lightning refuses to clip the gradients of a fused optimizer (it unscales inside its step): foreach then
+        clips = bool(self.trainer.gradient_clip_val)
+        optimizer = build_optimizer(self.model, cfg.name, lr, cfg.weight_decay, cfg.betas, cfg.eps, fused=False if clips else None)
         total = int(self.trainer.estimated_stepping_batches)
         if cfg.warmup_epochs is not None and self.trainer.max_epochs:
             warmup = int(round(cfg.warmup_epochs * total / self.trainer.max_epochs))

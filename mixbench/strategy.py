@@ -1,0 +1,57 @@
+"""``trainer.strategy``: any Lightning strategy name as given, and ``fsdp`` built for transformers.
+
+``fsdp`` is Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` with each transformer block one FSDP
+unit (``auto_wrap_policy``), optional activation checkpointing of the blocks, and, under ``bf16-mixed``
+(also ``trainer.precision=fp8``), bf16 parameters for compute and all-gathers with gradients reduced in fp32 (fp32 sharded master weights).
+"""
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from .errors import ConfigError
+from .precision import lightning_precision
+
+FSDP = "fsdp"
+SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
+BF16_PRECISIONS = ("bf16-mixed", "bf16")
+
+
+def check_strategy_settings(cfg: DictConfig) -> None:
+    """Config-time checks of ``trainer.strategy=fsdp`` and the ``fsdp.*`` settings."""
+    if cfg.trainer.strategy != FSDP:
+        return
+    if cfg.fsdp.sharding_strategy not in SHARDING_STRATEGIES:
+        raise ConfigError(f"fsdp.sharding_strategy must be one of {', '.join(SHARDING_STRATEGIES)}, got {cfg.fsdp.sharding_strategy!r}")
+    if cfg.save_weights:
+        raise ConfigError("trainer.strategy=fsdp shards the weights and mixbench does not gather them for model.safetensors: "
+                          "add save_weights=false")
+
+
+def fsdp_mixed_precision(precision):
+    """FSDP's ``MixedPrecision`` for a bf16 run (bf16 parameters, fp32 gradient reduction, buffers such as the RoPE
+    tables left as they are); None otherwise (Lightning derives it from the precision)."""
+    if precision not in BF16_PRECISIONS:
+        return None
+    from torch.distributed.fsdp import MixedPrecision
+
+    return MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=None)
+
+
+def make_strategy(cfg: DictConfig, block_class: type | None, precision: str | None = None):
+    """``trainer.strategy`` for ``lightning.Trainer``: the name as given, or for ``fsdp`` an FSDPStrategy sharding
+    each ``block_class`` module (the model's transformer block).  ``precision``: the one Lightning runs (default:
+    :func:`mixbench.precision.lightning_precision` of ``trainer.precision``)."""
+    if cfg.trainer.strategy != FSDP:
+        return cfg.trainer.strategy
+    if block_class is None:
+        raise ConfigError("trainer.strategy=fsdp needs the model's transformer block class to shard by")
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    return FSDPStrategy(
+        auto_wrap_policy={block_class},
+        activation_checkpointing_policy={block_class} if cfg.fsdp.activation_checkpointing else None,
+        sharding_strategy=cfg.fsdp.sharding_strategy,
+        mixed_precision=fsdp_mixed_precision(precision or lightning_precision(cfg.trainer.precision, cfg.trainer.accelerator)),
+        use_orig_params=True,  # needed by torch.compile and by per-parameter optimizer groups
+    )
