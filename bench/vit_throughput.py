@@ -1,14 +1,29 @@
-"""ViT training throughput: mixbench ViT-Ti/S (pre / post / mix) next to timm's own vit_*_patch16_224.
+"""ViT training throughput: mixbench ViT (pre / post / mix) and its speed options next to timm's own vit_*_patch16_224.
 
-One process, one GPU: a full training step (forward, cross-entropy, backward, fused AdamW step) under
-bf16 autocast with ``torch.compile``, 224 px, on random images — the model's speed, not the input
-pipeline's.  All candidates of a model are compiled and warmed up first, then timed in ``--rounds`` interleaved
-rounds of ``--steps`` steps (median reported).  Prints images/s, the ratio to timm, the ratio to our Pre-LN and
-peak memory, and writes JSON.
+One process, one GPU: a full training step (forward, cross-entropy, backward, AdamW step with the training's
+parameter groups) under bf16 autocast with ``torch.compile``, 224 px, on random images — the model's speed, not
+the input pipeline's.  Rows are compared only within their phase: every row of a phase is built and warmed up,
+then all are timed in ``--rounds`` interleaved rounds of about ``--window-s`` seconds each (garbage collection off
+while timing); a row reports the median round and the rounds' spread, (max - min) / median.
 
-    python bench/vit_throughput.py --models vit_tiny vit_small --out bench/results/vit_throughput.json
+1. ``candidates`` (first of ``--models``, vit_small): the timm + compile peer, mixbench pre with every option at
+   its default (the baseline) and each of ``--candidates`` alone on pre (axis=value, see :class:`Variant`);
+2. ``norms``: the peer, the baseline and the best config — per axis the fastest candidate value that beats the
+   baseline by ``--min-gain`` (or ``--best``) — on pre, post and mix; then top-kernel profiles of the baseline and
+   the best pre (``<out>_profile.txt``);
+3. ``sizes`` (each of ``--size-models``, vit_tiny): the peer, the baseline's pre, post and mix, then the best pre
+   and (best +) CUDA graphs on pre;
+4. ``late``: the peer, the baseline, the best pre and ``--late-candidates`` (max-autotune: minutes of GEMM
+   autotuning) on pre.
 
-``--device cpu --no-compile --img-size 32 --batch 4`` gives a quick smoke run.
+Each phase keeps the rows, in the order above, that fit: candidates within ``--budget-s`` seconds from the start,
+everything within ``--max-s`` (estimates: the mean time of the builds so far, plus tuning); the others are listed
+as skipped.  The JSON (and the profile file) is written after every phase, so a run stopped from outside keeps
+what it measured.
+
+    python bench/vit_throughput.py --out bench/results/vit_throughput.json
+
+``--device cpu --no-compile --img-size 32 --batch 4 --window-s 0.05`` gives a quick smoke run.
 """
 from __future__ import annotations
 
@@ -18,6 +33,7 @@ import json
 import logging
 import statistics
 import time
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import timm
@@ -25,115 +41,371 @@ import torch
 import torch.nn.functional as F
 
 from mixbench import build_model
+from kernel_profile import profile_table  # bench/ is this script's directory
 from mixbench.models.vit import VIT_PRESETS
+from mixbench.optim import build_optimizer
 from mixbench.provenance import git_commit, package_versions
 
 log = logging.getLogger("vit_throughput")
 
 
-class Candidate:
-    """A compiled model with its fused AdamW and a timed training step (forward, CE, backward, step)."""
+@dataclass(frozen=True)
+class Variant:
+    """One speed configuration of a row; every field is an axis the bench can vary."""
 
-    def __init__(self, model, images, targets, device: str, compile_model: bool):
+    sdpa: str = "auto"         # model.attention_backend: auto | flash | cudnn | efficient
+    cudagraphs: bool = False   # torch.compile option triton.cudagraphs (= mode="reduce-overhead"): the step replays CUDA graphs
+    tune: str = "none"         # none | pointwise (Inductor coordinate-descent tuning of its Triton kernels) |
+                               # max (mode="max-autotune-no-cudagraphs": also GEMM autotuning with fused epilogues)
+    optimizer: str = "fused"   # AdamW implementation: fused | foreach
+
+    def options(self) -> str:
+        changed = [f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) != f.default]
+        return " ".join(changed) or "defaults"
+
+    def compile_options(self) -> dict:
+        """Inductor options of ``torch.compile(options=...)``."""
+        tuned = {"none": {}, "pointwise": {"coordinate_descent_tuning": True},
+                 "max": {"coordinate_descent_tuning": True, "max_autotune": True}}[self.tune]
+        return tuned | ({"triton.cudagraphs": True} if self.cudagraphs else {})
+
+    @classmethod
+    def parse(cls, text: str) -> "Variant":
+        """``"sdpa=cudnn cudagraphs=true"`` (space or comma separated axis=value pairs; ``defaults`` = none)."""
+        values, kinds = {}, {f.name: f.type for f in fields(cls)}
+        for item in text.replace(",", " ").split():
+            if item == "defaults":
+                continue
+            key, _, value = item.partition("=")
+            if key not in kinds:
+                raise SystemExit(f"unknown axis {key!r}; valid: {', '.join(kinds)}")
+            values[key] = value.lower() in ("1", "true", "yes") if kinds[key] in (bool, "bool") else value
+        return cls(**values)
+
+
+BASE = Variant()
+DEFAULT_CANDIDATES = ["sdpa=cudnn", "cudagraphs=true", "optimizer=foreach", "tune=pointwise", "sdpa=efficient"]  # by priority
+LATE_CANDIDATES = ["tune=max"]  # minutes of GEMM autotuning
+EXTRA_TUNING_S = {"none": 0.0, "pointwise": 25.0, "max": 130.0}  # rough extra compile time on an H100 host (16 cores)
+
+
+def build_row_model(name: str, norm: str | None, variant: Variant, img_size: int) -> torch.nn.Module:
+    """mixbench ``name`` with placement ``norm`` and the variant's model options, or timm's own model (``norm=None``)."""
+    torch.manual_seed(0)
+    if norm is None:
+        return timm.create_model(VIT_PRESETS[name]["timm_name"], pretrained=False, img_size=img_size)
+    return build_model(name, norm=norm, img_size=img_size, attention_backend=variant.sdpa)
+
+
+class Candidate:
+    """A model compiled per ``variant`` with its AdamW (the training's parameter groups) and a training step
+    (forward, cross-entropy, backward, step) on a fixed batch.  Also used by ``bench/image_loader.py``."""
+
+    def __init__(self, model, images, targets, device: str, compile_model: bool, variant: Variant = BASE):
         self.model, self.images, self.targets, self.device = model.to(device).train(), images, targets, device
+        self.cudagraphs = compile_model and variant.cudagraphs
         if compile_model:
-            self.model.compile()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.05, fused=device == "cuda")
-        self.autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
-        self.peak_mem_gib = None
+            self.model.compile(options=variant.compile_options() or None)
+        cuda = device == "cuda"
+        self.opt = build_optimizer(self.model, "adamw", 1e-4, 0.05, fused=cuda and variant.optimizer == "fused")
+        self.autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=cuda)
+        self.rates: list[float] = []
+        self.compile_s = self.step_s = self.peak_mem_gib = None
+        self.cudagraph_skips = 0  # graphs Inductor declined to capture (its log says why)
 
     def step(self, images: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> None:
-        """One training step on the given batch (default: the candidate's own random one)."""
+        """One training step on the given batch (default: the candidate's own)."""
         images, targets = (self.images, self.targets) if images is None else (images, targets)
+        if self.cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with self.autocast:
             loss = F.cross_entropy(self.model(images), targets)
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
 
-    def warm_up(self, steps: int) -> None:
-        for _ in range(steps):
-            self.step()
+    def sync(self) -> None:
         if self.device == "cuda":
             torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
+
+    def warm_up(self, steps: int) -> None:
+        """Compile (the first step) and warm up; then time 3 steps (for the window's step count) and take their peak memory."""
+        from torch._dynamo.utils import counters
+
+        skips, start = counters["inductor"]["cudagraph_skips"], time.perf_counter()
+        self.step()
+        self.sync()
+        self.compile_s = time.perf_counter() - start
+        for _ in range(steps):
             self.step()
-            torch.cuda.synchronize()
+        self.sync()
+        self.cudagraph_skips = counters["inductor"]["cudagraph_skips"] - skips
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        self.step_s = len(self.images) / self.images_per_sec(3)
+        if self.device == "cuda":
             self.peak_mem_gib = torch.cuda.max_memory_allocated() / 2**30
 
     def images_per_sec(self, steps: int) -> float:
-        if self.device == "cuda":
-            torch.cuda.synchronize()
+        self.sync()
         start = time.perf_counter()
         for _ in range(steps):
             self.step()
-        if self.device == "cuda":
-            torch.cuda.synchronize()
+        self.sync()
         return len(self.images) * steps / (time.perf_counter() - start)
 
+    def time_window(self, window_s: float) -> None:
+        """One round: about ``window_s`` seconds of steps (at least 5), garbage collection off; appends images/s."""
+        gc.collect()
+        gc.disable()
+        try:
+            self.rates.append(self.images_per_sec(self.window_steps(window_s)))
+        finally:
+            gc.enable()
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    def window_steps(self, window_s: float) -> int:
+        return max(5, round(window_s / self.step_s))
+
+
+# --------------------------------------------------------------------------------------------- profiling
+KERNEL_CLASSES = (  # of bench/kernel_profile.py: (class, name fragments); the first class with a fragment in the name wins
+    ("attention (SDPA fwd/bwd)", ("flash", "fmha", "cudnn", "attention", "sdpa")),
+    ("gemm (cuBLAS / Triton templates)", ("gemm", "nvjet", "cutlass", "xmma", "triton_tem", "splitk", "aten::mm", "aten::addmm")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("layer norm (+ fused add/cast)", ("layer_norm",)),
+    ("gelu (+ fused)", ("gelu",)),
+    ("other Triton (adds, casts, copies, bias grads)", ("triton_",)),
+    ("copies / fills", ("memcpy", "memset", "copy", "fill", "elementwise_kernel", "cat")),
+)
+
+
+# -------------------------------------------------------------------------------------------------- bench
+class Bench:
+    """Builds rows (reused within a model's phases), measures phases in interleaved rounds, writes after each phase."""
+
+    def __init__(self, args):
+        self.args, self.rows, self.skipped, self.profiles = args, [], [], []
+        self.t0 = time.perf_counter()
+        self.device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+        self.built: dict[tuple, Candidate] = {}
+        self.build_s: list[float] = []  # wall time of each untuned build (compile and warm-up), for the estimates
+        g = torch.Generator().manual_seed(0)
+        self.images = torch.randn(args.batch, 3, args.img_size, args.img_size, generator=g).to(args.device)
+        self.targets = torch.randint(0, 1000, (args.batch,), generator=g).to(args.device)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def estimated_build_s(self, variant: Variant) -> float:
+        """Compile + warm-up time of a new row: the mean of the untuned builds so far (20 s before any), plus tuning."""
+        return (statistics.mean(self.build_s) if self.build_s else 20.0) + EXTRA_TUNING_S[variant.tune]
+
+    def affordable(self, name: str, specs: list[tuple], limit_s: float) -> list[tuple]:
+        """The longest prefix of ``specs`` (norm, variant, role) whose builds and timing end within ``limit_s``; the rest is
+        recorded as skipped."""
+        args, cost = self.args, 0.0
+        for i, (norm, variant, role) in enumerate(specs):
+            cost += 0.0 if (name, norm, variant) in self.built else self.estimated_build_s(variant)
+            if self.elapsed() + cost + (i + 1) * args.rounds * args.window_s > limit_s:
+                for norm, variant, role in specs[i:]:
+                    self.skipped.append(f"{name} {norm or 'timm'} [{variant.options()}] ({role})")
+                log.warning("time budget (%.0f s, %.0f s elapsed): skipped %d %s rows", limit_s, self.elapsed(), len(specs) - i, name)
+                return specs[:i]
+        return specs
+
+    def candidate(self, name: str, norm: str | None, variant: Variant) -> Candidate | dict:
+        """The built and warmed-up row, or the row's error (a kernel the device lacks, out of memory, ...)."""
+        key = (name, norm, variant)
+        if key not in self.built:
+            args = self.args
+            if (variant.cudagraphs or variant.tune != "none") and args.no_compile:
+                return {"error": "needs torch.compile"}
+            if variant.cudagraphs and args.device != "cuda":
+                return {"error": "CUDA graphs need --device cuda"}
+            start = time.perf_counter()
+            try:
+                model = build_row_model(name, norm, variant, args.img_size)
+                built = Candidate(model, self.images, self.targets, args.device, not args.no_compile, variant)
+                built.warm_up(args.warmup)
+            except Exception as err:  # noqa: BLE001 — recorded in the row, the bench goes on
+                log.warning("%s %s [%s] failed: %s", name, norm or "timm", variant.options(), err)
+                return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"}
+            if variant.tune == "none":
+                self.build_s.append(time.perf_counter() - start)
+            log.info("built %-10s %-8s %-36s compile+first step %5.1f s  [%4.0f s]", name, norm or "timm", variant.options(),
+                     built.compile_s, self.elapsed())
+            self.built[key] = built
+        return self.built[key]
+
+    def phase(self, phase: str, name: str, specs: list[tuple[str | None, Variant, str]]) -> None:
+        """Build ``specs`` (norm, variant, role), time them in interleaved rounds and add their rows."""
+        if not specs:
+            return
+        found = [(self.candidate(name, norm, variant), norm, variant, role) for norm, variant, role in specs]
+        timed = [c for c, *_ in found if isinstance(c, Candidate)]
+        for c in timed:
+            c.rates = []
+        for _ in range(self.args.rounds):  # interleaved, so drift of clocks and background load hits every row alike
+            for c in timed:
+                c.time_window(self.args.window_s)
+        for c, norm, variant, role in found:
+            row = {"phase": phase, "model": name, "norm": norm, "role": role, "options": variant.options(), "variant": asdict(variant),
+                   "impl": f"timm {VIT_PRESETS[name]['timm_name']}" if norm is None else f"mixbench {norm}",
+                   "batch": self.args.batch, "img_size": self.args.img_size}
+            if isinstance(c, Candidate):
+                median = statistics.median(c.rates)
+                row |= {"images_per_sec": median, "step_ms": 1000 * self.args.batch / median, "rounds": c.rates,
+                        "spread": (max(c.rates) - min(c.rates)) / median, "steps_per_round": c.window_steps(self.args.window_s),
+                        "compile_s": c.compile_s, "peak_mem_gib": c.peak_mem_gib, "cudagraph_skips": c.cudagraph_skips}
+            else:
+                row |= c | {"images_per_sec": None}
+            self.rows.append(row)
+        add_ratios(self.rows)
+        log.info("\n%s", format_table([r for r in self.rows if r["phase"] == phase and r["model"] == name]))
+        self.write()
+
+    def profile(self, name: str, variant: Variant, title: str) -> None:
+        c = self.built.get((name, "pre", variant))
+        if c is None:
+            return
+        try:
+            table = profile_table(c.step, c.device, KERNEL_CLASSES)
+        except Exception as err:  # noqa: BLE001 — a profiler failure must not cost the later phases
+            table = f"profiling failed: {type(err).__name__}: {err}"
+        self.profiles.append(f"== {title}: {name} mixbench pre [{variant.options()}], {statistics.median(c.rates):,.0f} img/s\n{table}")
+        self.write()
+
+    def release(self) -> None:
+        """Free every built row and the compiled code (the next model's shapes compile afresh)."""
+        self.built.clear()
+        torch._dynamo.reset()
+        gc.collect()
+        if self.args.device == "cuda":
+            torch.cuda.empty_cache()
+
+    def best_variant(self, name: str) -> Variant:
+        """Per axis, the fastest candidate value that beats the baseline by ``--min-gain``; combined."""
+        if self.args.best is not None:
+            return Variant.parse(self.args.best)
+        rows = [r for r in self.rows if r["phase"] == "candidates" and r["model"] == name and r["norm"] == "pre" and r["images_per_sec"]]
+        base = next((r for r in rows if r["role"] == "baseline"), None)
+        best, gains = {}, {}
+        for r in rows if base else []:
+            gain = r["images_per_sec"] / base["images_per_sec"] - 1
+            for f in fields(Variant):
+                value = r["variant"][f.name]
+                if value != f.default and gain > self.args.min_gain and gain > gains.get(f.name, 0.0):
+                    best[f.name], gains[f.name] = value, gain
+        return Variant(**best)
+
+    def write(self) -> None:
+        args = self.args
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({
+            "benchmark": "vit_throughput", "device": self.device_name, "settings": vars(args) | {"out": str(args.out)},
+            "versions": package_versions(), "git": git_commit(), "torch": torch.__version__, "elapsed_s": self.elapsed(),
+            "rows": self.rows, "skipped": self.skipped, "table": format_table(self.rows)}, indent=1, default=str))
+        if self.profiles:
+            profile_path(args.out).write_text("\n\n".join(self.profiles) + "\n")
+
+
+def profile_path(out: Path) -> Path:
+    return out.with_name(out.stem + "_profile.txt")
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """Within a row's phase and model: ``vs_timm`` against the timm peer, ``vs_base`` against mixbench pre with every
+    option at its default, ``vs_pre`` against mixbench pre with the same options (the cost of the placement)."""
+    def rate(r: dict, norm: str | None, options: str | None) -> float | None:
+        return next((o["images_per_sec"] for o in rows if o["phase"] == r["phase"] and o["model"] == r["model"] and o["norm"] == norm
+                     and o["images_per_sec"] and (options is None or o["options"] == options)), None)
+
+    for r in rows:
+        if r["images_per_sec"]:
+            timm_rate, base, pre = rate(r, None, None), rate(r, "pre", "defaults"), rate(r, "pre", r["options"])
+            r["vs_timm"] = r["images_per_sec"] / timm_rate if timm_rate else None
+            r["vs_base"] = r["images_per_sec"] / base if base and r["norm"] else None
+            r["vs_pre"] = r["images_per_sec"] / pre if pre and r["norm"] else None
+
+
+def format_table(rows: list[dict]) -> str:
+    header = (f"{'phase':<11}{'model':<10}{'implementation':<31}{'options':<34}{'img/s':>9}{'vs timm':>8}{'vs base':>8}{'vs pre':>7}"
+              f"{'ms/step':>8}{'spread':>8}{'compile s':>10}{'peak GiB':>9}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        start = f"{r['phase']:<11}{r['model']:<10}{r['impl']:<31}{r['options']:<34}"
+        if not r["images_per_sec"]:
+            lines.append(f"{start}  failed: {r['error']}")
+            continue
+        fmt = lambda v, spec, suffix="": format(v, spec) + suffix if v else "-"  # noqa: E731
+        lines.append(f"{start}{r['images_per_sec']:>9,.0f}{fmt(r['vs_timm'], '.3f', 'x'):>8}{fmt(r['vs_base'], '.3f'):>8}"
+                     f"{fmt(r['vs_pre'], '.3f'):>7}{r['step_ms']:>8.1f}{r['spread']:>7.1%}{'!' if r['spread'] > 0.03 else ' '}"
+                     f"{r['compile_s']:>10.0f}{fmt(r['peak_mem_gib'], '.1f'):>9}")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["vit_tiny", "vit_small"])
+    ap.add_argument("--models", nargs="*", default=["vit_small"], help="the first gets the candidates; each gets the norm rows")
+    ap.add_argument("--size-models", nargs="*", default=["vit_tiny"], help="models of the norm rows with the best config")
     ap.add_argument("--norms", nargs="+", default=["pre", "post", "mix"])
+    ap.add_argument("--candidates", nargs="*", default=DEFAULT_CANDIDATES, help="options tried alone on pre: axis=value[,axis=value]")
+    ap.add_argument("--late-candidates", nargs="*", default=LATE_CANDIDATES, help="candidates timed last (long compiles)")
+    ap.add_argument("--best", default=None, help="use this config (e.g. 'sdpa=cudnn cudagraphs=true') instead of choosing")
+    ap.add_argument("--min-gain", type=float, default=0.01, help="a candidate joins the best config when it is this much faster")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--img-size", type=int, default=224)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds (median reported)")
+    ap.add_argument("--warmup", type=int, default=5, help="steps after the compiling one, before timing")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (median and spread reported)")
+    ap.add_argument("--window-s", type=float, default=1.0, help="seconds of steps per row and round")
+    ap.add_argument("--budget-s", type=float, default=120, help="candidate rows are built only while they fit in this many seconds")
+    ap.add_argument("--max-s", type=float, default=285, help="no row is built that would end after this many seconds")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench/results/vit_throughput.json"))
-    args = ap.parse_args()
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    images = torch.randn(args.batch, 3, args.img_size, args.img_size, generator=torch.Generator().manual_seed(0)).to(args.device)
-    targets = torch.randint(0, 1000, (args.batch,), generator=torch.Generator().manual_seed(1)).to(args.device)
-    rows = []
-    for name in args.models:
-        candidates = {f"mixbench {n}": n for n in args.norms} | {f"timm {VIT_PRESETS[name]['timm_name']}": None}
-        built = {}
-        for label, norm in candidates.items():
-            torch.manual_seed(0)
-            if norm is None:
-                model = timm.create_model(VIT_PRESETS[name]["timm_name"], pretrained=False, img_size=args.img_size)
-            else:
-                model = build_model(name, norm=norm, img_size=args.img_size)
-            built[label] = Candidate(model, images, targets, args.device, not args.no_compile)
-            built[label].warm_up(args.warmup)
-        # measured in interleaved rounds, so that clock and background drift hit every candidate alike; median reported
-        rates = {label: [] for label in built}
-        for _ in range(args.rounds):
-            for label, candidate in built.items():
-                rates[label].append(candidate.images_per_sec(args.steps))
-        for label, norm in candidates.items():
-            median = statistics.median(rates[label])
-            rows.append({"model": name, "impl": label, "norm": norm, "batch": args.batch, "img_size": args.img_size,
-                         "images_per_sec": median, "step_ms": 1000 * args.batch / median, "rounds": rates[label],
-                         "peak_mem_gib": built[label].peak_mem_gib})
-            log.info("%-10s %-32s %9.0f img/s (rounds: %s)", name, label, median, ", ".join(f"{r:.0f}" for r in rates[label]))
-        del built
-        gc.collect()
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
-            torch._dynamo.reset()
-    for name in args.models:
-        group = [r for r in rows if r["model"] == name]
-        ref = next(r for r in group if r["norm"] is None)
-        pre = next((r for r in group if r["norm"] == "pre"), None)
-        for r in group:
-            r["vs_timm"] = r["images_per_sec"] / ref["images_per_sec"]
-            r["vs_pre"] = r["images_per_sec"] / pre["images_per_sec"] if pre and r["norm"] else None
-    header = f"{'model':<11}{'implementation':<34}{'img/s':>10}{'vs timm':>9}{'vs pre':>8}{'ms/step':>9}{'peak GiB':>9}"
-    lines = [header, "-" * len(header)] + [
-        f"{r['model']:<11}{r['impl']:<34}{r['images_per_sec']:>10,.0f}{r['vs_timm']:>8.2f}x{(format(r['vs_pre'], '.3f') if r['vs_pre'] else '-'):>8}"
-        f"{r['step_ms']:>9.1f}{(format(r['peak_mem_gib'], '.1f') if r['peak_mem_gib'] else 'n/a'):>9}" for r in rows]
-    table = "\n".join(lines)
-    log.info("\n%s", table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "vit_throughput", "device": device_name, "settings": vars(args) | {"out": str(args.out)},
-                                    "versions": package_versions(), "git": git_commit(), "torch": torch.__version__,
-                                    "rows": rows, "table": table}, indent=1, default=str))
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parse_args(argv)
+    # many rows share VisionTransformer.forward: never fall back to eager, every row static-shaped as in training
+    wanted = dict(recompile_limit=64, fail_on_recompile_limit_hit=True, automatic_dynamic_shapes=False)
+    with torch._dynamo.config.patch(**{k: v for k, v in wanted.items() if hasattr(torch._dynamo.config, k)}):
+        run(args)
+
+
+def run(args) -> None:
+    """The phases of the module docstring."""
+    bench = Bench(args)
+    reference, best = [(None, BASE, "peer"), ("pre", BASE, "baseline")], Variant.parse(args.best or "defaults")
+    for i, name in enumerate(args.models + args.size_models):
+        full = i < len(args.models)
+        if i == 0 and full:  # each candidate alone on pre, while --budget-s lasts
+            tried = [("pre", Variant.parse(text), "candidate") for text in args.candidates]
+            bench.phase("candidates", name, bench.affordable(name, reference + tried, args.budget_s))
+            best = bench.best_variant(name)
+            log.info("best config for %s: %s", name, best.options())
+        if full:  # the best config on every norm (the baseline's, when nothing won)
+            specs = [(n, best, "best" if best != BASE else "baseline") for n in args.norms if (n, best) != ("pre", BASE)]
+        else:  # the baseline's norms first (the stable ViT-T numbers), then the best config and CUDA graphs on pre
+            specs = [(n, BASE, "baseline") for n in args.norms if n != "pre"] + [("pre", best, "best")] * (best != BASE)
+            specs += [("pre", replace(best, cudagraphs=True), "+ CUDA graphs")] * (not best.cudagraphs)
+        bench.phase("norms" if full else "sizes", name, bench.affordable(name, reference + specs, args.max_s))
+        if i == 0 and full:
+            bench.profile(name, BASE, "baseline")
+            if best != BASE:
+                bench.profile(name, best, "best")
+        bench.release()
+    if args.models and args.late_candidates:  # rebuilding the reference rows mostly hits the compile caches
+        late = [("pre", best, "best")] * (best != BASE) + [("pre", Variant.parse(text), "candidate") for text in args.late_candidates]
+        specs = bench.affordable(args.models[0], reference + late, args.max_s)
+        if len(specs) > len(reference) + (best != BASE):
+            bench.phase("late", args.models[0], specs)
+    if bench.skipped:
+        log.info("skipped (time budget): %s", "; ".join(bench.skipped))
+    log.info("\n%s", format_table(bench.rows))
+    bench.write()
 
 
 if __name__ == "__main__":

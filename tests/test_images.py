@@ -81,11 +81,14 @@ def test_vit_throughput_benchmark_smoke(tmp_path):
     from pathlib import Path
 
     out = tmp_path / "vit.json"
-    cmd = [sys.executable, "bench/vit_throughput.py", "--device", "cpu", "--no-compile", "--models", "vit_tiny", "--norms", "pre", "mix",
-           "--img-size", "32", "--batch", "2", "--steps", "1", "--warmup", "1", "--out", str(out)]
+    cmd = [sys.executable, "bench/vit_throughput.py", "--device", "cpu", "--no-compile", "--models", "vit_tiny", "--size-models",
+           "--candidates", "--late-candidates", "--norms", "pre", "mix", "--img-size", "32", "--batch", "2", "--rounds", "1",
+           "--window-s", "0.01", "--warmup", "1", "--out", str(out)]
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
     rows = json.loads(out.read_text())["rows"]
-    assert [r["impl"] for r in rows] == ["mixbench pre", "mixbench mix", "timm vit_tiny_patch16_224"]
+    assert [(r["phase"], r["impl"]) for r in rows] == [
+        ("candidates", "timm vit_tiny_patch16_224"), ("candidates", "mixbench pre"),
+        ("norms", "timm vit_tiny_patch16_224"), ("norms", "mixbench pre"), ("norms", "mixbench mix")]
     assert all(r["images_per_sec"] > 0 and r["vs_timm"] > 0 for r in rows)
 
 

@@ -153,7 +153,7 @@ def test_paper_comparison_table(tmp_path, capsys):
 def test_lm_throughput_benchmark_smoke(tmp_path):
     out = tmp_path / "lm.json"
     cmd = [sys.executable, "bench/lm_throughput.py", "--device", "cpu", "--no-compile", "--no-hf", "--models", "llama_debug",
-           "--norms", "pre", "mix", "--chunk", "0", "16", "--batch", "2", "--seq", "16", "--steps", "1", "--warmup", "1", "--out", str(out)]
+           "--norms", "pre", "mix", "--size-models", "--candidates", "loss=chunked", "--best", "loss=chunked", "--batch", "2", "--seq", "16", "--steps", "1", "--warmup", "1", "--out", str(out)]
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
     result = json.loads(out.read_text())
     assert len(result["rows"]) == 4 and all(r["tokens_per_sec"] > 0 for r in result["rows"])

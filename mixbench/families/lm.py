@@ -13,7 +13,8 @@ from . import Family, register_family
 def lightning_module(cfg, model, datamodule):
     from ..lit import CausalLMModule, OptimConfig
 
-    return CausalLMModule(model, OptimConfig.from_config(cfg.optim), loss_chunk_size=cfg.loss.chunk_size)
+    return CausalLMModule(model, OptimConfig.from_config(cfg.optim), loss_chunk_size=cfg.loss.chunk_size,
+                          loss_impl=cfg.loss.impl)
 
 
 def options_from_data(cfg, options: dict, datamodule) -> dict:

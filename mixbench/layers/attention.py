@@ -13,6 +13,8 @@ LLaMA while off) and ``v_norm`` (``None`` while off), plus the plain string ``qk
 ``v_norm`` (HybridNorm only) is a per-head norm of width ``head_dim`` on v after the head split.
 Every norm acts **before RoPE** (:func:`project_qkv` returns q, k, v before any rotary embedding).
 The modules are registered only when on, so ``state_dict`` keys of a model without them are unchanged.
+
+:func:`causal_attention` is causal SDPA with an optional pinned backend (``auto`` lets PyTorch choose).
 """
 from __future__ import annotations
 
@@ -20,8 +22,13 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .placement import NormConfigError
+
+SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 
 
 def add_qk_norm(attn: nn.Module, mode: str, make_norm: Callable[..., nn.Module]) -> tuple[str, ...]:
@@ -67,3 +74,11 @@ def project_qkv(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.T
     if v_norm is not None:
         v = v_norm(v)
     return q, k, v
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    """Causal ``scaled_dot_product_attention``; ``backend`` (auto | flash | cudnn | efficient | math) pins its kernel."""
+    if backend == "auto":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with sdpa_kernel([SDPA_BACKENDS[backend]]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -7,33 +7,48 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
+from ..errors import ConfigError
 from .base import OptimizedModule
-from .losses import IGNORE_INDEX, chunked_cross_entropy_sum
+from .losses import IGNORE_INDEX, LOSS_IMPLS, linear_cross_entropy_sum
+
+
+def causal_lm_loss_sum(model, input_ids: torch.Tensor, labels: torch.Tensor, impl: str = "torch",
+                       chunk_size: int | None = None) -> torch.Tensor:
+    """Summed next-token cross-entropy of ``model`` on ``input_ids`` against ``labels`` (−100 ignored).
+
+    ``impl`` (``loss.impl``, see :mod:`mixbench.lit.losses`): ``torch`` computes the loss inside the model's
+    (compiled) forward where the model can (so the fp32 up-cast of the logits fuses into the loss kernel); the
+    others take the final hidden states and the head weight.  ``chunk_size`` with ``torch`` means ``chunked``."""
+    if impl == "torch" and chunk_size:
+        impl = "chunked"
+    if impl == "torch":
+        if getattr(model, "forward_computes_loss", False):  # mixbench LLaMA: loss inside its (compiled) forward
+            return model(input_ids, labels=labels)
+        logits = model(input_ids)
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+    hidden = model(input_ids, return_hidden=True)
+    return linear_cross_entropy_sum(hidden, model.head.weight, labels, impl, chunk_size)
 
 
 class CausalLMModule(OptimizedModule):
     """Logs ``train/loss`` per step and ``val/loss`` (mean over all target tokens) and ``val/ppl = exp(val/loss)``.
 
     The validation mean is weighted by the target-token count of each batch, so it is the same for
-    any batch size or number of devices.  With ``loss_chunk_size`` the LM head and cross-entropy are
-    computed in chunks of that many tokens (no full logits tensor).
+    any batch size or number of devices.  ``loss_impl`` picks the cross-entropy implementation
+    (:func:`causal_lm_loss_sum`); with ``loss_chunk_size`` the LM head and cross-entropy are computed in
+    chunks of that many tokens (no full logits tensor).
     """
 
-    def __init__(self, model, optim, loss_chunk_size: int | None = None):
+    def __init__(self, model, optim, loss_chunk_size: int | None = None, loss_impl: str = "torch"):
         super().__init__(model, optim)
-        self.loss_chunk_size = loss_chunk_size
+        if loss_impl not in LOSS_IMPLS:
+            raise ConfigError(f"unknown loss.impl {loss_impl!r}; valid: {', '.join(LOSS_IMPLS)}")
+        self.loss_chunk_size, self.loss_impl = loss_chunk_size, loss_impl
         self.val_loss = MeanMetric()
 
     def loss_sum(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         labels = batch["labels"]
-        if self.loss_chunk_size:
-            hidden = self.model(batch["input_ids"], return_hidden=True)
-            total = chunked_cross_entropy_sum(hidden, self.model.head.weight, labels, self.loss_chunk_size)
-        elif getattr(self.model, "forward_computes_loss", False):  # mixbench LLaMA: loss inside its (compiled) forward
-            total = self.model(batch["input_ids"], labels=labels)
-        else:
-            logits = self.model(batch["input_ids"])
-            total = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+        total = causal_lm_loss_sum(self.model, batch["input_ids"], labels, self.loss_impl, self.loss_chunk_size)
         return total, (labels != IGNORE_INDEX).sum()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from ..layers import (
     project_qkv,
     scaled_init_,
 )
+from ..layers.attention import SDPA_BACKENDS, causal_attention
 
 
 @dataclass
@@ -38,10 +39,13 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     init_std: float = 0.02  # N(0, init_std) for every Linear
     embed_init_std: float = 0.02  # the official Mix-LN code uses sqrt(2/5) ≈ 0.632 here (all placements)
+    attention_backend: str = "auto"  # SDPA kernel: auto (PyTorch chooses) | flash | cudnn | efficient | math; speed only
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
             raise ConfigError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
+        if self.attention_backend != "auto" and self.attention_backend not in SDPA_BACKENDS:
+            raise ConfigError(f"unknown attention_backend {self.attention_backend!r}; valid: auto, {', '.join(SDPA_BACKENDS)}")
 
     @property
     def head_dim(self) -> int:
@@ -85,7 +89,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
-        self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.num_heads, self.head_dim, self.backend = cfg.num_heads, cfg.head_dim, cfg.attention_backend
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=False)
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
         self.qk_norm_mode = "none"
@@ -95,7 +99,7 @@ class CausalSelfAttention(nn.Module):
         b, t, h = x.shape
         q, k, v = project_qkv(self, x)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = causal_attention(q, k, v, self.backend)
         return self.proj(y.transpose(1, 2).reshape(b, t, h))
 
 

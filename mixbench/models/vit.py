@@ -10,6 +10,8 @@ Attention is :class:`PlacedAttention`, timm's ``Attention`` (same parameters and
 slots.  Peri-LN's ``norm.embed_norm`` is timm's ``norm_pre`` slot (after patch embedding + position embedding,
 cls token included, before the blocks; ``pre_norm=True`` is not used since it also drops the patch bias).
 DyT's final norm is re-made with its position after timm has built the model.
+
+``attention_backend`` (auto | flash | cudnn | efficient | math) pins the SDPA kernel: speed only, same model.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import timm
 import torch
 from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block
+from torch.nn.attention import sdpa_kernel
 
 from ..errors import ConfigError
 from ..layers import (
@@ -31,6 +34,7 @@ from ..layers import (
     project_qkv,
     scaled_init_,
 )
+from ..layers.attention import SDPA_BACKENDS
 
 # mixbench name -> (timm architecture, defaults in mixbench's vocabulary)
 VIT_PRESETS: dict[str, dict] = {
@@ -39,7 +43,10 @@ VIT_PRESETS: dict[str, dict] = {
     "vit_debug": dict(timm_name="vit_tiny_patch16_224", hidden_size=32, num_heads=2, num_layers=4),
 }
 # img_size / num_classes: None = taken from the data in `mixbench run` (timm's 224 / 1000 when built directly)
-VIT_DEFAULTS = dict(img_size=None, patch_size=16, num_classes=None, mlp_ratio=4.0, drop_path_rate=0.0, global_pool="token")
+VIT_DEFAULTS = dict(img_size=None, patch_size=16, num_classes=None, mlp_ratio=4.0, drop_path_rate=0.0, global_pool="token",
+                   attention_backend="auto")  # SDPA kernel: auto (PyTorch chooses) | flash | cudnn | efficient | math
+# mixbench options that are not timm keywords
+_OWN_KEYS = ("attention_backend",)
 # mixbench option -> timm keyword
 _TIMM_KEYS = dict(hidden_size="embed_dim", num_layers="depth")
 
@@ -47,14 +54,22 @@ _TIMM_KEYS = dict(hidden_size="embed_dim", num_layers="depth")
 class PlacedAttention(Attention):
     """timm's ``Attention`` (same modules, parameters and keys) with the norms of :mod:`mixbench.layers.attention`:
     ``qk_norm_mode`` ``none``/``head`` run timm's own forward (``head`` fills its ``q_norm``/``k_norm`` slots);
-    ``full`` (norms over the whole projected q and k) and a ``v_norm`` (HybridNorm) run :meth:`_normed_forward`."""
+    ``full`` (norms over the whole projected q and k) and a ``v_norm`` (HybridNorm) run :meth:`_normed_forward`.
+    ``backend`` other than ``auto`` pins the SDPA kernel (:data:`mixbench.layers.attention.SDPA_BACKENDS`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.qk_norm_mode = "none"
         self.v_norm = None
+        self.backend = "auto"
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        if self.backend != "auto":
+            with sdpa_kernel([SDPA_BACKENDS[self.backend]]):
+                return self._forward(x, attn_mask, is_causal)
+        return self._forward(x, attn_mask, is_causal)
+
+    def _forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
         if self.qk_norm_mode == "full" or self.v_norm is not None:
             return self._normed_forward(x, attn_mask, is_causal)
         return super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
@@ -120,9 +135,12 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     options.update(overrides)
     options["img_size"] = options["img_size"] or 224
     options["num_classes"] = options["num_classes"] if options["num_classes"] is not None else 1000
+    backend = options["attention_backend"]
+    if backend != "auto" and backend not in SDPA_BACKENDS:
+        raise ConfigError(f"unknown attention_backend {backend!r}; valid: auto, {', '.join(SDPA_BACKENDS)}")
     num_layers = options["num_layers"]
     plan = norm.plan(num_layers)
-    timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items()}
+    timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items() if k not in _OWN_KEYS}
     placement = get_placement(norm.placement)
     make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, impl="timm", groups=norm.groups))
     model = timm.create_model(
@@ -147,6 +165,8 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     if norm.scaled_embed:
         model.patch_embed.register_forward_hook(partial(_scale_output, scale=options["hidden_size"] ** 0.5))
     init_placements_(model.blocks)
+    for block in model.blocks:
+        block.attn.backend = backend
     model.plan = plan
     model.norm_spec = norm
     return model

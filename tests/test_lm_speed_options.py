@@ -1,0 +1,182 @@
+"""LLaMA speed options (loss.impl, model.attention_backend, the bench's liger layers) compute what the reference computes."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mixbench
+from mixbench.config import compose
+from mixbench.errors import ConfigError
+from mixbench.lit import CausalLMModule, OptimConfig
+from mixbench.lit.lm import causal_lm_loss_sum
+from mixbench.lit.losses import linear_cross_entropy_sum
+
+ROOT = Path(__file__).resolve().parents[1]
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def bench_module():
+    spec = importlib.util.spec_from_file_location("lm_throughput", ROOT / "bench" / "lm_throughput.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def head_problem(device="cpu", n=37, hidden=16, vocab=50):
+    g = torch.Generator(device).manual_seed(0)
+    h = torch.randn(n, hidden, generator=g, device=device, requires_grad=True)
+    w = torch.randn(vocab, hidden, generator=g, device=device, requires_grad=True)
+    y = torch.randint(0, vocab, (n,), generator=g, device=device)
+    y[:5] = -100
+    return h, w, y
+
+
+def reference_sum(h, w, y):
+    return F.cross_entropy((h.float() @ w.float().t()), y, ignore_index=-100, reduction="sum")
+
+
+@pytest.mark.parametrize("impl,chunk", [("torch", None), ("chunked", 8), ("chunked", None)])
+def test_pure_pytorch_losses_are_the_summed_token_nll_with_its_gradients(impl, chunk):
+    h, w, y = head_problem()
+    ref = reference_sum(h, w, y)
+    ref_grads = torch.autograd.grad(ref, (h, w))
+    ours = linear_cross_entropy_sum(h, w, y, impl, chunk)
+    torch.testing.assert_close(ours, ref)
+    for a, b in zip(torch.autograd.grad(ours, (h, w)), ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # the mean token NLL (what training logs) is sum / count of non-ignored targets
+    torch.testing.assert_close(ours / (y != -100).sum(), F.cross_entropy(h @ w.t(), y, ignore_index=-100))
+
+
+def test_unknown_loss_impl_fails():
+    h, w, y = head_problem()
+    with pytest.raises(ValueError, match="unknown loss implementation"):
+        linear_cross_entropy_sum(h, w, y, "fast")
+    with pytest.raises(ConfigError, match="loss.impl"):
+        CausalLMModule(mixbench.build_model("llama_debug"), OptimConfig(), loss_impl="fast")
+
+
+@pytest.mark.parametrize("impl,package", [("liger", "liger_kernel"), ("cce", "cut_cross_entropy")])
+def test_a_missing_kernel_extra_names_the_install(impl, package):
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed")
+    h, w, y = head_problem()
+    with pytest.raises(ImportError, match=r"mixbench\[kernels\]"):
+        linear_cross_entropy_sum(h, w, y, impl)
+
+
+@pytest.mark.parametrize("impl,chunk", [("chunked", 16), ("torch", 16)])
+def test_model_losses_match_the_in_forward_loss(impl, chunk):
+    model = mixbench.build_model("llama_debug", norm="mix", seed=0)
+    ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
+    labels = ids.roll(-1, 1)
+    labels[:, -3:] = -100
+    ref = causal_lm_loss_sum(model, ids, labels)  # torch: the loss inside the model's forward
+    ref_grads = torch.autograd.grad(ref, list(model.parameters()))
+    ours = causal_lm_loss_sum(model, ids, labels, impl, chunk)
+    torch.testing.assert_close(ours, ref)
+    for a, b in zip(torch.autograd.grad(ours, list(model.parameters())), ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_attention_backend_changes_the_kernel_not_the_model():
+    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+    auto = mixbench.build_model("llama_debug", seed=0)
+    math = mixbench.build_model("llama_debug", seed=0, attention_backend="math")
+    assert list(auto.state_dict()) == list(math.state_dict())
+    torch.testing.assert_close(math(ids), auto(ids), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ConfigError, match="attention_backend"):
+        mixbench.build_model("llama_debug", attention_backend="fast")
+
+
+def test_speed_options_are_settings():
+    cfg = compose(["task=c4_llama_130m", "loss.impl=chunked", "model.attention_backend=cudnn"])
+    assert cfg.loss.impl == "chunked" and cfg.model.attention_backend == "cudnn"
+    assert compose(["task=c4_llama_130m"]).loss.impl == "torch"
+
+
+def test_bench_smoke_writes_rows_options_and_profile(tmp_path):
+    bench = bench_module()
+    out = tmp_path / "lm.json"
+    bench.main(["--device", "cpu", "--no-compile", "--no-hf", "--models", "llama_debug", "--size-models", "--batch", "2",
+                "--seq", "16", "--steps", "1", "--warmup", "1", "--candidates", "loss=chunked", "--best", "loss=chunked",
+                "--norms", "pre", "mix", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert [(r["norm"], r["options"]) for r in data["rows"]] == [
+        ("pre", "defaults"), ("pre", "loss=chunked"), ("pre", "loss=chunked"), ("mix", "loss=chunked")]
+    assert all(r["tokens_per_sec"] > 0 for r in data["rows"])
+    assert data["rows"][-1]["vs_pre"] > 0 and "options" in data["table"]
+    profile = (tmp_path / "lm_profile.txt").read_text()
+    assert profile.count("== llama_debug") == 2 and "kernel class" in profile
+
+
+def test_bench_variants_parse_and_pick_the_best_per_axis():
+    bench = bench_module()
+    V = bench.Variant
+    assert V.parse("loss=cce,compile_opt=true") == V(loss="cce", compile_opt=True)
+    assert V.parse("defaults").options() == "defaults"
+    b = bench.Bench.__new__(bench.Bench)
+    b.args = type("A", (), {"best": None, "min_gain": 0.01})()
+    tried = [(V(loss="cce"), {"tokens_per_sec": 120}), (V(loss="liger"), {"tokens_per_sec": 110}),
+             (V(sdpa="cudnn"), {"tokens_per_sec": 100.5}), (V(mode="max-autotune-no-cudagraphs"), {"tokens_per_sec": 105}),
+             (V(kernels="liger"), None)]
+    assert b.best_variant({"tokens_per_sec": 100}, tried) == V(loss="cce", mode="max-autotune-no-cudagraphs")
+    assert bench.kernel_class("sm90_xmma_gemm_bf16bf16_bf16f32") == "gemm"
+    assert bench.kernel_class("flash_fwd_kernel") == "attention"
+    assert bench.kernel_class("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0") == "compiled pointwise/reductions (triton)"
+
+
+@pytest.mark.gpu
+@CUDA
+@pytest.mark.parametrize("impl", ["liger", "cce", "chunked"])
+def test_kernel_losses_match_torch_under_bf16_autocast(impl):
+    if impl != "chunked":
+        pytest.importorskip({"liger": "liger_kernel", "cce": "cut_cross_entropy"}[impl])
+    h, w, y = head_problem("cuda", n=300, hidden=64, vocab=1000)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ref = linear_cross_entropy_sum(h, w, y, "torch")
+        ref_grads = torch.autograd.grad(ref, (h, w))
+        ours = linear_cross_entropy_sum(h, w, y, impl)
+        grads = torch.autograd.grad(ours, (h, w))
+    assert ours.dtype == torch.float32
+    torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-2)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@CUDA
+@pytest.mark.parametrize("backend", ["flash", "cudnn", "efficient"])
+def test_attention_backends_agree_on_gpu(backend):
+    ids = torch.randint(0, 512, (2, 64), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ref = mixbench.build_model("llama_debug", seed=0).cuda()(ids, labels=ids.roll(-1, 1))
+        try:
+            ours = mixbench.build_model("llama_debug", seed=0, attention_backend=backend).cuda()(ids, labels=ids.roll(-1, 1))
+        except RuntimeError as err:  # e.g. no cuDNN attention in this build
+            pytest.skip(f"{backend}: {err}")
+    torch.testing.assert_close(ours, ref, rtol=1e-2, atol=1e-1)
+
+
+@pytest.mark.gpu
+@CUDA
+def test_bench_liger_layers_match_the_model_on_gpu():
+    pytest.importorskip("liger_kernel")
+    bench = bench_module()
+    ids = torch.randint(0, 512, (2, 64), device="cuda")
+    ref_model = mixbench.build_model("llama_debug", norm="mix", seed=0).cuda()
+    model = mixbench.build_model("llama_debug", norm="mix", seed=0).cuda()
+    bench.use_liger_layers(model)
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref_model.named_parameters()]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ref, ours = ref_model(ids, labels=ids.roll(-1, 1)), model(ids, labels=ids.roll(-1, 1))
+    torch.testing.assert_close(ours, ref, rtol=1e-2, atol=2.0)  # summed over 128 tokens: ≈ 1e-2 per token
+    ours.backward()
+    ref.backward()
+    for a, b in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=5e-2, atol=5e-3)
