@@ -309,11 +309,16 @@ def check_final_validation(record: dict, fit_validation: dict, metric: str, step
         record.setdefault("warnings", []).append(message)
 
 
+# model options that pick a kernel, not the function computed: runs that differ only in them share a table cell
+KERNEL_ONLY_OPTIONS = ("attention_backend",)
+
+
 def model_label(name: str, options: dict) -> str:
-    """``llama_71m[num_layers=24]``: the preset name plus every architecture option changed from it."""
+    """``llama_71m[num_layers=24]``: the preset name plus every architecture option changed from it (kernel choices,
+    :data:`KERNEL_ONLY_OPTIONS`, left out)."""
     from .models import model_defaults
 
-    changed = {k: v for k, v in options.items() if model_defaults(name).get(k) != v}
+    changed = {k: v for k, v in options.items() if model_defaults(name).get(k) != v and k not in KERNEL_ONLY_OPTIONS}
     return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + "]" if changed else "")
 
 

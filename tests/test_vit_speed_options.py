@@ -185,3 +185,13 @@ def test_bench_cuda_graph_rows_capture_on_gpu(tmp_path):
                 "--window-s", "0.05", "--candidates", "cudagraphs=true", "--late-candidates", "--norms", "pre", "--out", str(out)])
     row = next(r for r in json.loads(out.read_text())["rows"] if r["options"] == "cudagraphs=True")
     assert row["images_per_sec"] and row["cudagraph_skips"] == 0
+
+
+@pytest.mark.parametrize("name", ["vit_small", "llama_71m"])
+def test_a_kernel_choice_does_not_split_a_table_cell(name):
+    """Runs that differ only in model.attention_backend compute the same function: same model label (same table
+    cell); an architecture option still shows."""
+    from mixbench.train import model_label
+
+    assert model_label(name, {"attention_backend": "cudnn"}) == name
+    assert model_label(name, {"attention_backend": "cudnn", "num_layers": 3}) == f"{name}[num_layers=3]"
