@@ -28,12 +28,14 @@ import platform
 import time
 import types
 from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import kernel_profile  # bench/ is this script's directory
 from mixbench import build_model
 from mixbench.callbacks import peak_flops
 from mixbench.constants import IGNORE_INDEX
@@ -202,37 +204,7 @@ KERNEL_CLASSES = (  # (class, name fragments); the first class whose fragment oc
 )
 
 
-def kernel_class(name: str) -> str:
-    low = name.lower()
-    return next((cls for cls, parts in KERNEL_CLASSES if any(p in low for p in parts)), "other")
-
-
-def profile_table(step, device: str, n_steps: int = 3, top: int = 25) -> str:
-    """Top kernels (self device time per step) of ``n_steps`` steps and their totals by kernel class."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device == "cuda"
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-        for _ in range(n_steps):
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-    if cuda:
-        events = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
-        times = {e.key: (getattr(e, "self_device_time_total", 0) or e.self_cuda_time_total, e.count) for e in events}
-    else:  # CPU smoke runs: leaf aten ops by self CPU time
-        times = {e.key: (e.self_cpu_time_total, e.count) for e in prof.key_averages() if e.key.startswith("aten::")}
-    total = sum(t for t, _ in times.values()) or 1.0
-    per_class: dict[str, float] = {}
-    for name, (t, _) in times.items():
-        per_class[kernel_class(name)] = per_class.get(kernel_class(name), 0.0) + t
-    lines = [f"{'kernel class':<44}{'ms/step':>10}{'share':>8}"]
-    lines += [f"{cls:<44}{t / 1e3 / n_steps:>10.2f}{t / total:>8.1%}" for cls, t in sorted(per_class.items(), key=lambda kv: -kv[1])]
-    lines += [f"{'total':<44}{total / 1e3 / n_steps:>10.2f}", "", f"{'kernel':<92}{'calls':>7}{'ms/step':>9}{'share':>8}"]
-    for name, (t, count) in sorted(times.items(), key=lambda kv: -kv[1][0])[:top]:
-        lines.append(f"{name[:90]:<92}{count // n_steps:>7}{t / 1e3 / n_steps:>9.2f}{t / total:>8.1%}")
-    return "\n".join(lines)
+kernel_class = partial(kernel_profile.kernel_class, classes=KERNEL_CLASSES)
 
 
 # --------------------------------------------------------------------------------------------------- main
@@ -281,7 +253,7 @@ class Bench:
             row |= measure(step, args.steps, args.warmup, device, ids.numel())
             if profile:
                 self.profiles.append(f"== {name} {impl} [{row['options']}]: {row['tokens_per_sec']:,.0f} tok/s\n"
-                                     + profile_table(step, device))
+                                     + kernel_profile.profile_table(step, device, KERNEL_CLASSES))
         except Exception as err:  # a missing extra, an unsupported kernel, out of memory: record it and go on
             log.warning("%s %s [%s] failed: %s", name, impl, row["options"], err)
             row |= {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}", "tokens_per_sec": None}
