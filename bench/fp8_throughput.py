@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lm_throughput import measure, ours_step_fn  # noqa: E402  (bench/ is not a package)
+from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402  (bench/ is not a package)
 
 from mixbench import build_model  # noqa: E402
 from mixbench.callbacks import peak_flops  # noqa: E402
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--chunk", type=int, default=0, help="0: full logits; N: chunked cross-entropy of N tokens")
+    ap.add_argument("--loss", default="torch", help="loss.impl of every row: torch | chunked | liger | cce")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench/results/fp8_throughput.json"))
@@ -102,8 +102,9 @@ def main() -> None:
                 torch._dynamo.reset()
             model = build_model(name, norm=args.norm, seed=0).to(args.device)
             converted = convert_fp8(model, recipe, args.skip) if recipe else []
-            result = measure(model, ours_step_fn(model, args.chunk), ids, labels, args.steps, args.warmup, args.device,
-                             not args.no_compile)
+            step = make_step(model, ours_loss_fn(model, Variant(loss=args.loss), not args.no_compile), ids, labels, args.device,
+                             compile_opt=False)
+            result = measure(step, args.steps, args.warmup, args.device, ids.numel())
             baseline = baseline or result["tokens_per_sec"]
             flops_per_token = model.flops_per_token(args.seq)
             result.update(model=name, precision=label, recipe=recipe, fp8_layers=len(converted), batch=args.batch, seq=args.seq,

@@ -253,3 +253,13 @@ def test_unigram_entropy_of_the_validation_tokens(tmp_path):
     p = p[p > 0]
     assert abs(dm.unigram_entropy() - float(-(p * np.log(p)).sum())) < 1e-9
     assert 0 < dm.unigram_entropy() < np.log(dm.vocab_size)
+
+
+def test_fp8_throughput_benchmark_smoke(tmp_path):
+    """The fp8 bench builds its steps from bench/lm_throughput.py's helpers: a bf16-only CPU row keeps that wiring honest."""
+    out = tmp_path / "fp8.json"
+    cmd = [sys.executable, "bench/fp8_throughput.py", "--device", "cpu", "--no-compile", "--recipes", "--models", "llama_debug",
+           "--batch", "2", "--seq", "16", "--steps", "1", "--warmup", "1", "--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["precision"] for r in rows] == ["bf16"] and rows[0]["tokens_per_sec"] > 0
