@@ -14,8 +14,10 @@
 # side by side on its GPU.  Timing seen on 2× H100 (2026-11-26): with 5 chains on a GPU, pretraining alone took 241-329 s
 # and the whole chain did not finish in 545 s; on the device tool (10 minutes a call, nothing kept once the machine goes
 # back) run two calls of 3 chains a GPU instead: PARTS="0:pre:0,1,2 1:post:0,1,2", then PARTS="0:mix:0,1 1:mix:2".  Output: $OUT (default results/proxy/table2): table2_proxy.md, the consoles, and
-# table2_proxy_runs.tgz (records, eval summaries, configs, logs; no weights).
+# table2_proxy_runs.tgz (records, eval summaries, configs, logs; no weights).  DEADLINE_S=N stops the chains N seconds
+# after the script starts and still writes the summary of what finished (a device call has a hard limit).
 set -euo pipefail
+script_start=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/proxy/table2}
 RESULTS=${RESULTS:-.data/table2_results}
@@ -51,12 +53,19 @@ pids=()
 for part in $PARTS; do
     IFS=: read -r gpu norm seeds <<< "$part"
     n=$(tr ',' '\n' <<< "$seeds" | wc -l)
-    CUDA_VISIBLE_DEVICES=$gpu python3 -m mixbench.cli reproduce table2 --scale proxy --seeds "$seeds," --only "norm=$norm" \
+    CUDA_VISIBLE_DEVICES=$gpu setsid python3 -m mixbench.cli reproduce table2 --scale proxy --seeds "$seeds," --only "norm=$norm" \
         --jobs "$n" "${ARGS[@]}" > "$OUT/console_${norm}_${seeds//,/}.txt" 2>&1 &
     pids+=($!)
 done
+if [ "${DEADLINE_S:-0}" -gt 0 ]; then   # stop the chains (each its own process group) in time to collect what finished
+    ( sleep $(( DEADLINE_S - ($(date +%s) - script_start) )); echo "deadline of $DEADLINE_S s reached: the chains were stopped"
+      for pid in "${pids[@]}"; do kill -TERM -- "-$pid"; done; sleep 10
+      for pid in "${pids[@]}"; do kill -KILL -- "-$pid"; done ) < /dev/null > "$OUT/deadline.txt" 2>&1 &
+    watchdog=$!
+fi
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+if [ -n "${watchdog:-}" ]; then pkill -P "$watchdog" sleep; kill "$watchdog"; fi 2>/dev/null || true
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "no GPU")
 echo "wall time: $(( $(date +%s) - start )) s on $(nvidia-smi -L 2>/dev/null | wc -l) × ${gpu}; parts: $PARTS" | tee "$OUT/wall_time.txt"
 python3 -m mixbench.reproduce_downstream --results-dir "$RESULTS" --scale proxy --out "$OUT/table2_proxy.md" || status=1
