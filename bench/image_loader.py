@@ -1,6 +1,6 @@
 """Input-pipeline throughput on real JPEG files: images/s of the ImageNet recipe's training loader for several
 loader variants (``--variants``, each a comma list of ``data.*`` keys of ``data=imagefolder``, e.g.
-``pipeline=gpu,overlap=true,worker_nice=10``; ``num_workers`` defaults to the CPU count) — alone, and end to end
+``pipeline=gpu,overlap=true,worker_nice=10``; ``num_workers`` defaults to the CPUs this process may use) — alone, and end to end
 with a compiled bf16 training step of a mixbench ViT (``--model``), i.e. the images/s one GPU really trains at.
 
 With ``--model`` two reference rows come first: the step alone on a fixed device batch (the rate to reach), and the
@@ -35,6 +35,7 @@ from mixbench.data.folders import ImageFolderDataModule
 from mixbench.provenance import git_commit, package_versions
 
 log = logging.getLogger("image_loader")
+CPUS = len(os.sched_getaffinity(0))  # the cores this process may use (taskset), not the machine's
 
 DEFAULT_VARIANTS = ["pipeline=gpu", "pipeline=gpu,overlap=true", "pipeline=gpu,overlap=true,worker_nice=10",
                     "pipeline=gpu,overlap=true,worker_nice=10,num_workers=14"]
@@ -59,7 +60,7 @@ def write_jpegs(root: Path, num_images: int, size: int) -> None:
             folder = root / split / str(classes[labels[k]])
             folder.mkdir(parents=True, exist_ok=True)
             jobs.append((images[k], folder / f"{i:06d}.JPEG", size))
-    with Pool(os.cpu_count()) as pool:
+    with Pool(CPUS) as pool:
         pool.map(_write_one, jobs, chunksize=64)
 
 
@@ -93,7 +94,7 @@ def measure(root: Path, variant: str, batch: int, batches: int, warmup: int, dev
     fixed batch instead (the loader's batches are read, not used)."""
     import torch
 
-    options = {"num_workers": os.cpu_count() or 1} | parse_variant(variant)
+    options = {"num_workers": CPUS} | parse_variant(variant)
     dm = ImageFolderDataModule(root=str(root), batch_size=batch, **options)
     dm.setup()
     loader = dm.train_dataloader()
@@ -165,7 +166,7 @@ def main() -> None:
         log.info("%-48s %-48s %3d workers: %8.0f images/s %s", r["stage"], r["variant"], r["workers"], r["images_per_sec"], share)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name() if device == "cuda" else None
-    args.out.write_text(json.dumps({"benchmark": "image_loader", "cpu_count": os.cpu_count(), "machine": platform.machine(), "gpu": gpu,
+    args.out.write_text(json.dumps({"benchmark": "image_loader", "cpu_count": CPUS, "machine_cpu_count": os.cpu_count(), "machine": platform.machine(), "gpu": gpu,
                                     "settings": vars(args) | {"out": str(args.out), "root": str(args.root)},
                                     "versions": package_versions(), "git": git_commit(), "rows": rows}, indent=1, default=str))
 

@@ -263,3 +263,16 @@ def test_fp8_throughput_benchmark_smoke(tmp_path):
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
     rows = json.loads(out.read_text())["rows"]
     assert [r["precision"] for r in rows] == ["bf16"] and rows[0]["tokens_per_sec"] > 0
+
+
+def test_trainer_rate_benchmark_smoke(tmp_path, c4_folder):
+    """bench/trainer_rate.py times the bare step and a real `mixbench run` of the same batch, and reports their ratio."""
+    out = tmp_path / "rate.json"
+    cmd = [sys.executable, "bench/trainer_rate.py", "--device", "cpu", "--no-compile", "--model", "llama_tiny", "--text",
+           f"{c4_folder}/c4-train.*.json.gz", "--batch", "2", "--seq", "32", "--steps", "2", "--warmup", "1", "--run-steps", "6",
+           "--log-every", "2", "--workers", "0", "--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["trainer"]["status"] == "completed" and len(row["trainer"]["windows"]) == 2  # timing starts after step 1
+    assert row["trainer"]["effective"]["accumulate_grad_batches"] == 1
+    assert row["ratio"] == pytest.approx(row["trainer_tokens_per_sec"] / row["step_tokens_per_sec"])
