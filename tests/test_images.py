@@ -1,5 +1,8 @@
 """Folder-per-class and ImageNet-layout image data through the same pipeline."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,3 +101,16 @@ def test_randaugment_posterize_to_zero_bits_works_with_the_installed_pillow():
 
     image = Image.fromarray(np.full((8, 8, 3), 200, dtype=np.uint8))
     assert np.asarray(posterize(image, 0)).max() == 0
+
+
+def test_ddp_trains_a_vit_with_its_ema(tmp_path):
+    """The EMA copy is a submodule of the LightningModule but never gets gradients: DDP must not see it as a set of
+    unused trainable parameters (it stopped every 2-GPU ViT run of the recipe, which keeps an EMA)."""
+    from test_cli import TINY_VIT
+
+    cmd = [sys.executable, "-m", "mixbench.cli", "run", "task=vit_tiny", "ema.decay=0.99", "trainer.devices=2", "trainer.strategy=ddp",
+           "trainer.accelerator=cpu", "data.batch_size=4", "save_weights=false", f"results_dir={tmp_path}", *TINY_VIT]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (record,) = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
+    assert record["status"] == "completed" and record["effective"]["world_size"] == 2 and "val_ema/top1" in record["metrics"]

@@ -52,6 +52,8 @@ class ImageClassifierModule(OptimizedModule):
             from timm.utils import ModelEmaV3
 
             self.ema = ModelEmaV3(model, decay=ema_decay)
+            # updated in place, never by backward: without this DDP finds "unused parameters" and stops the run
+            self.ema.requires_grad_(False)
         self._ema_step = -1
         self.val_raw = ValMetrics(num_classes)
         self.val_ema = ValMetrics(num_classes) if self.ema is not None else None
