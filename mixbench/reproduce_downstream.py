@@ -300,9 +300,10 @@ def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[st
     return rows, columns, cells
 
 
-def downstream_table(records: list[dict], tasks: list[str]) -> str:
+def downstream_table(records: list[dict], tasks: list[str], results_dir: Path | None = None) -> str:
     """A Markdown table of SFT records: one row per model label · norm · scale, harness accuracy (%) per task and
-    the average (mean ± std over seeds), with the pretraining run's final validation perplexity and status."""
+    the average (mean ± std over seeds), with the pretraining run's final validation perplexity and status (a
+    pretraining run no longer where ``init_from`` says is looked up by its folder name under ``results_dir``)."""
     columns = [*tasks, "avg"]
     groups: dict[str, list[dict]] = {}
     for r in records:
@@ -310,19 +311,49 @@ def downstream_table(records: list[dict], tasks: list[str]) -> str:
     lines = ["| model · norm · scale | pretrain ppl (status) | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for row, recs in groups.items():
         cells = _cells(recs, columns)
-        lines.append(f"| {row} | {_pretrain_summary(recs)} | " + " | ".join(cells[c].summary() or "–" for c in columns) + " |")
+        lines.append(f"| {row} | {_pretrain_summary(recs, results_dir)} | " + " | ".join(cells[c].summary() or "–" for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _pretrain_summary(records: list[dict]) -> str:
+def _pretrain_record(record: dict, results_dir: Path | None) -> Path | None:
+    """The record.json of the run ``record`` was initialised from: where ``init_from`` says, else (results moved or
+    copied) the run folder of the same name under ``results_dir``."""
+    source = (record.get("init_from") or {}).get("source")
+    if not source:
+        return None
+    if (Path(source) / "record.json").is_file():
+        return Path(source) / "record.json"
+    found = sorted(results_dir.rglob(f"{Path(source).name}/record.json")) if results_dir is not None else []
+    return found[0] if found else None
+
+
+def _pretrain_summary(records: list[dict], results_dir: Path | None = None) -> str:
     out = []
     for r in records:
-        path = Path((r.get("init_from") or {}).get("source", "")) / "record.json"
-        if path.is_file():
+        path = _pretrain_record(r, results_dir)
+        if path is not None:
             pre = json.loads(path.read_text())
             ppl = pre.get("metrics", {}).get("val/ppl")
             out.append(f"{ppl:.2f} ({pre['status']})" if isinstance(ppl, (int, float)) else pre["status"])
     return "; ".join(dict.fromkeys(out)) or "–"
+
+
+def seeds_text(records: list[dict], tasks: list[str], sources: list[str], baseline: str) -> str:
+    """The floors and seed statistics (:mod:`mixbench.evaluation.report`) of each model label · scale of ``records``."""
+    from .evaluation.report import seeds_report, task_floors
+
+    try:
+        floors = {t: task_floors(t, list(sources)) for t in tasks}
+    except FileNotFoundError as err:  # the evaluated items are elsewhere: the seed statistics still stand
+        floors, missing = {}, f"(no chance/majority levels: {err}; pass --data)\n\n"
+    else:
+        missing = ""
+    models: dict[str, dict[str, list[dict]]] = {}
+    for r in records:
+        model = f"{r['model'].get('label', r['model']['name'])} · {r['scale']}"
+        models.setdefault(model, {}).setdefault(r["norm"]["label"], []).append(r)
+    return "".join(f"### {model}: floors and what the seeds support\n\n{missing}" + seeds_report(groups, [*tasks, "avg"], floors, baseline)
+                   for model, groups in models.items())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,11 +367,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", default="table2")
     parser.add_argument("--scale", default=None, help="only records of this scale (paper, proxy, embedded)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--baseline", default="pre", help="placement label the others are compared with (Welch 95 %% intervals)")
+    parser.add_argument("--data", nargs="+", default=None,
+                        help="where the evaluated items are, for the chance and majority levels (default: as the evaluations recorded)")
     args = parser.parse_args(argv)
     spec = grid(args.grid)
     records = [r for r in load_records(args.results_dir)[0] if r["task"] == spec["stages"]["sft"]["task"]
                and (args.scale is None or r["scale"] == args.scale) and (r.get("downstream") or {}).get("harness")]
-    text = f"{spec['title']}: ours, harness accuracy (%), mean ± std over seeds\n\n" + downstream_table(records, spec["tasks"])
+    text = f"{spec['title']}: ours, harness accuracy (%), mean ± std over seeds\n\n" + downstream_table(records, spec["tasks"], Path(args.results_dir))
+    sources = args.data or next((r["downstream"]["harness"].get("data") for r in records if r["downstream"]["harness"].get("data")), None)
+    if records and sources:
+        text += "\n" + seeds_text(records, spec["tasks"], sources, args.baseline)
     if args.out:
         Path(args.out).write_text(text)
     sys.stdout.write(text)

@@ -88,3 +88,42 @@ def test_reproduce_table2_proxy_chains_run_and_are_reused(tmp_path, capsys):
     assert capsys.readouterr().out.count("# reuse") == 8
     assert main(args) == 0
     assert len(list((tmp_path / "results").rglob("record.json"))) == 8
+
+
+def test_floors_are_chance_and_majority_of_the_evaluated_items(tmp_path):
+    from mixbench.evaluation.report import task_floors
+
+    docs = [{"question": f"q{i}", "passage": "", "label": int(i < 3)} for i in range(4)]  # 3 of 4 gold answers are "yes"
+    (tmp_path / "boolq.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    arc = [{"id": str(i), "question": "q", "answerKey": key, "choices": {"text": list("abcde"[:n]), "label": list("ABCDE"[:n])}}
+           for i, (key, n) in enumerate([("A", 4), ("B", 5), ("A", 4), ("C", 4)])]
+    (tmp_path / "arc_easy.jsonl").write_text("".join(json.dumps(d) + "\n" for d in arc))
+    boolq, arc_easy = task_floors("boolq", [str(tmp_path)]), task_floors("arc_easy", [str(tmp_path)])
+    assert (boolq["n"], boolq["chance"], boolq["majority"], boolq["majority_answer"]) == (4, 50.0, 75.0, "1")
+    assert arc_easy["chance"] == pytest.approx(100 * (3 / 4 + 1 / 5) / 4) and arc_easy["majority"] == 50.0
+
+
+def test_seeds_report_counts_divergence_and_gives_welch_intervals():
+    from mixbench.evaluation.report import seeds_report
+    from mixbench.stats import welch_interval
+
+    def rec(acc, status="completed"):
+        return {"status": status, "metrics": {"eval/piqa/acc": acc, "eval/piqa/acc_stderr": 0.01}}
+
+    groups = {"pre": [rec(0.50), rec(0.52), rec(0.51)], "mix": [rec(0.55), rec(0.56), rec(0.57, "diverged")]}
+    floors = {"piqa": {"n": 100, "chance": 50.0, "majority": 53.0, "majority_answer": "0"}}
+    text = seeds_report(groups, ["piqa"], floors, "pre")
+    iv = welch_interval([55.0, 56.0, 57.0], [50.0, 52.0, 51.0])
+    assert "| mix | 3 (1 diverged) | 56.00 ± 1.00 ▲ (se 1.00) |" in text and "| pre | 3 (0 diverged) | 51.00 ± 1.00 ▽" in text
+    assert f"| mix | +5.00 [{iv.low:+.2f}, {iv.high:+.2f}]\\* |" in text and "about 0.1 would exclude 0" in text
+
+
+def test_committed_proxy_table2_renders_with_its_pretraining_runs(capsys):
+    """The committed proxy records moved from the device's results folder: each SFT record still finds its pretraining
+    run (by folder name), and the report counts Post-LN's diverged fine-tuning runs."""
+    from mixbench.reproduce_downstream import main as downstream_main
+
+    root = Path(__file__).resolve().parents[1] / "results" / "proxy" / "table2"
+    assert downstream_main(["--results-dir", str(root), "--scale", "proxy", "--data", "embedded"]) == 0
+    out = capsys.readouterr().out
+    assert "32.02 (completed); 31.93 (completed); 31.35 (completed)" in out and "| post | 3 (3 diverged) |" in out
