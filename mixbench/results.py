@@ -259,8 +259,12 @@ class Table:
 
 
 def model_label(record: dict) -> str:
+    """The model's label, plus ``+fp8(<recipe>)`` for a run whose matmuls were float8: its numbers differ from the
+    bf16 run of the same seed, so the two never share a table cell as repeats."""
     model = record["model"]
-    return model.get("label", model.get("name", "?")) if isinstance(model, dict) else str(model)
+    label = model.get("label", model.get("name", "?")) if isinstance(model, dict) else str(model)
+    fp8 = record.get("fp8")
+    return label + (f"+fp8({fp8.get('recipe', '?')})" if isinstance(fp8, dict) else "")
 
 
 def dataset_name(record: dict) -> str:

@@ -261,3 +261,11 @@ def test_table_cli_skips_malformed_records(tmp_path, capsys):
     assert main(["table", "--results-dir", str(tmp_path), "--format", "md"]) == 0
     out = capsys.readouterr().out
     assert "| pre |" in out and "50.00" in out
+
+
+def test_an_fp8_run_never_shares_a_cell_with_the_bf16_run_of_its_seed():
+    bf16, fp8 = record("pre", 3.60, 0), {**record("pre", 3.64, 0), "fp8": {"recipe": "tensorwise", "skip": ["head"]}}
+    table = aggregate([bf16, fp8])
+    assert sorted(table.columns) == ["vit_small · vit_small · cifar10_embedded [embedded]",
+                                     "vit_small · vit_small+fp8(tensorwise) · cifar10_embedded [embedded]"]
+    assert sorted(c.mean for c in table.cells.values()) == [3.60, 3.64]  # not one cell of two repeats averaged to 3.62
