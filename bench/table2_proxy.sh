@@ -11,9 +11,10 @@
 #   .whl/ from bench/table2_proxy_wheels.sh when lm_eval / datasets / omegaconf are not installed there
 # MMLU (the 273 genuine dev questions) and HellaSwag (a format sample, not HellaSwag) come from the embedded sample.
 # PARTS: "GPU:NORM:SEEDS ..." — one `mixbench reproduce table2` per item, CUDA_VISIBLE_DEVICES=GPU, chains of a part
-# side by side on its GPU.  Timing seen on 2× H100 (2026-11-26): with 5 chains on a GPU, pretraining alone took 241-329 s
-# and the whole chain did not finish in 545 s; on the device tool (10 minutes a call, nothing kept once the machine goes
-# back) run two calls of 3 chains a GPU instead: PARTS="0:pre:0,1,2 1:post:0,1,2", then PARTS="0:mix:0,1 1:mix:2".  Output: $OUT (default results/proxy/table2): table2_proxy.md, the consoles, and
+# side by side on its GPU.  Timing seen on 4× H100 (2026-11-26) with 3 chains a GPU: pretraining 234-250 s, SFT 93-97 s,
+# evaluation 36-47 s, a whole chain 444 s, plus ~70 s of tokenising and planning first: on the device tool (10 minutes a
+# call, nothing kept once the machine goes back) run PARTS="0:pre:0,1,2 1:post:0,1,2 2:mix:0,1,2" with DEADLINE_S=540.
+# Output: $OUT (default results/proxy/table2): table2_proxy.md, the consoles, and
 # table2_proxy_runs.tgz (records, eval summaries, configs, logs; no weights).  DEADLINE_S=N stops the chains N seconds
 # after the script starts and still writes the summary of what finished (a device call has a hard limit).
 set -euo pipefail
