@@ -1,0 +1,29 @@
+import subprocess
+
+from mixbench.provenance import digest_at, source_digest, which_commits
+
+
+def _git(root, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True, capture_output=True)
+
+
+def test_source_digest_names_the_code_a_stale_checkout_ran(tmp_path):
+    """A copy whose .git is stale still records which commit's code it ran: the digest of the files on disk equals the
+    digest of exactly that commit, and which_commits finds it; files that are not source do not count."""
+    (tmp_path / "mixbench").mkdir()
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "mixbench" / "model.py").write_text("x = 1\n")
+    (tmp_path / "tasks" / "task.yaml").write_text("lr: 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "first")
+    first = source_digest(tmp_path)
+    assert first == digest_at("HEAD", tmp_path)
+    (tmp_path / "mixbench" / "model.py").write_text("x = 2\n")
+    (tmp_path / "mixbench" / "notes.txt").write_text("not source\n")
+    second = source_digest(tmp_path)
+    assert second != first
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "second")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    assert which_commits(second, tmp_path) == [head] and len(which_commits(first, tmp_path)) == 1
