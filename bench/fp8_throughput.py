@@ -14,7 +14,6 @@ value measures bf16 only (``--device cpu --no-compile --recipes`` is a smoke run
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import platform
@@ -25,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402  (bench/ is not a package)
+from rows import free_device_memory, text_table  # noqa: E402
 
 from mixbench import build_model  # noqa: E402
 from mixbench.callbacks import peak_flops  # noqa: E402
@@ -41,20 +41,12 @@ def candidates(recipes: list[str]) -> list[tuple[str, str | None]]:
     return [("bf16", None), *((f"fp8 {recipe}", recipe) for recipe in recipes)]
 
 
-COLUMNS = (  # title, width, cell of a row
+COLUMNS = (  # title, width (negative: left-aligned), cell of a row
     ("model", -12, lambda r: r["model"]), ("precision", -17, lambda r: r["precision"]),
     ("tokens/s", 12, lambda r: f"{r['tokens_per_sec']:,.0f}"), ("vs bf16", 9, lambda r: f"{r['vs_bf16']:.3f}x"),
     ("MFU", 8, lambda r: f"{r['mfu']:.1%}" if r["mfu"] else "n/a"), ("ms/step", 9, lambda r: f"{r['step_ms']:.1f}"),
     ("peak GiB", 9, lambda r: f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] else "n/a"), ("fp8 layers", 11, lambda r: str(r["fp8_layers"])),
 )
-
-
-def table(rows: list[dict]) -> str:
-    def line(cells) -> str:
-        return "".join(cell.ljust(-width) if width < 0 else cell.rjust(width) for cell, (_, width, _) in zip(cells, COLUMNS))
-
-    header = line([title for title, _, _ in COLUMNS])
-    return "\n".join([header, "-" * len(header), *(line([cell(r) for _, _, cell in COLUMNS]) for r in rows)])
 
 
 def write_json(args, device_name: str, peak: float | None, rows: list[dict], text: str | None) -> None:
@@ -98,8 +90,6 @@ def main() -> None:
         ids, labels = random_batch(name, args.batch, args.seq, args.device)
         baseline = None
         for label, recipe in candidates(args.recipes):
-            if args.device == "cuda":
-                torch._dynamo.reset()
             model = build_model(name, norm=args.norm, seed=0).to(args.device)
             converted = convert_fp8(model, recipe, args.skip) if recipe else []
             step = make_step(model, ours_loss_fn(model, Variant(loss=args.loss), not args.no_compile), ids, labels, args.device,
@@ -114,11 +104,9 @@ def main() -> None:
             write_json(args, device_name, peak, rows, None)  # partial results survive a time-out
             log.info("%-10s %-16s %10.0f tok/s  %.3fx bf16  loss %.3f", name, label, result["tokens_per_sec"], result["vs_bf16"],
                      result["final_loss"])
-            del model
-            gc.collect()
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
-    text = table(rows)
+            del model, step
+            free_device_memory(args.device)  # the next row compiles and allocates afresh
+    text = text_table(rows, COLUMNS)
     log.info("\n%s", text)
     write_json(args, device_name, peak, rows, text)
 

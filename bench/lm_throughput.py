@@ -21,7 +21,6 @@ Prints a table and writes JSON (after every row) and ``<out>_profile.txt`` (top 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import platform
@@ -36,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kernel_profile  # bench/ is this script's directory
+from rows import add_ratios, fmt, free_device_memory, text_table
 from mixbench import build_model
 from mixbench.callbacks import peak_flops
 from mixbench.constants import IGNORE_INDEX
@@ -259,10 +259,7 @@ class Bench:
             row |= {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}", "tokens_per_sec": None}
         finally:
             model = loss_fn = step = None  # noqa: F841 — free the model (and its compiled graphs) before the next row
-            torch._dynamo.reset()
-            gc.collect()
-            if device == "cuda":
-                torch.cuda.empty_cache()
+            free_device_memory(device)
         tps = row["tokens_per_sec"]
         row |= {"batch": ids.shape[0], "seq": args.seq, "flops_per_token": flops_per_token,
                 "mfu": tps * flops_per_token / self.peak if tps and self.peak else None}
@@ -324,36 +321,17 @@ def profile_path(out: Path) -> Path:
     return out.with_name(out.stem + "_profile.txt")
 
 
-def add_ratios(rows: list[dict]) -> None:
-    """``vs_hf``: against the HF row of the same model; ``vs_base``: against mixbench pre with every option at its
-    default; ``vs_pre``: against mixbench pre with the same options (the cost of the norm placement)."""
-    def rate(model: str, norm: str | None, options: str | None) -> float | None:
-        found = [r["tokens_per_sec"] for r in rows if r["model"] == model and r["norm"] == norm and r["tokens_per_sec"]
-                 and (options is None or r["options"] == options)]
-        return found[0] if found else None
-
-    for r in rows:
-        if not r["tokens_per_sec"]:
-            continue
-        hf, base, pre = rate(r["model"], None, None), rate(r["model"], "pre", "defaults"), rate(r["model"], "pre", r["options"])
-        r["vs_hf"] = r["tokens_per_sec"] / hf if hf else None
-        r["vs_base"] = r["tokens_per_sec"] / base if base and r["norm"] else None
-        r["vs_pre"] = r["tokens_per_sec"] / pre if pre and r["norm"] else None
+COLUMNS = (  # title, width (negative: left-aligned), cell of a row
+    ("model", -12, lambda r: r["model"]), ("implementation", -22, lambda r: r["impl"]), ("options", -54, lambda r: r["options"]),
+    ("tokens/s", 11, lambda r: f"{r['tokens_per_sec']:,.0f}"), ("MFU", 7, lambda r: fmt(r["mfu"], ".1%")),
+    ("vs HF", 8, lambda r: fmt(r["vs_hf"], ".2f", "x")), ("vs base", 8, lambda r: fmt(r["vs_base"], ".3f")),
+    ("vs pre", 8, lambda r: fmt(r["vs_pre"], ".3f")), ("ms/step", 9, lambda r: f"{r['step_ms']:.1f}"),
+    ("GiB", 6, lambda r: fmt(r["peak_mem_gib"], ".1f")), ("warm s", 7, lambda r: f"{r['warmup_s']:.0f}"),
+)
 
 
 def format_table(rows: list[dict]) -> str:
-    header = (f"{'model':<12}{'implementation':<22}{'options':<54}{'tokens/s':>11}{'MFU':>7}{'vs HF':>8}{'vs base':>8}{'vs pre':>8}"
-              f"{'ms/step':>9}{'GiB':>6}{'warm s':>7}")
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        if not r["tokens_per_sec"]:
-            lines.append(f"{r['model']:<12}{r['impl']:<22}{r['options']:<54}  failed: {r['error']}")
-            continue
-        fmt = lambda v, spec, suffix="": format(v, spec) + suffix if v else "-"  # noqa: E731
-        lines.append(f"{r['model']:<12}{r['impl']:<22}{r['options']:<54}{r['tokens_per_sec']:>11,.0f}{fmt(r['mfu'], '.1%'):>7}"
-                     f"{fmt(r['vs_hf'], '.2f', 'x'):>8}{fmt(r['vs_base'], '.3f'):>8}{fmt(r['vs_pre'], '.3f'):>8}{r['step_ms']:>9.1f}"
-                     f"{fmt(r['peak_mem_gib'], '.1f'):>6}{r['warmup_s']:>7.0f}")
-    return "\n".join(lines)
+    return text_table(rows, COLUMNS, ok=lambda r: bool(r["tokens_per_sec"]), lead=3)
 
 
 def parse_args(argv=None):
@@ -408,7 +386,7 @@ def main(argv=None) -> None:
             bench.run(name, "pre", variant, "size")
         if not args.no_hf and bench.fits(args.max_s, scale * estimated_s(Variant()), f"{name} HF"):
             bench.run(name, None, None, "peer")
-    add_ratios(bench.rows)
+    add_ratios(bench.rows, rate="tokens_per_sec", peer="vs_hf")
     table = format_table(bench.rows)
     log.info("\n%s", table)
     if bench.skipped:

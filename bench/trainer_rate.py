@@ -15,7 +15,6 @@ Prints both and their ratio (the target is ≥ 0.95) and writes JSON (``--out``)
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import statistics
@@ -27,10 +26,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402  (bench/ is not a package)
+from fp8_throughput import random_batch  # noqa: E402  (bench/ is not a package)
+from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402
 from multi_gpu import window_throughputs  # noqa: E402
-
-from fp8_throughput import random_batch  # noqa: E402
+from rows import fmt, free_device_memory, text_table  # noqa: E402
 from mixbench import build_model  # noqa: E402
 from mixbench.provenance import git_commit, package_versions  # noqa: E402
 
@@ -47,10 +46,7 @@ def step_rate(name: str, norm: str, args) -> dict:
     step = make_step(model, ours_loss_fn(model, Variant(), not args.no_compile), ids, labels, args.device, compile_opt=False)
     result = measure(step, args.steps, args.warmup, args.device, ids.numel())
     del model, step
-    torch._dynamo.reset()
-    gc.collect()
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
+    free_device_memory(args.device)  # the mixbench run that follows needs the card to itself
     return result
 
 
@@ -81,6 +77,13 @@ def trainer_rate(name: str, norm: str, args) -> dict:
             "wall_s": record.get("wall_time_s"), "effective": record.get("effective"), "command": cmd[2:]}
 
 
+COLUMNS = (  # title, width (negative: left-aligned), cell of a row; "-" where the mixbench run failed
+    ("model", -12, lambda r: r["model"]), ("norm", -6, lambda r: r["norm"]),
+    ("step tok/s", 12, lambda r: f"{r['step_tokens_per_sec']:,.0f}"), ("trainer tok/s", 15, lambda r: fmt(r["trainer_tokens_per_sec"], ",.0f")),
+    ("ratio", 8, lambda r: fmt(r["ratio"], ".3f")),
+)
+
+
 def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -109,11 +112,7 @@ def main(argv=None) -> None:
                      "trainer_tokens_per_sec": trainer.get("tokens_per_sec"), "ratio": ratio, "step": bare, "trainer": trainer})
         log.info("%s %s: step %.0f tok/s, trainer %s tok/s, ratio %s", args.model, norm, bare["tokens_per_sec"],
                  f"{trainer['tokens_per_sec']:.0f}" if trainer.get("tokens_per_sec") else "n/a", f"{ratio:.3f}" if ratio else "n/a")
-    lines = [f"{'model':<12}{'norm':<6}{'step tok/s':>12}{'trainer tok/s':>15}{'ratio':>8}", "-" * 53]
-    for r in rows:
-        lines.append(f"{r['model']:<12}{r['norm']:<6}{r['step_tokens_per_sec']:>12,.0f}"
-                     f"{r['trainer_tokens_per_sec'] or 0:>15,.0f}{r['ratio'] or 0:>8.3f}")
-    table = "\n".join(lines)
+    table = text_table(rows, COLUMNS)
     log.info("\n%s", table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"benchmark": "trainer_rate", "device": device, "settings": vars(args) | {"out": str(args.out)},

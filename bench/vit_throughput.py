@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from mixbench import build_model
 from kernel_profile import profile_table  # bench/ is this script's directory
+from rows import add_ratios, fmt, free_device_memory, text_table
 from mixbench.models.vit import VIT_PRESETS
 from mixbench.optim import build_optimizer
 from mixbench.provenance import git_commit, package_versions
@@ -260,7 +261,7 @@ class Bench:
             else:
                 row |= c | {"images_per_sec": None}
             self.rows.append(row)
-        add_ratios(self.rows)
+        add_ratios(self.rows, rate="images_per_sec", peer="vs_timm", group=("phase", "model"))
         log.info("\n%s", format_table([r for r in self.rows if r["phase"] == phase and r["model"] == name]))
         self.write()
 
@@ -278,10 +279,7 @@ class Bench:
     def release(self) -> None:
         """Free every built row and the compiled code (the next model's shapes compile afresh)."""
         self.built.clear()
-        torch._dynamo.reset()
-        gc.collect()
-        if self.args.device == "cuda":
-            torch.cuda.empty_cache()
+        free_device_memory(self.args.device)
 
     def best_variant(self, name: str) -> Variant:
         """Per axis, the fastest candidate value that beats the baseline by ``--min-gain``; combined."""
@@ -313,35 +311,18 @@ def profile_path(out: Path) -> Path:
     return out.with_name(out.stem + "_profile.txt")
 
 
-def add_ratios(rows: list[dict]) -> None:
-    """Within a row's phase and model: ``vs_timm`` against the timm peer, ``vs_base`` against mixbench pre with every
-    option at its default, ``vs_pre`` against mixbench pre with the same options (the cost of the placement)."""
-    def rate(r: dict, norm: str | None, options: str | None) -> float | None:
-        return next((o["images_per_sec"] for o in rows if o["phase"] == r["phase"] and o["model"] == r["model"] and o["norm"] == norm
-                     and o["images_per_sec"] and (options is None or o["options"] == options)), None)
-
-    for r in rows:
-        if r["images_per_sec"]:
-            timm_rate, base, pre = rate(r, None, None), rate(r, "pre", "defaults"), rate(r, "pre", r["options"])
-            r["vs_timm"] = r["images_per_sec"] / timm_rate if timm_rate else None
-            r["vs_base"] = r["images_per_sec"] / base if base and r["norm"] else None
-            r["vs_pre"] = r["images_per_sec"] / pre if pre and r["norm"] else None
+COLUMNS = (  # title, width (negative: left-aligned), cell of a row; "!" marks a spread of rounds over 3 %
+    ("phase", -11, lambda r: r["phase"]), ("model", -10, lambda r: r["model"]), ("implementation", -31, lambda r: r["impl"]),
+    ("options", -34, lambda r: r["options"]), ("img/s", 9, lambda r: f"{r['images_per_sec']:,.0f}"),
+    ("vs timm", 8, lambda r: fmt(r["vs_timm"], ".3f", "x")), ("vs base", 8, lambda r: fmt(r["vs_base"], ".3f")),
+    ("vs pre", 7, lambda r: fmt(r["vs_pre"], ".3f")), ("ms/step", 8, lambda r: f"{r['step_ms']:.1f}"),
+    ("spread", 8, lambda r: f"{r['spread']:>7.1%}" + ("!" if r["spread"] > 0.03 else " ")),
+    ("compile s", 10, lambda r: f"{r['compile_s']:.0f}"), ("peak GiB", 9, lambda r: fmt(r["peak_mem_gib"], ".1f")),
+)
 
 
 def format_table(rows: list[dict]) -> str:
-    header = (f"{'phase':<11}{'model':<10}{'implementation':<31}{'options':<34}{'img/s':>9}{'vs timm':>8}{'vs base':>8}{'vs pre':>7}"
-              f"{'ms/step':>8}{'spread':>8}{'compile s':>10}{'peak GiB':>9}")
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        start = f"{r['phase']:<11}{r['model']:<10}{r['impl']:<31}{r['options']:<34}"
-        if not r["images_per_sec"]:
-            lines.append(f"{start}  failed: {r['error']}")
-            continue
-        fmt = lambda v, spec, suffix="": format(v, spec) + suffix if v else "-"  # noqa: E731
-        lines.append(f"{start}{r['images_per_sec']:>9,.0f}{fmt(r['vs_timm'], '.3f', 'x'):>8}{fmt(r['vs_base'], '.3f'):>8}"
-                     f"{fmt(r['vs_pre'], '.3f'):>7}{r['step_ms']:>8.1f}{r['spread']:>7.1%}{'!' if r['spread'] > 0.03 else ' '}"
-                     f"{r['compile_s']:>10.0f}{fmt(r['peak_mem_gib'], '.1f'):>9}")
-    return "\n".join(lines)
+    return text_table(rows, COLUMNS, ok=lambda r: bool(r["images_per_sec"]), lead=4)
 
 
 def parse_args(argv=None):
