@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import logging
 import os
 import platform
 import subprocess
@@ -33,7 +32,6 @@ def package_versions() -> dict[str, str]:
 
 SOURCE_DIRS = ("mixbench", "configs", "tasks")  # what decides a result: the code, the configs, the task recipes
 SOURCE_SUFFIXES = (".py", ".yaml")
-log = logging.getLogger(__name__)
 
 
 def _git(root: Path, *args: str, text: bool = True, stdin: bytes | None = None):
@@ -116,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("digest", help="the digest of the source on disk")
     args = parser.parse_args(argv)
     if args.command == "digest":
-        print(source_digest())
+        sys.stdout.write(f"{source_digest()}\n")
         return 0
     found = which_commits(args.digest, max_count=args.max_count)
-    print("\n".join(found) if found else f"no commit among the last {args.max_count} has source digest {args.digest}")
+    sys.stdout.write(("\n".join(found) if found else f"no commit among the last {args.max_count} has source digest {args.digest}") + "\n")
     return 0 if found else 1
 
 

@@ -304,10 +304,12 @@ def downstream_table(records: list[dict], tasks: list[str], results_dir: Path | 
     """A Markdown table of SFT records: one row per model label · norm · scale, harness accuracy (%) per task and
     the average (mean ± std over seeds), with the pretraining run's final validation perplexity and status (a
     pretraining run no longer where ``init_from`` says is looked up by its folder name under ``results_dir``)."""
+    from .results import model_label
+
     columns = [*tasks, "avg"]
     groups: dict[str, list[dict]] = {}
     for r in records:
-        groups.setdefault(f"{r['model'].get('label', r['model']['name'])} · {r['norm']['label']} · {r['scale']}", []).append(r)
+        groups.setdefault(f"{model_label(r)} · {r['norm']['label']} · {r['scale']}", []).append(r)
     lines = ["| model · norm · scale | pretrain ppl (status) | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for row, recs in groups.items():
         cells = _cells(recs, columns)
@@ -341,6 +343,7 @@ def _pretrain_summary(records: list[dict], results_dir: Path | None = None) -> s
 def seeds_text(records: list[dict], tasks: list[str], sources: list[str], baseline: str) -> str:
     """The floors and seed statistics (:mod:`mixbench.evaluation.report`) of each model label · scale of ``records``."""
     from .evaluation.report import seeds_report, task_floors
+    from .results import model_label
 
     try:
         floors = {t: task_floors(t, list(sources)) for t in tasks}
@@ -350,7 +353,7 @@ def seeds_text(records: list[dict], tasks: list[str], sources: list[str], baseli
         missing = ""
     models: dict[str, dict[str, list[dict]]] = {}
     for r in records:
-        model = f"{r['model'].get('label', r['model']['name'])} · {r['scale']}"
+        model = f"{model_label(r)} · {r['scale']}"
         models.setdefault(model, {}).setdefault(r["norm"]["label"], []).append(r)
     return "".join(f"### {model}: floors and what the seeds support\n\n{missing}" + seeds_report(groups, [*tasks, "avg"], floors, baseline)
                    for model, groups in models.items())

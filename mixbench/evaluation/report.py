@@ -44,12 +44,9 @@ def task_floors(task: str, sources: list[str]) -> dict:
             "majority_answer": answer, "file": data.describe()["file"]}
 
 
-def _accuracies(records: list[dict], task: str) -> list[float]:
-    return [100 * r["metrics"][f"eval/{task}/acc"] for r in records if f"eval/{task}/acc" in r.get("metrics", {})]
-
-
-def _stderrs(records: list[dict], task: str) -> list[float]:
-    return [100 * r["metrics"][f"eval/{task}/acc_stderr"] for r in records if f"eval/{task}/acc_stderr" in r.get("metrics", {})]
+def _percent(records: list[dict], metric: str) -> list[float]:
+    """``metric`` (e.g. ``eval/boolq/acc``) × 100 of every record that has it."""
+    return [100 * r["metrics"][metric] for r in records if metric in r.get("metrics", {})]
 
 
 def _fmt(mean: float | None, sd: float | None) -> str:
@@ -66,8 +63,8 @@ def seeds_report(groups: dict[str, list[dict]], tasks: list[str], floors: dict[s
         diverged = sum(r.get("status") == "diverged" for r in recs)
         cells = []
         for task in tasks:
-            mean, sd = mean_std(_accuracies(recs, task))
-            se, _ = mean_std(_stderrs(recs, task))
+            mean, sd = mean_std(_percent(recs, f"eval/{task}/acc"))
+            se, _ = mean_std(_percent(recs, f"eval/{task}/acc_stderr"))
             mark = "" if mean is None or task not in floors else " ▲" if mean > floors[task]["majority"] else " ▽"
             cells.append(f"{_fmt(mean, sd)}{mark}" + (f" (se {se:.2f})" if se is not None else ""))
         lines.append(f"| {name} | {len(recs)} ({diverged} diverged) | " + " | ".join(cells) + " |")
@@ -83,7 +80,7 @@ def seeds_report(groups: dict[str, list[dict]], tasks: list[str], floors: dict[s
                 continue
             cells = []
             for task in tasks:
-                a, b = _accuracies(recs, task), _accuracies(groups[baseline], task)
+                a, b = _percent(recs, f"eval/{task}/acc"), _percent(groups[baseline], f"eval/{task}/acc")
                 if len(a) < 2 or len(b) < 2:
                     cells.append("–")
                     continue
