@@ -74,17 +74,19 @@ def parse_variant(text: str) -> dict:
     return {key: yaml.safe_load(value) for key, value in pairs}
 
 
-def training_step(model_name: str, batch: int, device: str):
+def training_step(model_name: str, batch: int, device: str, options: str = "defaults"):
     """The ViT benchmark's training step (bf16 autocast, fused AdamW, compiled on CUDA) of a mixbench ViT (Pre-LN),
-    with a fixed random batch of its own for the model-alone rows."""
+    with a fixed random batch of its own for the model-alone rows; ``options``: the ViT benchmark's step options
+    (e.g. ``cudagraphs=true``: the step replays CUDA graphs, so it needs almost no CPU time of the main process)."""
     import torch
-    from vit_throughput import Candidate  # bench/ is this script's directory
+    from vit_throughput import Candidate, Variant  # bench/ is this script's directory
 
     from mixbench import build_model
 
     images = torch.randn(batch, 3, 224, 224, device=device)
     targets = torch.randint(0, 1000, (batch,), device=device)
-    return Candidate(build_model(model_name, norm="pre"), images, targets, device, compile_model=device == "cuda")
+    return Candidate(build_model(model_name, norm="pre"), images, targets, device, compile_model=device == "cuda",
+                     variant=Variant.parse(options))
 
 
 def measure(root: Path, variant: str, batch: int, batches: int, warmup: int, device: str, candidate=None, drop_batches=False) -> dict:
@@ -134,6 +136,7 @@ def main() -> None:
     ap.add_argument("--jpeg-size", type=int, default=320, help="edge of the written JPEGs (ImageNet's average is ~400 x 350)")
     ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="loader variants, each key=value[,key=value...] of data.*")
     ap.add_argument("--model", help="also measure end to end with this ViT's training step (e.g. vit_small)")
+    ap.add_argument("--step-options", default="defaults", help="the step's options as in bench/vit_throughput.py, e.g. cudagraphs=true")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--batches", type=int, default=60, help="measured batches (after warm-up and the workers' prefetch)")
     ap.add_argument("--warmup", type=int, default=2)
@@ -151,10 +154,10 @@ def main() -> None:
             log.info("wrote %d JPEGs of %d px in %.1f s", args.num_images, args.jpeg_size, time.perf_counter() - t0)
         rows = [measure(root, v, args.batch, args.batches, args.warmup, device) | {"stage": "loader only"} for v in args.variants]
         if args.model:
-            candidate = training_step(args.model, args.batch, device)
+            candidate = training_step(args.model, args.batch, device, args.step_options)
             candidate.warm_up(args.warmup + 3)
             alone = candidate.images_per_sec(args.batches)
-            rows.append({"stage": f"{args.model} step alone", "variant": "-", "workers": 0, "batch": args.batch, "images_per_sec": alone})
+            rows.append({"stage": f"{args.model} step alone", "step_options": args.step_options, "variant": "-", "workers": 0, "batch": args.batch, "images_per_sec": alone})
             rows.append(measure(root, args.variants[0], args.batch, args.batches, args.warmup, device, candidate, drop_batches=True)
                         | {"stage": f"{args.model} step, workers decoding (batches dropped)"})
             rows += [measure(root, v, args.batch, args.batches, args.warmup + 3, device, candidate) | {"stage": f"end to end, {args.model} step"}

@@ -23,6 +23,7 @@ import glob
 import json
 import logging
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -82,7 +83,7 @@ def tiled_cifar(path: Path, copies: int) -> Path:
 
 
 def rows_for(args, npz: Path, cache: Path) -> list[list[Row]]:
-    """The phases: rows of a phase run at the same time (on different GPUs)."""
+    """The phases, in order: rows of a phase run at the same time (on different GPUs)."""
     common = ["norm=pre", "save_weights=false", "divergence.unigram_floor=false", "trainer.enable_progress_bar=false", "compile=true"]
     lm = lm_args(args.text, args.lm_steps, args.lm_log_every, cache)
     lm_1b = lm_args(args.text, args.fsdp_steps, args.fsdp_log_every, cache)
@@ -91,11 +92,17 @@ def rows_for(args, npz: Path, cache: Path) -> list[list[Row]]:
     vit_small = [*common, "task=in1k_vit_small", *vit]
     fsdp = [*common, "task=c4_llama_1b", *lm_1b, "trainer.strategy=fsdp", f"data.batch_size={args.fsdp_micro_batch}",
             f"fsdp.activation_checkpointing={str(args.fsdp_checkpointing).lower()}", f"compile={str(not args.fsdp_no_compile).lower()}"]
-    return [[Row("llama_130m 1 GPU", "llama_130m", "0", llama, "c4_llama_130m"),
-             Row("vit_small 1 GPU", "vit_small", "1", vit_small, "in1k_vit_small")],
-            [Row("llama_130m DDP 2 GPUs", "llama_130m", "0,1", [*llama, "trainer.devices=2", "trainer.strategy=ddp"], "c4_llama_130m")],
-            [Row("vit_small DDP 2 GPUs", "vit_small", "0,1", [*vit_small, "trainer.devices=2", "trainer.strategy=ddp"], "in1k_vit_small")],
-            [Row("llama_1b FSDP 2 GPUs", "llama_1b", "0,1", [*fsdp, "trainer.devices=2"], "c4_llama_1b")]]
+    ddp = ["trainer.devices=2", "trainer.strategy=ddp"]
+    first, second = args.gpus.split(",")
+    both = args.gpus
+    variants = [[Row(f"llama_130m DDP 2 GPUs {variant}", "llama_130m", both, [*llama, *ddp, *variant.split(",")], "c4_llama_130m")]
+                for variant in args.ddp_variants]
+    return [[Row("llama_130m 1 GPU", "llama_130m", first, llama, "c4_llama_130m"),
+             Row("vit_small 1 GPU", "vit_small", second, vit_small, "in1k_vit_small")],
+            [Row("llama_130m DDP 2 GPUs", "llama_130m", both, [*llama, *ddp], "c4_llama_130m")],
+            [Row("vit_small DDP 2 GPUs", "vit_small", both, [*vit_small, *ddp], "in1k_vit_small")],
+            [Row("llama_1b FSDP 2 GPUs", "llama_1b", both, [*fsdp, "trainer.devices=2"], "c4_llama_1b")],
+            *variants]  # the optional rows last, where the time budget cuts first
 
 
 class MemoryPoller:
@@ -150,7 +157,7 @@ def summarize(row: Row, run_dir: Path, rc: int | None, seconds: float, peak_mib:
 
 
 def slug(name: str) -> str:
-    return name.lower().replace(" ", "_")
+    return re.sub(r"[^a-z0-9_.-]+", "_", name.lower())
 
 
 def run_phase(phase: list[Row], runs: Path, out_dir: Path, deadline: float) -> None:
@@ -194,13 +201,14 @@ def paper_hours(row: Row) -> float | None:
 
 def table(rows: list[Row]) -> str:
     single = {r.model: r.result.get("items_per_sec") for r in rows if r.num_gpus == 1}
-    header = f"{'run':<24}{'items/s':>12}{'per GPU':>11}{'scaling':>9}{'MFU':>7}{'peak GiB/GPU':>15}{'paper run h':>13}  status"
+    width = max(24, *(len(r.name) + 2 for r in rows))
+    header = f"{'run':<{width}}{'items/s':>12}{'per GPU':>11}{'scaling':>9}{'MFU':>7}{'peak GiB/GPU':>15}{'paper run h':>13}  status"
     lines = [header, "-" * len(header)]
     for r in rows:
         res, one = r.result, single.get(r.model)
         res["scaling_vs_1gpu"] = res["items_per_sec"] / one if r.num_gpus > 1 and one and res.get("items_per_sec") else None
         res["paper_run_hours"] = paper_hours(r)
-        lines.append(f"{r.name:<24}{_fmt(res['items_per_sec'], ',.0f'):>12}{_fmt(res['items_per_sec_per_gpu'], ',.0f'):>11}"
+        lines.append(f"{r.name:<{width}}{_fmt(res['items_per_sec'], ',.0f'):>12}{_fmt(res['items_per_sec_per_gpu'], ',.0f'):>11}"
                      f"{_fmt(res['scaling_vs_1gpu'], '.2f', 'x'):>9}{_fmt(res['mfu'], '.1%'):>7}"
                      f"{'/'.join(f'{m:.1f}' for m in res['peak_mem_gib_per_gpu']):>15}{_fmt(res['paper_run_hours'], '.1f'):>13}  {res['status']}")
     return "\n".join(lines)
@@ -240,9 +248,14 @@ def main() -> int:
     ap.add_argument("--fsdp-micro-batch", type=int, default=64, help="llama_1b sequences per GPU per micro-batch (global 512)")
     ap.add_argument("--fsdp-checkpointing", action="store_true", help="activation checkpointing of the llama_1b blocks")
     ap.add_argument("--fsdp-no-compile", action="store_true", help="llama_1b eager (the other rows compile)")
+    ap.add_argument("--gpus", default="0,1", help="the two GPUs (nvidia-smi / PCI bus order) the rows use")
+    ap.add_argument("--ddp-variants", nargs="*", default=[], help="extra llama_130m DDP rows, each a comma list of ddp.* "
+                    "settings (e.g. ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true)")
     ap.add_argument("--only", nargs="*", help="rows whose name contains one of these words (e.g. llama_130m fsdp)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/multi_gpu.json"))
     args = ap.parse_args()
+    if len(args.gpus.split(",")) != 2:
+        ap.error(f"--gpus {args.gpus}: name two GPUs, e.g. 2,3")
     deadline = time.perf_counter() + args.budget
     shards = glob.glob(str(REPO / args.text) if not Path(args.text).is_absolute() else args.text)
     if not shards or not glob.glob(str(Path(shards[0]).parent / "*validation*")):

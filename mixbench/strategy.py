@@ -1,4 +1,8 @@
-"""``trainer.strategy``: any Lightning strategy name as given, and ``fsdp`` built for transformers.
+"""``trainer.strategy``: any Lightning strategy name as given, ``ddp`` with its gradient-bucket settings, and ``fsdp``
+built for transformers.
+
+``ddp`` is Lightning's :class:`~lightning.pytorch.strategies.DDPStrategy` with the ``ddp.*`` settings handed to
+``DistributedDataParallel`` (``bucket_cap_mb``, ``gradient_as_bucket_view``, ``static_graph``; null keeps torch's default).
 
 ``fsdp`` is Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` with each transformer block one FSDP
 unit (``auto_wrap_policy``), optional activation checkpointing of the blocks, and, under ``bf16-mixed``
@@ -13,12 +17,19 @@ from .errors import ConfigError
 from .precision import lightning_precision
 
 FSDP = "fsdp"
+DDP = "ddp"
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 BF16_PRECISIONS = ("bf16-mixed", "bf16")
 
 
 def check_strategy_settings(cfg: DictConfig) -> None:
-    """Config-time checks of ``trainer.strategy=fsdp`` and the ``fsdp.*`` settings."""
+    """Config-time checks of the ``ddp.*`` settings and of ``trainer.strategy=fsdp`` with its ``fsdp.*`` settings."""
+    bucket = cfg.ddp.bucket_cap_mb
+    if bucket is not None and (isinstance(bucket, bool) or not isinstance(bucket, (int, float)) or bucket <= 0):
+        raise ConfigError(f"ddp.bucket_cap_mb must be a positive number of MB (or null for torch's 25), got {bucket!r}")
+    for key in ("gradient_as_bucket_view", "static_graph"):
+        if cfg.ddp[key] not in (None, True, False):
+            raise ConfigError(f"ddp.{key} must be true, false or null, got {cfg.ddp[key]!r}")
     if cfg.trainer.strategy != FSDP:
         return
     if cfg.fsdp.sharding_strategy not in SHARDING_STRATEGIES:
@@ -38,10 +49,19 @@ def fsdp_mixed_precision(precision):
     return MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=None)
 
 
+def ddp_kwargs(cfg: DictConfig) -> dict:
+    """The ``ddp.*`` settings that are set (not null), as ``DistributedDataParallel`` keyword arguments."""
+    return {key: value for key, value in cfg.ddp.items() if value is not None}
+
+
 def make_strategy(cfg: DictConfig, block_class: type | None, precision: str | None = None):
-    """``trainer.strategy`` for ``lightning.Trainer``: the name as given, or for ``fsdp`` an FSDPStrategy sharding
-    each ``block_class`` module (the model's transformer block).  ``precision``: the one Lightning runs (default:
-    :func:`mixbench.precision.lightning_precision` of ``trainer.precision``)."""
+    """``trainer.strategy`` for ``lightning.Trainer``: the name as given; for ``ddp`` a DDPStrategy with the ``ddp.*``
+    settings; for ``fsdp`` an FSDPStrategy sharding each ``block_class`` module (the model's transformer block).
+    ``precision``: the one Lightning runs (default: :func:`mixbench.precision.lightning_precision` of ``trainer.precision``)."""
+    if cfg.trainer.strategy == DDP:
+        from lightning.pytorch.strategies import DDPStrategy
+
+        return DDPStrategy(**ddp_kwargs(cfg))
     if cfg.trainer.strategy != FSDP:
         return cfg.trainer.strategy
     if block_class is None:

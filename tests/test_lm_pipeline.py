@@ -119,6 +119,7 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path
     assert main(["run", *common, "data.batch_size=4", "trainer.devices=1", f"results_dir={tmp_path / 'one'}"]) == 0
     # the real launch path: Lightning re-runs this command line for rank 1 (gloo on CPU)
     cmd = [sys.executable, "-m", "mixbench.cli", "run", *common, "data.batch_size=2", "trainer.devices=2", "trainer.strategy=ddp",
+           "ddp.bucket_cap_mb=1", "ddp.gradient_as_bucket_view=true",  # several buckets, gradients viewing them
            f"results_dir={tmp_path / 'two'}"]
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True, timeout=300)
     (one,), (two,) = records(tmp_path / "one"), records(tmp_path / "two")  # one run folder and record, written by rank 0

@@ -159,7 +159,20 @@ def test_fsdp_wraps_and_checkpoints_each_transformer_block_in_bf16(task, block):
     assert (mp.param_dtype, mp.reduce_dtype, mp.buffer_dtype) == (torch.bfloat16, torch.float32, None)
     plain = make_strategy(compose([f"task={task}", "trainer.strategy=fsdp", "save_weights=false"]), block_class, "32-true")
     assert plain.mixed_precision is None and not plain._activation_checkpointing_kwargs
-    assert make_strategy(compose([f"task={task}", "trainer.strategy=ddp"]), block_class) == "ddp"
+    assert make_strategy(compose([f"task={task}", "trainer.strategy=auto"]), block_class) == "auto"
+
+
+def test_ddp_settings_reach_distributed_data_parallel_and_bad_ones_are_named():
+    from lightning.pytorch.strategies import DDPStrategy
+
+    plain = make_strategy(compose(["task=c4_llama_130m", "trainer.strategy=ddp"]), None)
+    assert isinstance(plain, DDPStrategy) and plain._ddp_kwargs == {}  # torch's defaults
+    cfg = compose(["task=c4_llama_130m", "trainer.strategy=ddp", "ddp.bucket_cap_mb=100", "ddp.gradient_as_bucket_view=true"])
+    assert make_strategy(cfg, None)._ddp_kwargs == {"bucket_cap_mb": 100, "gradient_as_bucket_view": True}
+    with pytest.raises(ConfigError, match="ddp.bucket_cap_mb must be a positive number"):
+        compose(["task=c4_llama_130m", "ddp.bucket_cap_mb=0"])
+    with pytest.raises(ConfigError, match="ddp.static_graph must be true, false or null"):
+        compose(["task=c4_llama_130m", "ddp.static_graph=sometimes"])
 
 
 def test_fsdp_settings_are_checked_when_the_config_is_composed():
