@@ -4,7 +4,7 @@ Each row is a short ``mixbench run`` (paper recipe, ``compile=true``, bf16-mixed
 the trainer's own ``perf/items_per_sec`` (tokens or images per second over all GPUs, :class:`mixbench.callbacks.ThroughputMonitor`):
 the median of the logged windows after the first (which holds compilation).  Peak memory per GPU is ``nvidia-smi``'s
 ``memory.used`` sampled every 0.5 s (CUDA context and the caching allocator's reserve included).  The two 1-GPU rows
-run side by side (GPU 0 and GPU 1), then the 2-GPU rows one after the other.  Prints a table with the 2-GPU / 1-GPU
+run side by side (one on each GPU of ``--gpus``), then the 2-GPU rows one after the other.  Prints a table with the 2-GPU / 1-GPU
 scaling and the hours one paper-scale run would take on the row's GPUs, and writes JSON.
 
     python bench/multi_gpu.py --text '.data/textmix2/pkgtext-train.*.json.gz' --out bench/results/multi_gpu_h100x2.json
@@ -12,8 +12,9 @@ scaling and the hours one paper-scale run would take on the row's GPUs, and writ
 Data, offline: LM rows read the C4-format shards of ``--text`` (``pkgtext-validation.*`` beside them) with the
 embedded 8,192-token tokenizer, packed into 256-token sequences; models keep the paper's 32,000-word vocabulary
 (head FLOPs as in the paper).  ViT rows use the ImageNet recipe (``in1k_vit_small``: mixup/cutmix, EMA, drop path)
-at 224 px on the embedded CIFAR-10 photos, tiled to 40,000 images so no epoch ends during a row and upscaled by the
-loader's workers (``--vit-workers`` per GPU), which can limit images/s: compare with ``bench/vit_throughput.py``.
+at 224 px on an ImageNet-style folder of ``--vit-images`` JPEGs (the embedded CIFAR-10 photos upscaled to 320 px, as
+``bench/image_loader.py`` writes them), read with ``data.pipeline=gpu data.overlap=true``: ``--vit-workers`` per GPU decode
+and crop, the GPU does the rest.  The input pipeline can limit images/s: compare with ``bench/image_loader.py``.
 """
 from __future__ import annotations
 
@@ -34,13 +35,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from mixbench.config import compose  # noqa: E402
-from mixbench.data import ASSETS_DIR  # noqa: E402
 from mixbench.provenance import git_commit, package_versions  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from image_loader import write_jpegs  # noqa: E402
 
 log = logging.getLogger("multi_gpu")
 IMAGENET_TRAIN_IMAGES = 1_281_167
@@ -67,27 +69,18 @@ def lm_args(text: str, steps: int, log_every: int, cache: Path) -> list[str]:
             "trainer.val_check_interval=null", "trainer.check_val_every_n_epoch=1000", "trainer.limit_val_batches=2"]
 
 
-def vit_args(npz: Path, steps: int, log_every: int, workers: int) -> list[str]:
-    return ["data=cifar10_embedded", f"data.path={npz}", "data.img_size=224", "data.batch_size=128", "data.eval_batch_size=250",
-            f"data.num_workers={workers}", f"trainer.max_steps={steps}", f"trainer.log_every_n_steps={log_every}",
+def vit_args(root: Path, steps: int, log_every: int, workers: int) -> list[str]:
+    return ["data=imagefolder", f"data.root={root}", "data.pipeline=gpu", "data.overlap=true", "data.batch_size=128",
+            "data.eval_batch_size=250", f"data.num_workers={workers}", f"trainer.max_steps={steps}", f"trainer.log_every_n_steps={log_every}",
             "trainer.check_val_every_n_epoch=1000", "trainer.limit_val_batches=2"]
 
 
-def tiled_cifar(path: Path, copies: int) -> Path:
-    """The embedded CIFAR-10 photos repeated ``copies`` times as a loader .npz (x, y, classes)."""
-    data = np.load(ASSETS_DIR / "cifar10_embedded.npz")
-    x = np.concatenate([data["train_x"], data["val_x"]])
-    y = np.concatenate([data["train_y"], data["val_y"]])
-    np.savez(path, x=np.tile(x, (copies, 1, 1, 1)), y=np.tile(y, copies), classes=data["classes"])
-    return path
-
-
-def rows_for(args, npz: Path, cache: Path) -> list[list[Row]]:
+def rows_for(args, jpegs: Path, cache: Path) -> list[list[Row]]:
     """The phases, in order: rows of a phase run at the same time (on different GPUs)."""
     common = ["norm=pre", "save_weights=false", "divergence.unigram_floor=false", "trainer.enable_progress_bar=false", "compile=true"]
     lm = lm_args(args.text, args.lm_steps, args.lm_log_every, cache)
     lm_1b = lm_args(args.text, args.fsdp_steps, args.fsdp_log_every, cache)
-    vit = vit_args(npz, args.vit_steps, args.vit_log_every, args.vit_workers)
+    vit = vit_args(jpegs, args.vit_steps, args.vit_log_every, args.vit_workers)
     llama = [*common, "task=c4_llama_130m", *lm]
     vit_small = [*common, "task=in1k_vit_small", *vit]
     fsdp = [*common, "task=c4_llama_1b", *lm_1b, "trainer.strategy=fsdp", f"data.batch_size={args.fsdp_micro_batch}",
@@ -242,7 +235,8 @@ def main() -> int:
     ap.add_argument("--lm-log-every", type=int, default=10)
     ap.add_argument("--vit-steps", type=int, default=120)
     ap.add_argument("--vit-log-every", type=int, default=30)
-    ap.add_argument("--vit-workers", type=int, default=12, help="data loader workers per GPU (224 px upscaling on the CPU)")
+    ap.add_argument("--vit-workers", type=int, default=14, help="data loader workers per GPU (JPEG decode + crop on the CPU)")
+    ap.add_argument("--vit-images", type=int, default=40_000, help="JPEGs written for the ViT rows (no epoch ends during a row)")
     ap.add_argument("--fsdp-steps", type=int, default=12)
     ap.add_argument("--fsdp-log-every", type=int, default=3)
     ap.add_argument("--fsdp-micro-batch", type=int, default=64, help="llama_1b sequences per GPU per micro-batch (global 512)")
@@ -265,8 +259,9 @@ def main() -> int:
     out_dir = args.out.with_suffix("")
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="multi_gpu-", dir=REPO / ".data" if (REPO / ".data").is_dir() else None))
-    npz = tiled_cifar(work / "cifar10_tiled.npz", copies=20)
-    phases = rows_for(args, npz, REPO / ".data" / "token_cache")
+    jpegs = work / "jpegs"
+    write_jpegs(jpegs, args.vit_images, size=320)
+    phases = rows_for(args, jpegs, REPO / ".data" / "token_cache")
     if args.only:
         phases = [[r for r in phase if any(w.lower() in r.name.lower() for w in args.only)] for phase in phases]
     rows = [r for phase in phases for r in phase]

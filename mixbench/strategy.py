@@ -4,7 +4,8 @@ built for transformers.
 ``ddp`` is Lightning's :class:`~lightning.pytorch.strategies.DDPStrategy` with the ``ddp.*`` settings handed to
 ``DistributedDataParallel`` (``bucket_cap_mb``, ``gradient_as_bucket_view``, ``static_graph``; null keeps torch's default).
 
-``fsdp`` is Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` with each transformer block one FSDP
+``fsdp`` is Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` (keeping its root wrapper for the
+evaluation after fit, :mod:`mixbench.lit.fsdp`) with each transformer block one FSDP
 unit (``auto_wrap_policy``), optional activation checkpointing of the blocks, and, under ``bf16-mixed``
 (also ``trainer.precision=fp8``), bf16 parameters for compute and all-gathers with gradients reduced in fp32 (fp32 sharded master weights).
 """
@@ -66,9 +67,9 @@ def make_strategy(cfg: DictConfig, block_class: type | None, precision: str | No
         return cfg.trainer.strategy
     if block_class is None:
         raise ConfigError("trainer.strategy=fsdp needs the model's transformer block class to shard by")
-    from lightning.pytorch.strategies import FSDPStrategy
+    from .lit.fsdp import RootKeepingFSDPStrategy
 
-    return FSDPStrategy(
+    return RootKeepingFSDPStrategy(
         auto_wrap_policy={block_class},
         activation_checkpointing_policy={block_class} if cfg.fsdp.activation_checkpointing else None,
         sharding_strategy=cfg.fsdp.sharding_strategy,

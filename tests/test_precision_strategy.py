@@ -165,10 +165,11 @@ def test_fsdp_wraps_and_checkpoints_each_transformer_block_in_bf16(task, block):
 def test_ddp_settings_reach_distributed_data_parallel_and_bad_ones_are_named():
     from lightning.pytorch.strategies import DDPStrategy
 
-    plain = make_strategy(compose(["task=c4_llama_130m", "trainer.strategy=ddp"]), None)
-    assert isinstance(plain, DDPStrategy) and plain._ddp_kwargs == {}  # torch's defaults
-    cfg = compose(["task=c4_llama_130m", "trainer.strategy=ddp", "ddp.bucket_cap_mb=100", "ddp.gradient_as_bucket_view=true"])
-    assert make_strategy(cfg, None)._ddp_kwargs == {"bucket_cap_mb": 100, "gradient_as_bucket_view": True}
+    default = make_strategy(compose(["task=c4_llama_130m", "trainer.strategy=ddp"]), None)
+    assert isinstance(default, DDPStrategy) and default._ddp_kwargs == {"bucket_cap_mb": 100, "gradient_as_bucket_view": True}
+    cfg = compose(["task=c4_llama_130m", "trainer.strategy=ddp", "ddp.bucket_cap_mb=null", "ddp.gradient_as_bucket_view=null",
+                   "ddp.static_graph=true"])
+    assert make_strategy(cfg, None)._ddp_kwargs == {"static_graph": True}  # null: torch's own default
     with pytest.raises(ConfigError, match="ddp.bucket_cap_mb must be a positive number"):
         compose(["task=c4_llama_130m", "ddp.bucket_cap_mb=0"])
     with pytest.raises(ConfigError, match="ddp.static_graph must be true, false or null"):
@@ -204,3 +205,30 @@ def test_real_fp8_conversion_trains_like_bf16():
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
         losses[precision] = loss.item()
     assert losses["fp8"] == pytest.approx(losses["bf16-mixed"], rel=0.02)
+
+
+def test_fsdp_evaluation_after_fit_reuses_the_fits_root_wrapper(monkeypatch):
+    """Lightning drops the root FSDP wrapper when it sets up a validate after fit (its #19015): the root's parameters
+    stay sharded and the embedding fails with "'weight' must be 2-D".  The strategy must hand the fit's root back."""
+    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from mixbench.lit.fsdp import RootKeepingFSDPStrategy
+
+    wraps = []
+
+    def fake_wrap(self, model):  # Lightning's wrapping: a root the first time, the bare module once blocks are wrapped
+        if wraps:
+            return model
+        root = object.__new__(FullyShardedDataParallel)
+        torch.nn.Module.__init__(root)
+        root._fsdp_wrapped_module = model
+        wraps.append(root)
+        return root
+
+    monkeypatch.setattr(FSDPStrategy, "_setup_model", fake_wrap)
+    strategy, module, other = RootKeepingFSDPStrategy(), torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    root = strategy._setup_model(module)  # fit
+    assert isinstance(root, FullyShardedDataParallel) and root.module is module
+    assert strategy._setup_model(module) is root  # validate after fit: the same root, not the bare module
+    assert strategy._setup_model(other) is other  # another module is not given this root
