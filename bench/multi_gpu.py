@@ -14,7 +14,7 @@ embedded 8,192-token tokenizer, packed into 256-token sequences; models keep the
 (head FLOPs as in the paper).  ViT rows use the ImageNet recipe (``in1k_vit_small``: mixup/cutmix, EMA, drop path)
 at 224 px on an ImageNet-style folder of ``--vit-images`` JPEGs (the embedded CIFAR-10 photos upscaled to 320 px, as
 ``bench/image_loader.py`` writes them), read with ``data.pipeline=gpu data.overlap=true``: ``--vit-workers`` per GPU decode
-and crop, the GPU does the rest.  The input pipeline can limit images/s: compare with ``bench/image_loader.py``.
+and crop, the GPU does the rest (``--vit-pipeline nvjpeg``: the GPU decodes too).  The input pipeline can limit images/s: compare with ``bench/image_loader.py``.
 """
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def lm_args(text: str, steps: int, log_every: int, cache: Path) -> list[str]:
             "trainer.val_check_interval=null", "trainer.check_val_every_n_epoch=1000", "trainer.limit_val_batches=2"]
 
 
-def vit_args(root: Path, steps: int, log_every: int, workers: int) -> list[str]:
-    return ["data=imagefolder", f"data.root={root}", "data.pipeline=gpu", "data.overlap=true", "data.batch_size=128",
+def vit_args(root: Path, steps: int, log_every: int, workers: int, pipeline: str) -> list[str]:
+    return ["data=imagefolder", f"data.root={root}", f"data.pipeline={pipeline}", "data.overlap=true", "data.batch_size=128",
             "data.eval_batch_size=250", f"data.num_workers={workers}", f"trainer.max_steps={steps}", f"trainer.log_every_n_steps={log_every}",
             "trainer.check_val_every_n_epoch=1000", "trainer.limit_val_batches=2"]
 
@@ -80,7 +80,7 @@ def rows_for(args, jpegs: Path, cache: Path) -> list[list[Row]]:
     common = ["norm=pre", "save_weights=false", "divergence.unigram_floor=false", "trainer.enable_progress_bar=false", "compile=true"]
     lm = lm_args(args.text, args.lm_steps, args.lm_log_every, cache)
     lm_1b = lm_args(args.text, args.fsdp_steps, args.fsdp_log_every, cache)
-    vit = vit_args(jpegs, args.vit_steps, args.vit_log_every, args.vit_workers)
+    vit = vit_args(jpegs, args.vit_steps, args.vit_log_every, args.vit_workers, args.vit_pipeline)
     llama = [*common, "task=c4_llama_130m", *lm]
     vit_small = [*common, "task=in1k_vit_small", *vit]
     fsdp = [*common, "task=c4_llama_1b", *lm_1b, "trainer.strategy=fsdp", f"data.batch_size={args.fsdp_micro_batch}",
@@ -236,6 +236,8 @@ def main() -> int:
     ap.add_argument("--vit-steps", type=int, default=120)
     ap.add_argument("--vit-log-every", type=int, default=30)
     ap.add_argument("--vit-workers", type=int, default=14, help="data loader workers per GPU (JPEG decode + crop on the CPU)")
+    ap.add_argument("--vit-pipeline", default="gpu", choices=["gpu", "nvjpeg"], help="data.pipeline of the ViT rows: gpu (workers "
+                    "decode + crop) or nvjpeg (workers read the files, the GPU decodes: scaling without the CPU as the limit)")
     ap.add_argument("--vit-images", type=int, default=40_000, help="JPEGs written for the ViT rows (no epoch ends during a row)")
     ap.add_argument("--fsdp-steps", type=int, default=12)
     ap.add_argument("--fsdp-log-every", type=int, default=3)

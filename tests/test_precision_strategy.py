@@ -166,10 +166,9 @@ def test_ddp_settings_reach_distributed_data_parallel_and_bad_ones_are_named():
     from lightning.pytorch.strategies import DDPStrategy
 
     default = make_strategy(compose(["task=c4_llama_130m", "trainer.strategy=ddp"]), None)
-    assert isinstance(default, DDPStrategy) and default._ddp_kwargs == {"bucket_cap_mb": 100, "gradient_as_bucket_view": True}
-    cfg = compose(["task=c4_llama_130m", "trainer.strategy=ddp", "ddp.bucket_cap_mb=null", "ddp.gradient_as_bucket_view=null",
-                   "ddp.static_graph=true"])
-    assert make_strategy(cfg, None)._ddp_kwargs == {"static_graph": True}  # null: torch's own default
+    assert isinstance(default, DDPStrategy) and default._ddp_kwargs == {}  # torch's own defaults
+    cfg = compose(["task=c4_llama_130m", "trainer.strategy=ddp", "ddp.bucket_cap_mb=100", "ddp.gradient_as_bucket_view=true"])
+    assert make_strategy(cfg, None)._ddp_kwargs == {"bucket_cap_mb": 100, "gradient_as_bucket_view": True}
     with pytest.raises(ConfigError, match="ddp.bucket_cap_mb must be a positive number"):
         compose(["task=c4_llama_130m", "ddp.bucket_cap_mb=0"])
     with pytest.raises(ConfigError, match="ddp.static_graph must be true, false or null"):
