@@ -13,6 +13,9 @@ ImageNet-style folder unless ``--root`` points at one, then iterates the trainin
 erasing 0.25, bicubic).  Prints a table and writes JSON.
 
     python bench/image_loader.py --variants pipeline=gpu pipeline=gpu,overlap=true --model vit_small --out bench/results/image_loader.json
+
+``--step-options cudagraphs=true`` times a step that replays CUDA graphs (almost no CPU time in the training process),
+which separates what the workers can deliver from what the training process's own CPU use costs.
 """
 from __future__ import annotations
 

@@ -226,8 +226,7 @@ def write_json(path: Path, args, rows: list[Row], text: str | None) -> None:
                                 "rows": [r.result for r in rows if r.result], "table": text}, indent=1, default=str))
 
 
-def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--text", default=".data/textmix2/pkgtext-train.*.json.gz", help="C4-format training shards (glob)")
     ap.add_argument("--budget", type=float, default=480, help="seconds for all rows; a row still running then is stopped")
@@ -249,15 +248,21 @@ def main() -> int:
                     "settings (e.g. ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true)")
     ap.add_argument("--only", nargs="*", help="rows whose name contains one of these words (e.g. llama_130m fsdp)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/multi_gpu.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if len(args.gpus.split(",")) != 2:
         ap.error(f"--gpus {args.gpus}: name two GPUs, e.g. 2,3")
+    return args
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    args = parse_args()
     deadline = time.perf_counter() + args.budget
     shards = glob.glob(str(REPO / args.text) if not Path(args.text).is_absolute() else args.text)
     if not shards or not glob.glob(str(Path(shards[0]).parent / "*validation*")):
-        ap.error(f"--text {args.text}: need C4-format train shards and a *validation* shard beside them (e.g. copy .data/textmix2)")
+        raise SystemExit(f"--text {args.text}: need C4-format train shards and a *validation* shard beside them (e.g. copy .data/textmix2)")
     if len(gpu_names()) < 2:
-        ap.error(f"needs 2 GPUs, nvidia-smi lists {len(gpu_names())}")
+        raise SystemExit(f"needs 2 GPUs, nvidia-smi lists {len(gpu_names())}")
     out_dir = args.out.with_suffix("")
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="multi_gpu-", dir=REPO / ".data" if (REPO / ".data").is_dir() else None))
