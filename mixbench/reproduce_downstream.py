@@ -173,11 +173,11 @@ def _train(argv: list[str], subprocesses: bool, outcomes: list, total: int) -> P
     """Run one training stage through :mod:`mixbench.runner` (logged as run k of the ``total`` training runs of the
     grid); its run folder if it finished (completed, or diverged with its weights)."""
     from .config import compose
-    from .runner import _in_process, _in_subprocess
+    from .runner import run_one
 
     outcomes.append(None)  # reserve this run's number (chains run in threads)
     number = len(outcomes) - 1
-    outcome = (_in_subprocess if subprocesses else _in_process)(number, total, argv, compose(argv))
+    outcome = run_one(number, total, argv, compose(argv), in_subprocess=subprocesses)
     outcomes[number] = outcome
     if outcome.status not in FINISHED or outcome.run_dir is None or not (outcome.run_dir / "model.safetensors").is_file():
         log.error("%s: %s; the chain stops here", outcome.command, outcome.status)

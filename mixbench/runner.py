@@ -79,9 +79,14 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False) -> lis
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     argvs = [[*argv, "resume=auto"] if resume else list(argv) for argv in argvs]
     configs = [compose(argv) for argv in argvs]  # validate every configuration before running any
-    runner = _in_subprocess if jobs > 1 else _in_process
     with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(lambda i: runner(i, len(argvs), argvs[i], configs[i]), range(len(argvs))))
+        return list(pool.map(lambda i: run_one(i, len(argvs), argvs[i], configs[i], in_subprocess=jobs > 1), range(len(argvs))))
+
+
+def run_one(i: int, total: int, argv: list[str], cfg, in_subprocess: bool = False) -> Outcome:
+    """Run ``mixbench run <argv>`` (composed: ``cfg``), logged as run ``i + 1`` of ``total``: in this process, or as a
+    subprocess writing its console output to the run folder's ``console.log`` (for runs side by side)."""
+    return (_in_subprocess if in_subprocess else _in_process)(i, total, argv, cfg)
 
 
 def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
