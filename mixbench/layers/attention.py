@@ -14,10 +14,12 @@ LLaMA while off) and ``v_norm`` (``None`` while off), plus the plain string ``qk
 Every norm acts **before RoPE** (:func:`project_qkv` returns q, k, v before any rotary embedding).
 The modules are registered only when on, so ``state_dict`` keys of a model without them are unchanged.
 
-:func:`causal_attention` is causal SDPA with an optional pinned backend (``auto`` lets PyTorch choose).
+:func:`sdpa_backend` pins the SDPA kernel of both families (``auto`` lets PyTorch choose); :func:`causal_attention` is
+causal SDPA under it.
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import torch
@@ -25,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..errors import ConfigError
 from .placement import NormConfigError
 
 SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -76,9 +79,18 @@ def project_qkv(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return q, k, v
 
 
+def check_attention_backend(backend: str) -> None:
+    """A ConfigError naming the valid choices unless ``backend`` is ``auto`` or a key of :data:`SDPA_BACKENDS`."""
+    if backend != "auto" and backend not in SDPA_BACKENDS:
+        raise ConfigError(f"unknown attention_backend {backend!r}; valid: auto, {', '.join(SDPA_BACKENDS)}")
+
+
+def sdpa_backend(backend: str) -> AbstractContextManager:
+    """Context in which ``scaled_dot_product_attention`` uses ``backend``'s kernel (``auto``: PyTorch's choice)."""
+    return nullcontext() if backend == "auto" else sdpa_kernel([SDPA_BACKENDS[backend]])
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     """Causal ``scaled_dot_product_attention``; ``backend`` (auto | flash | cudnn | efficient | math) pins its kernel."""
-    if backend == "auto":
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    with sdpa_kernel([SDPA_BACKENDS[backend]]):
+    with sdpa_backend(backend):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -23,7 +23,7 @@ from ..layers import (
     project_qkv,
     scaled_init_,
 )
-from ..layers.attention import SDPA_BACKENDS, causal_attention
+from ..layers.attention import causal_attention, check_attention_backend
 
 
 @dataclass
@@ -44,8 +44,7 @@ class LlamaConfig:
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
             raise ConfigError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
-        if self.attention_backend != "auto" and self.attention_backend not in SDPA_BACKENDS:
-            raise ConfigError(f"unknown attention_backend {self.attention_backend!r}; valid: auto, {', '.join(SDPA_BACKENDS)}")
+        check_attention_backend(self.attention_backend)
 
     @property
     def head_dim(self) -> int:

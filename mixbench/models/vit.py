@@ -21,7 +21,6 @@ import timm
 import torch
 from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block
-from torch.nn.attention import sdpa_kernel
 
 from ..errors import ConfigError
 from ..layers import (
@@ -34,7 +33,7 @@ from ..layers import (
     project_qkv,
     scaled_init_,
 )
-from ..layers.attention import SDPA_BACKENDS
+from ..layers.attention import check_attention_backend, sdpa_backend
 
 # mixbench name -> (timm architecture, defaults in mixbench's vocabulary)
 VIT_PRESETS: dict[str, dict] = {
@@ -64,15 +63,10 @@ class PlacedAttention(Attention):
         self.backend = "auto"
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        if self.backend != "auto":
-            with sdpa_kernel([SDPA_BACKENDS[self.backend]]):
-                return self._forward(x, attn_mask, is_causal)
-        return self._forward(x, attn_mask, is_causal)
-
-    def _forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-        if self.qk_norm_mode == "full" or self.v_norm is not None:
-            return self._normed_forward(x, attn_mask, is_causal)
-        return super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
+        with sdpa_backend(self.backend):
+            if self.qk_norm_mode == "full" or self.v_norm is not None:
+                return self._normed_forward(x, attn_mask, is_causal)
+            return super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
 
     def _normed_forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
         """timm's forward with q, k, v from :func:`mixbench.layers.project_qkv` (fused SDPA)."""
@@ -136,8 +130,7 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     options["img_size"] = options["img_size"] or 224
     options["num_classes"] = options["num_classes"] if options["num_classes"] is not None else 1000
     backend = options["attention_backend"]
-    if backend != "auto" and backend not in SDPA_BACKENDS:
-        raise ConfigError(f"unknown attention_backend {backend!r}; valid: auto, {', '.join(SDPA_BACKENDS)}")
+    check_attention_backend(backend)
     num_layers = options["num_layers"]
     plan = norm.plan(num_layers)
     timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items() if k not in _OWN_KEYS}
