@@ -1,4 +1,4 @@
-"""Lightning callbacks: divergence detection and throughput / MFU logging."""
+"""Lightning callbacks: divergence detection, the validation history, and throughput / MFU logging."""
 from __future__ import annotations
 
 import math
@@ -76,6 +76,32 @@ class DivergenceMonitor(Callback):
         for key in self._STATE:
             if key in state_dict:
                 setattr(self, key, state_dict[key])
+
+
+class ValidationHistory(Callback):
+    """Keeps every validation inside ``fit``: ``[{"step", "fraction", "metrics"}]``, ``fraction`` = step / the
+    run's total optimizer steps (``trainer.estimated_stepping_batches``), so ``mixbench table --at 0.25,0.5,1.0``
+    can show a placement's metric at 25 / 50 / 100 % of its budget.  Saved in checkpoints (a resumed run keeps its
+    history)."""
+
+    def __init__(self):
+        self.validations: list[dict] = []
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":  # the final trainer.validate is the run's own metrics
+            return
+        total = trainer.estimated_stepping_batches
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val")}
+        step = trainer.global_step
+        fraction = round(step / total, 4) if total and math.isfinite(total) else None
+        self.validations = [v for v in self.validations if v["step"] != step]  # a resumed run may validate a step again
+        self.validations.append({"step": step, "fraction": fraction, "metrics": metrics})
+
+    def state_dict(self) -> dict:
+        return {"validations": self.validations}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.validations = list(state_dict.get("validations", []))
 
 
 class ThroughputMonitor(Callback):

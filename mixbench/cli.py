@@ -41,8 +41,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def budget_fractions(text: str) -> list[float]:
+    """``--at 0.25,0.5,1.0`` → [0.25, 0.5, 1.0] (each in (0, 1])."""
+    try:
+        fractions = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated fractions such as 0.25,0.5,1.0, got {text!r}") from None
+    if not fractions or any(not 0.0 < f <= 1.0 for f in fractions):
+        raise argparse.ArgumentTypeError(f"budget fractions must be in (0, 1], got {text!r}")
+    return fractions
+
+
 def cmd_table(args: argparse.Namespace) -> int:
-    from .results import aggregate, load_records, render, rich_table, tidy_csv
+    from .results import aggregate, budget_views, load_records, render, rich_table, tidy_csv
 
     records, problems = load_records(args.results_dir)
     for problem in problems:
@@ -59,6 +70,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     if not records:
         log.warning("no result records under %s; create some with `mixbench run task=...`", args.results_dir)
         return 0
+    if args.at:
+        records = budget_views(records, args.at)
     if args.format == "tidy":
         text = tidy_csv(records)
     else:
@@ -262,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the row each cell is compared with (Δ and Welch's interval): its norm label, or the label "
                             "without its parameters (mix → mix(α=0.25)); default: pre")
     table.add_argument("--confidence", type=float, default=0.95, help="level of the Δ confidence intervals (default 0.95)")
+    table.add_argument("--at", type=budget_fractions, metavar="F,F,...",
+                       help="one column per budget fraction: the metric at these fractions of each run's training budget "
+                            "(validations inside fit, e.g. --at 0.25,0.5,1.0; 1 = the final validation)")
     table.add_argument("--out", help="write the table to this file")
     table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")
     table.set_defaults(func=cmd_table)

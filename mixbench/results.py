@@ -273,7 +273,42 @@ def dataset_name(record: dict) -> str:
 
 
 def column_key(record: dict) -> str:
-    return f"{record['task']} · {model_label(record)} · {dataset_name(record)} [{record['scale']}]"
+    budget = record.get("_at_budget")
+    return (f"{record['task']} · {model_label(record)} · {dataset_name(record)} [{record['scale']}]"
+            + (f" @{budget:.2f}" if budget is not None else ""))
+
+
+BUDGET_TOLERANCE = 0.02  # a validation counts as "at fraction f of the budget" within ±2 % of the budget
+
+
+def at_budget(record: dict, fraction: float) -> dict | None:
+    """A view of ``record`` at ``fraction`` of its training budget (``mixbench table --at``), or None where the run has
+    no validation there (within :data:`BUDGET_TOLERANCE`; older records have none).
+
+    ``fraction`` 1: the record as it is (its final validation and status).  Below 1: the metrics of the validation
+    inside ``fit`` at that fraction (``record["validations"]``).  A run that never beat chance stays ``stalled`` and a
+    crash stays ``failed`` in every column; a run that diverged counts as ``completed`` at the budgets it reached with
+    a finite metric before it blew up, and as ``diverged`` after."""
+    if not 0.0 < fraction <= 1.0:
+        raise ConfigError(f"--at takes budget fractions in (0, 1], got {fraction}")
+    view = {**record, "_at_budget": fraction}
+    if fraction >= 1.0 - BUDGET_TOLERANCE:
+        return view
+    if record["status"] in ("stalled", "failed"):
+        return view
+    nearby = [v for v in record.get("validations") or [] if v.get("fraction") is not None
+              and abs(v["fraction"] - fraction) <= BUDGET_TOLERANCE]
+    validation = min(nearby, key=lambda v: abs(v["fraction"] - fraction)) if nearby else None
+    value = validation["metrics"].get(record["primary_metric"]["name"]) if validation else None
+    diverged_at = (record.get("divergence") or {}).get("step")
+    if _finite(value) and (record["status"] != "diverged" or diverged_at is None or validation["step"] <= diverged_at):
+        return {**view, "status": "completed", "metrics": validation["metrics"], "primary_metric": {**record["primary_metric"], "value": value}}
+    return view if record["status"] == "diverged" else None  # diverged before this budget; else no validation here
+
+
+def budget_views(records: list[dict], fractions: list[float]) -> list[dict]:
+    """Every record at each budget fraction (:func:`at_budget`): one table column per column and fraction."""
+    return [view for fraction in fractions for r in records if (view := at_budget(r, fraction)) is not None]
 
 
 def row_key(record: dict) -> str:
@@ -306,7 +341,8 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
         col = column_key(r)
         metric_of.setdefault(col, r["primary_metric"]["name"])
         hib.setdefault(col, bool(r["primary_metric"]["higher_is_better"]))
-        info.setdefault(col, {"task": r["task"], "model": model_label(r), "dataset": dataset_name(r), "scale": r["scale"]})
+        info.setdefault(col, {"task": r["task"], "model": model_label(r), "dataset": dataset_name(r), "scale": r["scale"],
+                              **({"budget": r["_at_budget"]} if r.get("_at_budget") is not None else {})})
         groups.setdefault((row_key(r), col), []).append(r)
     cells = {key: Cell.from_records(recs) for key, recs in groups.items()}
     columns = sorted(metric_of)

@@ -2,12 +2,12 @@
 
 * ``diverged``: the loss became NaN/inf or blew up (:class:`mixbench.callbacks.DivergenceMonitor`), or the final
   metric is not finite;
-* ``stalled``: the model family's learning check failed (e.g. an LM's final validation loss is not below the
-  unigram entropy of the validation tokens: it never learned beyond token frequencies) **and** the training loss
-  stopped improving — the smoothed loss of the last quarter of the run is less than ``min_gain`` nats below that of
-  the quarter before;
-* ``completed``: everything else — including a run that ended above that floor while still improving (its budget
-  simply ended early; the record keeps a warning and its budget).
+* ``stalled``: the model family's learning check failed — the run never beat chance: an LM's final validation loss
+  is not below the unigram entropy of the validation tokens (it never learned beyond token frequencies), a
+  classifier's is within a margin of ln(num_classes) or its top-1 within a margin of chance.  The reason says
+  whether the training loss had stopped improving (the mean of the run's last quarter less than ``min_gain`` nats
+  below that of the quarter before) or was still falling when the budget ended;
+* ``completed``: everything else.
 """
 from __future__ import annotations
 
@@ -35,13 +35,17 @@ def classify(diverged_reason: str | None, final_value: float | None, learning_pr
     if learning_problem is None:
         return "completed", None
     gain = loss_gain(history)
-    if gain is not None and gain < min_gain:
-        return "stalled", f"{learning_problem}; the training loss stopped improving ({gain:+.4f} nats over the last quarter)"
-    still = "too short to judge its progress" if gain is None else f"still improving ({gain:+.4f} nats over the last quarter)"
-    return "completed", f"ended early: {learning_problem}, {still}"
+    if gain is None:
+        trend = "too short to judge its progress"
+    elif gain < min_gain:
+        trend = f"the training loss stopped improving ({gain:+.4f} nats over the last quarter)"
+    else:
+        trend = f"the training loss was still falling when the budget ended ({gain:+.4f} nats over the last quarter)"
+    return "stalled", f"{learning_problem}; {trend}"
 
 
-NEVER_LEARNED = "never learned beyond token frequencies"
+# how the families' learning checks begin their reasons (a diverged/stalled record with one of these did not blow up)
+LEARNING_PROBLEMS = ("never learned beyond token frequencies", "never beat chance")
 
 
 def history_of(record: dict) -> list[tuple[float, float]]:
@@ -59,12 +63,19 @@ def history_of(record: dict) -> list[tuple[float, float]]:
 
 
 def reclassify(record: dict) -> tuple[str, str | None]:
-    """The status of a finished record under the current rules (failed records keep theirs)."""
+    """The status of a finished record under the current rules (failed records keep theirs).  The learning check is
+    re-run by the record's family on its metrics, against the floor stored in the record (``learning_floor``) or,
+    for records written before floors were stored, the one the family derives from the record."""
+    from .families import get_family
+
     if record["status"] not in ("completed", "diverged", "stalled"):
         return record["status"], (record.get("divergence") or {}).get("reason")
     reason = (record.get("divergence") or {}).get("reason")
-    learning_problem = reason.split("; the training loss")[0] if reason and reason.startswith(NEVER_LEARNED) else None
-    blew_up = reason if record["status"] == "diverged" and reason and not learning_problem and reason != "non-finite final metric" else None
+    blew_up = (reason if record["status"] == "diverged" and reason and not reason.startswith(LEARNING_PROBLEMS)
+               and reason != "non-finite final metric" else None)
+    family = get_family(record.get("family", "lm"))
+    floor = record.get("learning_floor") or family.record_floor(record)
+    learning_problem = family.learning_check(record["metrics"], floor) if floor else None
     value = record["metrics"].get(record["primary_metric"]["name"])
     return classify(blew_up, value, learning_problem, history_of(record))
 

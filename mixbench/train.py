@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from .analysis.gradnorm import GradNormMonitor
-from .callbacks import DivergenceMonitor, ThroughputMonitor
+from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .config import norm_spec
 from .contracts import BenchDataModule, check_contract
@@ -244,14 +244,14 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
         log.info("%s | %s | %s: plan %s, %.2fM parameters", cfg.task.name, cfg.model.name, spec.label(),
                  plan_summary(model.plan), record["model"]["num_params"] / 1e6)
         monitor_options = {k: v for k, v in cfg.divergence.items() if k not in ("unigram_floor", "stall_nats")}
-        divergence, throughput = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model)
+        divergence, throughput, history = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model), ValidationHistory()
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
         if (fp8 := apply_fp8(cfg, model)) is not None:
             record["fp8"] = fp8
         if cfg.compile:
             model.compile()
         module = build_lightning_module(cfg, model, datamodule)
-        trainer = build_trainer(cfg, run_dir, [divergence, throughput, *extra], block_class=type(model.blocks[0]))
+        trainer = build_trainer(cfg, run_dir, [divergence, throughput, history, *extra], block_class=type(model.blocks[0]))
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg, run_dir))
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
@@ -268,8 +268,14 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
         value = record["metrics"].get(task.primary_metric.name)
         record["primary_metric"]["value"] = value
         record["budget"] = {"max_steps": cfg.trainer.max_steps, "max_epochs": cfg.trainer.max_epochs, "steps": trainer.global_step,
-                            "epochs": trainer.current_epoch, "stopped_early": bool(trainer.should_stop)}
-        problem = get_family(cfg.task.family).learning_check(record["metrics"], datamodule) if cfg.divergence.unigram_floor else None
+                            "total_steps": int(trainer.estimated_stepping_batches), "epochs": trainer.current_epoch,
+                            "stopped_early": bool(trainer.should_stop)}
+        record["validations"] = history.validations  # inside fit, at their budget fractions (the final one is "metrics")
+        family = get_family(cfg.task.family)
+        floor = family.learning_floor(datamodule) if cfg.divergence.unigram_floor else None
+        if floor:
+            record["learning_floor"] = floor
+        problem = family.learning_check(record["metrics"], floor) if floor else None
         record["train_loss_history"] = divergence.history
         status, reason = classify(divergence.reason if divergence.diverged_at_step is not None else None, value, problem,
                                   divergence.history, cfg.divergence.stall_nats)

@@ -269,3 +269,40 @@ def test_an_fp8_run_never_shares_a_cell_with_the_bf16_run_of_its_seed():
     assert sorted(table.columns) == ["vit_small · vit_small · cifar10_embedded [embedded]",
                                      "vit_small · vit_small+fp8(tensorwise) · cifar10_embedded [embedded]"]
     assert sorted(c.mean for c in table.cells.values()) == [3.60, 3.64]  # not one cell of two repeats averaged to 3.62
+
+
+def with_validations(r, steps_values, total=100, **extra):
+    """``r`` with validations inside fit at ``(step, value)`` pairs of a ``total``-step budget."""
+    metric = r["primary_metric"]["name"]
+    return {**r, "budget": {"total_steps": total}, **extra,
+            "validations": [{"step": s, "fraction": s / total, "metrics": {metric: v}} for s, v in steps_values]}
+
+
+def test_table_at_budget_fractions_shows_early_speed_and_final_quality_apart():
+    from mixbench.results import budget_views
+
+    records = [with_validations(record("pre", 60.0 + s, seed=s), [(25, 20.0 + s), (50, 40.0 + s)]) for s in range(3)]
+    records += [with_validations(record("mix", 55.0 + s, seed=s), [(25, 30.0 + s), (50, 45.0 + s)]) for s in range(3)]
+    # diverged at step 60: it reached 25 % and 50 % with finite metrics, so it counts there, and as diverged at the end
+    records.append(with_validations(record("post", float("nan"), seed=0, status="diverged"), [(25, 35.0), (50, 50.0)],
+                                    divergence={"step": 60}))
+    records.append(record("post", 0.0, seed=1, status="stalled"))  # never beat chance: stalled at every budget
+    table = aggregate(budget_views(records, [0.25, 0.5, 1.0]), baseline="pre")
+    cols = {table.info[c]["budget"]: c for c in table.columns}
+    assert sorted(cols) == [0.25, 0.5, 1.0] and table.columns == [cols[0.25], cols[0.5], cols[1.0]]
+    assert table.cells[("mix", cols[0.25])].mean == pytest.approx(31.0)
+    assert table.cells[("mix", cols[0.25])].delta.diff == pytest.approx(10.0)   # mix ahead early ...
+    assert table.cells[("mix", cols[1.0])].delta.diff == pytest.approx(-5.0)    # ... behind at the end
+    post25, post100 = table.cells[("post", cols[0.25])], table.cells[("post", cols[1.0])]
+    assert (post25.n, post25.diverged, post25.stalled) == (1, 0, 1) and post25.mean == 35.0
+    assert (post100.n, post100.diverged, post100.stalled) == (0, 1, 1)
+
+
+def test_table_at_rejects_bad_fractions_and_skips_records_without_validations(tmp_path, capsys):
+    from mixbench.results import at_budget
+
+    assert at_budget(record("pre", 50.0), 0.5) is None           # an older record: no validation at that budget
+    assert at_budget(record("pre", 50.0), 1.0)["metrics"] == {"val/top1": 50.0}
+    with pytest.raises(SystemExit):
+        main(["table", "--results-dir", str(tmp_path), "--at", "0.5,1.5"])
+    assert "budget fractions must be in (0, 1]" in capsys.readouterr().err

@@ -20,13 +20,14 @@ def test_classify():
     assert classify(None, float("nan"), None, FALLING)[0] == "diverged"
     assert classify(None, 3.0, None, FLAT) == ("completed", None)
     assert classify(None, 3.0, "never learned", FLAT)[0] == "stalled"
-    status, reason = classify(None, 3.0, "never learned", FALLING)
-    assert status == "completed" and reason.startswith("ended early") and "still improving" in reason
+    status, reason = classify(None, 3.0, "never learned", FALLING)  # never beat chance: stalled, never completed
+    assert status == "stalled" and reason.startswith("never learned; ") and "still falling" in reason
+    assert "stopped improving" in classify(None, 3.0, "never learned", FLAT)[1]
     assert classify(None, 3.0, "never learned", FLAT[:5])[1].endswith("too short to judge its progress")
     assert loss_gain(FALLING) == pytest.approx(0.3) and loss_gain(FLAT[:7]) is None
 
 
-def test_reclassify_turns_old_never_learned_records_into_stalled_or_completed(tmp_path):
+def test_reclassify_turns_old_never_learned_records_into_stalled(tmp_path):
     base = {"schema": "mixbench.result/1", "task": "llama_lm", "model": {"name": "llama_tiny"}, "seed": 0, "scale": "embedded",
             "dataset": {"name": "text"}, "norm": {"label": "pre"}, "metrics": {"val/ppl": 300.0},
             "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": 300.0}, "status": "diverged",
@@ -39,9 +40,27 @@ def test_reclassify_turns_old_never_learned_records_into_stalled_or_completed(tm
     assert json.loads((tmp_path / "flat" / "record.json").read_text())["status"] == "diverged"  # dry run wrote nothing
     assert main(["reclassify", "--results-dir", str(tmp_path)]) == 0
     status = {name: json.loads((tmp_path / name / "record.json").read_text())["status"] for name in ("flat", "falling", "nan")}
-    assert status == {"flat": "stalled", "falling": "completed", "nan": "diverged"}
+    assert status == {"flat": "stalled", "falling": "stalled", "nan": "diverged"}
     falling = json.loads((tmp_path / "falling" / "record.json").read_text())
-    assert falling["reclassified"][0]["from"] == "diverged" and "ended early" in falling["warnings"][0]
+    assert falling["reclassified"][0]["from"] == "diverged" and "still falling" in falling["divergence"]["reason"]
+
+
+VIT_RECORD = {"schema": "mixbench.result/1", "task": "in1k_vit_tiny", "family": "vision", "seed": 7, "scale": "proxy",
+              "model": {"name": "vit_tiny", "options": {"num_classes": 10}}, "dataset": {"name": "cifar10"}, "norm": {"label": "sandwich"},
+              "primary_metric": {"name": "val/top1", "higher_is_better": True}, "status": "completed", "train_loss_history": FLAT}
+
+
+@pytest.mark.parametrize("metrics, stalled", [
+    ({"val/top1": 18.90, "val/loss": 2.3005}, True),   # the collapsed grid runs of issue #19: loss at ln 10, top-1 above chance
+    ({"val/top1": 10.60, "val/loss": 2.10}, True),     # top-1 within a point of chance
+    ({"val/top1": 35.10, "val/loss": 1.805}, False),   # DyT: learned, if slowly
+    ({"val/top1": 49.60, "val/loss": 1.456}, False),
+])
+def test_reclassify_lists_vit_runs_that_ended_at_chance_as_stalled(tmp_path, capsys, metrics, stalled):
+    write_record({**VIT_RECORD, "metrics": metrics, "run_dir": str(tmp_path / "r")}, tmp_path / "r" / "record.json")
+    assert main(["reclassify", "--results-dir", str(tmp_path), "--dry-run"]) == 0
+    assert ("completed -> stalled" in capsys.readouterr().out) == stalled
+    assert json.loads((tmp_path / "r" / "record.json").read_text())["status"] == "completed"  # a dry run writes nothing
 
 
 def test_tensorboard_logger_next_to_csv_and_curves_figure(tmp_path):
@@ -51,6 +70,10 @@ def test_tensorboard_logger_next_to_csv_and_curves_figure(tmp_path):
     runs = sorted(p.parent for p in tmp_path.rglob("record.json"))
     for run in runs:
         assert (run / "logs" / "metrics.csv").is_file() and list((run / "tensorboard").glob("events.out.tfevents.*"))
+        record = json.loads((run / "record.json").read_text())  # validations inside fit, at their budget fractions
+        assert [(v["step"], v["fraction"]) for v in record["validations"]] == [(2, 0.5), (4, 1.0)]
+        assert record["validations"][-1]["metrics"]["val/loss"] == pytest.approx(record["metrics"]["val/loss"], rel=1e-4)
+    assert main(["table", "--results-dir", str(tmp_path), "--at", "0.5,1.0", "--format", "csv"]) == 0
     out = tmp_path / "curves.png"
     assert main(["plot", "curves", "--compare", *map(str, runs), "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000

@@ -45,8 +45,13 @@ class Family:
         distributed_sampler: let Lightning insert a DistributedSampler (False: the data module shards by rank).
         analysis_loss: ``(model, batch) -> scalar loss`` for gradient-norm analyses (batch on the device).
         analysis_inputs: ``(batch) -> (model input, token mask or None)`` for the angular-distance analysis.
-        learning_check: ``(metrics, datamodule) -> reason | None``: a final run that learned nothing (e.g. an LM at
-            or above the unigram entropy) is recorded with this reason.
+        learning_floor: ``(datamodule) -> floor | None``: what a model that learned nothing scores on this data
+            (e.g. ``{"val/loss": unigram entropy}`` for an LM, ln C and the chance top-1 for a classifier); stored in
+            the record as ``learning_floor``.
+        learning_check: ``(metrics, floor) -> reason | None``: a run whose final metrics did not beat ``floor`` (it
+            never beat chance) is recorded as ``stalled`` with this reason.
+        record_floor: ``(record) -> floor | None``: the floor of a record written before floors were stored
+            (``mixbench reclassify``).
         data_requires / model_requires: attributes this family needs beyond the common contracts.
     """
 
@@ -63,7 +68,9 @@ class Family:
     data_options: Callable[..., dict] = _unchanged
     flops_per_item: Callable[..., float | None] = _none
     distributed_sampler: bool = True
+    learning_floor: Callable[..., dict | None] = _none
     learning_check: Callable[..., str | None] = _none
+    record_floor: Callable[..., dict | None] = _none
     data_requires: tuple[str, ...] = ()
     model_requires: tuple[str, ...] = field(default=())
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from functools import partial
 
 from ..constants import IGNORE_INDEX
@@ -39,15 +40,32 @@ def analysis_loss(model, batch):
     return model(batch["input_ids"], labels=labels) / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
 
-def never_learned(metrics: dict, datamodule) -> str | None:
-    """A reason when the final validation loss is not below the unigram entropy of the validation tokens (the best
-    any context-free model can do) — a run that stalled at token frequencies; None otherwise."""
-    loss, entropy = metrics.get("val/loss"), getattr(datamodule, "unigram_entropy", None)
+def unigram_floor(datamodule) -> dict | None:
+    """``{"val/loss": H}``, H the unigram entropy of the validation tokens: the best any context-free model can do."""
+    entropy = getattr(datamodule, "unigram_entropy", None)
+    return {"val/loss": entropy()} if entropy is not None else None
+
+
+def never_learned(metrics: dict, floor: dict) -> str | None:
+    """A reason when the final validation loss is not below the unigram floor — a run that stalled at token
+    frequencies; None otherwise."""
+    loss, entropy = metrics.get("val/loss"), floor.get("val/loss")
+    if loss is None and metrics.get("val/ppl", 0) > 0:  # a record that kept only the perplexity
+        loss = math.log(metrics["val/ppl"])
     if entropy is None or loss is None or not math.isfinite(loss):
         return None
-    floor = entropy()
-    if loss >= floor:
-        return f"never learned beyond token frequencies: final val/loss {loss:.3f} ≥ unigram entropy {floor:.3f} of the validation tokens"
+    if loss >= entropy:
+        return f"never learned beyond token frequencies: final val/loss {loss:.3f} ≥ unigram entropy {entropy:.3f} of the validation tokens"
+    return None
+
+
+def floor_from_reason(record: dict) -> dict | None:
+    """The unigram floor an older record states in its divergence reason or warnings (records before floors were stored)."""
+    texts = [(record.get("divergence") or {}).get("reason") or "", *record.get("warnings", [])]
+    for text in texts:
+        found = re.search(r"unigram entropy (\d+(?:\.\d+)?)", text)
+        if found:
+            return {"val/loss": float(found.group(1))}
     return None
 
 
@@ -65,7 +83,9 @@ LM = register_family(Family(
     distributed_sampler=False,  # the text data modules shard by rank themselves (and resume mid-epoch)
     analysis_loss=analysis_loss,
     analysis_inputs=lambda batch: (batch["input_ids"], batch["labels"] != IGNORE_INDEX),
+    learning_floor=unigram_floor,
     learning_check=never_learned,
+    record_floor=floor_from_reason,
     data_requires=("vocab_size",),
     model_requires=("flops_per_token",),
 ))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import math
+
 import torch.nn.functional as F
 
 from ..errors import ConfigError
@@ -31,6 +33,42 @@ def options_from_data(cfg, options: dict, datamodule) -> dict:
     return options
 
 
+# A classifier "never beat chance" when its validation loss is within this fraction of ln C (the loss of the uniform
+# prediction), or its top-1 within this many percentage points of chance (100 / C).  E.g. for CIFAR-10: val/loss ≥ 2.257
+# or top-1 ≤ 11 %.  Both floors assume a class-balanced validation set (CIFAR splits, ImageNet val: 50 per class).
+CHANCE_LOSS_MARGIN = 0.02
+CHANCE_TOP1_MARGIN = 1.0
+
+
+def chance_floor(num_classes: int) -> dict:
+    """What a classifier that learned nothing scores on a balanced validation set of ``num_classes`` classes."""
+    return {"val/loss": math.log(num_classes), "val/top1": 100.0 / num_classes}
+
+
+def learning_floor(datamodule) -> dict:
+    return chance_floor(datamodule.num_classes)
+
+
+def record_floor(record: dict) -> dict | None:
+    """The chance floor of an older record, from its model's ``num_classes``."""
+    num_classes = ((record.get("model") or {}).get("options") or {}).get("num_classes")
+    return chance_floor(num_classes) if isinstance(num_classes, int) and num_classes > 1 else None
+
+
+def never_beat_chance(metrics: dict, floor: dict) -> str | None:
+    """A reason when the final validation loss is within :data:`CHANCE_LOSS_MARGIN` of ln C or the top-1 within
+    :data:`CHANCE_TOP1_MARGIN` points of chance; None otherwise."""
+    loss, top1 = metrics.get("val/loss"), metrics.get("val/top1")
+    uniform, chance = floor["val/loss"], floor["val/top1"]
+    problems = []
+    if loss is not None and math.isfinite(loss) and loss >= (1 - CHANCE_LOSS_MARGIN) * uniform:
+        problems.append(f"final val/loss {loss:.4f} ≥ {1 - CHANCE_LOSS_MARGIN:g} × ln C = {(1 - CHANCE_LOSS_MARGIN) * uniform:.4f} "
+                        f"(ln C = {uniform:.4f} is the uniform prediction)")
+    if top1 is not None and math.isfinite(top1) and top1 <= chance + CHANCE_TOP1_MARGIN:
+        problems.append(f"final val/top1 {top1:.2f} % ≤ chance {chance:.2f} % + {CHANCE_TOP1_MARGIN:g}")
+    return "never beat chance: " + " and ".join(problems) if problems else None
+
+
 def analysis_loss(model, batch):
     images, targets = batch
     return F.cross_entropy(model(images), targets)
@@ -47,5 +85,8 @@ VISION = register_family(Family(
     item_name="images",
     analysis_loss=analysis_loss,
     analysis_inputs=lambda batch: (batch[0], None),
+    learning_floor=learning_floor,
+    learning_check=never_beat_chance,
+    record_floor=record_floor,
     data_requires=("num_classes", "img_size"),
 ))

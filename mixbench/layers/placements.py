@@ -226,9 +226,35 @@ class MixLN(Placement):
         return f"mix(post={spec.num_post})" if spec.num_post is not None else f"mix(α={spec.alpha:g})"
 
 
+class OutputNormGain(BlockPlacement):
+    """Placements whose norms sit on the branch output (``x + N_out(F(...))``): option ``norm.out_norm_gain``, the
+    initial gain γ of those output norms (default 1, as Sandwich-LN, Peri-LN and OLMo 2 initialise them).  With γ = 1
+    every residual increment has unit RMS from step 0; γ = 0 starts each branch at zero, as Swin-V2's res-post-norm
+    (``x + N(F(x))``) does in its reference code (timm ``SwinTransformerV2._init_respostnorm``; timm's ``ResPostBlock``
+    likewise initialises its output norms' weight to ``init_values``).  ``output_norms`` names them."""
+
+    options = {"out_norm_gain": 1.0}
+    output_norms: ClassVar[tuple[str, str]] = ("norm1_post", "norm2_post")
+
+    def validate_block(self, spec):
+        gain = spec.options.get("out_norm_gain", 1.0)
+        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or gain < 0:
+            raise NormConfigError(f"norm.out_norm_gain must be a number ≥ 0, got {gain!r}")
+
+    def init_weights(self, block, ctx):
+        gain = float(ctx.spec.options.get("out_norm_gain", 1.0))
+        with torch.no_grad():
+            for name in self.output_norms:
+                getattr(block, name).weight.fill_(gain)
+
+    def label(self, spec):
+        gain = float(spec.options.get("out_norm_gain", 1.0))
+        return self.name + (f"(out_gain={gain:g})" if gain != 1.0 else "")
+
+
 @register_placement
-class SandwichLN(BlockPlacement):
-    name, summary = "sandwich", "x + N_b(F(N_a(x))) — Sandwich-LN (Ding et al., 2021)"
+class SandwichLN(OutputNormGain):
+    name, summary = "sandwich", "x + N_b(F(N_a(x))) — Sandwich-LN (Ding et al., 2021); norm.out_norm_gain"
     added_modules = ("norm1_post", "norm2_post")
 
     def build(self, block, ctx):
@@ -337,7 +363,7 @@ class PeriLN(SandwichLN):
     option ``norm.embed_norm``: a norm on the embedding output before the first block (off by default)."""
 
     name, summary = "peri", "x + N_out(F(N_in(x))), optional norm.embed_norm — Peri-LN (Kim et al., ICML 2025)"
-    options = {"embed_norm": False}
+    options = {"embed_norm": False, **OutputNormGain.options}
 
     def validate(self, spec):
         super().validate(spec)
@@ -348,15 +374,16 @@ class PeriLN(SandwichLN):
         return bool(spec.options.get("embed_norm", False))
 
     def label(self, spec):
-        return self.name + ("+embed_norm" if self.wants_embed_norm(spec) else "")
+        return super().label(spec) + ("+embed_norm" if self.wants_embed_norm(spec) else "")
 
 
 @register_placement
-class ReorderedNorm(BlockPlacement):
+class ReorderedNorm(OutputNormGain):
     """OLMo 2's reordered norm: ``x + N(F(x))`` — output norms only (``norm1``/``norm2``), no input norm.  OLMo 2
     pairs it with ``norm.qk_norm=full`` (configs/norm/olmo2.yaml)."""
 
-    name, summary = "reordered", "x + N(F(x)) — OLMo 2 reordered norm (output norms only)"
+    name, summary = "reordered", "x + N(F(x)) — OLMo 2 reordered norm (output norms only); norm.out_norm_gain"
+    output_norms = ("norm1", "norm2")
 
     def sublayer(self, block, which, x, branch):
         return x + getattr(block, f"norm{which}")(branch(x))
