@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The placements grid at proxy scale (configs/grids/placements.yaml): every placement × LLaMA-71M width at 24 and 12
+# blocks (760 steps, 24.9M tokens of textmix) and × ViT-Ti on CIFAR-10 8k/2k (30 epochs), SEEDS seeds, spread over the
+# machine's GPUs by bench/grid_lanes.py (JOBS runs at a time a GPU, each on its own cores).
+#
+# Needs, in the repository root (git-ignored; a device call carries them):
+#   .data/textmix3/pkgtext-train.0000{1,3,8}-of-00009.json.{gz,xz} + pkgtext-validation.00000-of-00001.json.gz
+#       (shards of ../shared/data/textmix, 26.6M tokens; xz-compressed copies are unpacked first: they keep a device
+#       call under its 64 MiB)
+#   .data/cifar/cifar10_bigbench.npz   (../shared/data/cifar10-test: the official CIFAR-10 test set)
+#   .whl/ with the datasets / omegaconf wheels where those are not installed (bench/table2_proxy_wheels.sh)
+# PREPEND: a file of extra `mixbench run` lines run first (ablations, e.g. a second learning rate).
+# DEADLINE_S: stop what still runs after that many seconds (runs use resume=auto: the next call continues them).
+# Output: $OUT/placements_runs.tgz (records, configs, metrics logs; no weights) and $OUT/lanes.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS=${RESULTS:-.grid}
+OUT=${OUT:-results/proxy/placements}
+SEEDS=${SEEDS:-0,1,2}
+JOBS=${JOBS:-3}
+ONLY=${ONLY:-}
+GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+mkdir -p "$OUT" "$RESULTS"
+if [ -d .whl ] && ! python3 -c "import datasets, omegaconf" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+for f in .data/textmix3/*.json.xz; do
+    [ -e "$f" ] && [ ! -s "${f%.xz}.gz" ] && xz -dc "$f" | gzip -1 > "${f%.xz}.gz"
+done
+[ -f .data/cifar/cifar10_bigbench.npz ] && [ -f .data/textmix3/pkgtext-validation.00000-of-00001.json.gz ] \
+    || { echo "missing data (see the header of $0)"; exit 2; }
+COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false "results_dir=$RESULTS" resume=auto)
+TEXT=('data.path=.data/textmix3/pkgtext-train.*.json.gz' data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2)
+IMAGES=(data.path=.data/cifar/cifar10_bigbench.npz data.num_workers=4)
+plan=$RESULTS/plan.txt
+{ [ -n "${PREPEND:-}" ] && cat "$PREPEND"
+  python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run --only task=c4_llama_71m $ONLY "${TEXT[@]}" "${COMMON[@]}"
+  python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run --only task=in1k_vit_tiny $ONLY "${IMAGES[@]}" "${COMMON[@]}"
+} > "$plan" || { echo "could not plan the grid"; exit 2; }
+echo "$(grep -c . "$plan") runs planned on $GPUS GPU(s), $JOBS a GPU"
+[ "${DRY_RUN:-0}" = 1 ] && { cat "$plan"; exit 0; }
+# tokenize the corpus once, before the runs would each build the same cache
+python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
+    task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${TEXT[@]}"
+python3 bench/grid_lanes.py "$plan" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee "$OUT/lanes.log"
+status=${PIPESTATUS[0]}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+echo "$GPUS × $gpu" >> "$OUT/lanes.log"
+find "$RESULTS" \( -name record.json -o -name config.yaml -o -name metrics.csv -o -name 'run*.log' \) -print0 \
+    | tar czf "$OUT/placements_runs.tgz" --null -T -
+exit "$status"
