@@ -9,7 +9,7 @@
 #       call under its 64 MiB)
 #   .data/cifar/cifar10_bigbench.npz   (../shared/data/cifar10-test: the official CIFAR-10 test set)
 #   .whl/ with the datasets / omegaconf wheels where those are not installed (bench/table2_proxy_wheels.sh)
-# PREPEND: a file of extra `mixbench run` lines run first (ablations, e.g. a second learning rate).
+# PREPEND / APPEND: files of extra `mixbench run` lines run before / after the grid (diagnoses, ablations).
 # DEADLINE_S: stop what still runs after that many seconds (runs use resume=auto: the next call continues them).
 # Output: $OUT/placements_runs.tgz (records, configs, metrics logs; no weights) and $OUT/lanes.log.
 set -uo pipefail
@@ -19,6 +19,7 @@ OUT=${OUT:-results/proxy/placements}
 SEEDS=${SEEDS:-0,1,2}
 JOBS=${JOBS:-3}
 ONLY=${ONLY:-}
+FAMILIES=${FAMILIES:-"lm vision"}   # which blocks of the grid: lm (LLaMA) and/or vision (ViT)
 GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 mkdir -p "$OUT" "$RESULTS"
 if [ -d .whl ] && ! python3 -c "import datasets, omegaconf" 2>/dev/null; then
@@ -33,16 +34,19 @@ done
     || { echo "missing data (see the header of $0)"; exit 2; }
 COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false "results_dir=$RESULTS" resume=auto)
 TEXT=('data.path=.data/textmix3/pkgtext-train.*.json.gz' data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2)
-IMAGES=(data.path=.data/cifar/cifar10_bigbench.npz data.num_workers=4)
+IMAGES=(data.path=.data/cifar/cifar10_bigbench.npz data.num_workers=3)
 plan=$RESULTS/plan.txt
-{ [ -n "${PREPEND:-}" ] && cat "$PREPEND"
-  python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run --only task=c4_llama_71m $ONLY "${TEXT[@]}" "${COMMON[@]}"
-  python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run --only task=in1k_vit_tiny $ONLY "${IMAGES[@]}" "${COMMON[@]}"
+{ [ -z "${PREPEND:-}" ] || cat "$PREPEND"
+  [[ $FAMILIES != *lm* ]] || python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run \
+      --only task=c4_llama_71m $ONLY "${TEXT[@]}" "${COMMON[@]}"
+  [[ $FAMILIES != *vision* ]] || python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run \
+      --only task=in1k_vit_tiny $ONLY "${IMAGES[@]}" "${COMMON[@]}"
+  [ -z "${APPEND:-}" ] || cat "$APPEND"
 } > "$plan" || { echo "could not plan the grid"; exit 2; }
 echo "$(grep -c . "$plan") runs planned on $GPUS GPU(s), $JOBS a GPU"
 [ "${DRY_RUN:-0}" = 1 ] && { cat "$plan"; exit 0; }
 # tokenize the corpus once, before the runs would each build the same cache
-python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
+grep -q task=c4_llama "$plan" && python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
     task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${TEXT[@]}"
 python3 bench/grid_lanes.py "$plan" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee "$OUT/lanes.log"
 status=${PIPESTATUS[0]}
