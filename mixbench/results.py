@@ -397,7 +397,7 @@ def _cell_text(table: Table, row: str, col: str) -> str:
     return "" if cell is None else cell.text()
 
 
-CELL_FIELDS = ("norm", "task", "model", "dataset", "scale", "metric", "higher_is_better", "mean", "std", "n", "n_seeds",
+CELL_FIELDS = ("norm", "task", "model", "dataset", "scale", "budget", "metric", "higher_is_better", "mean", "std", "n", "n_seeds",
                "records", "repeats", "diverged", "stalled", "failed", "baseline", "delta", "ci_low", "ci_high", "dof",
                "confidence", "significant", "best")
 

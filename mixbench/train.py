@@ -58,14 +58,15 @@ def finished_record(run_dir: Path) -> dict | None:
 
 
 def _same_run(folder: Path, cfg: DictConfig) -> bool:
-    """Whether ``folder`` holds a run of exactly ``cfg`` (the run-location settings aside)."""
+    """Whether ``folder`` holds a run of exactly ``cfg`` (the run-location settings aside: a results folder that was
+    moved or renamed still resumes)."""
     try:
         theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
     except (OSError, ValueError, TypeError):
         return False
     ours = OmegaConf.to_container(cfg, resolve=True)
     for config in (theirs, ours):
-        for key in ("run_dir", "resume", "command"):
+        for key in ("run_dir", "results_dir", "resume", "command"):
             config.pop(key, None)
     return theirs == ours
 
