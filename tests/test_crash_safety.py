@@ -58,3 +58,7 @@ def test_resume_auto_finds_the_unfinished_folder_of_the_same_config_and_skips_fi
     first.unlink()  # an unfinished run of the same config is continued in its folder
     assert main(["run", *args, "resume=auto"]) == 0
     assert [p.parent for p in results.rglob("record.json")] == [first.parent]
+    moved = tmp_path / "moved"  # a results folder moved (e.g. committed under results/proxy/) still resumes
+    results.rename(moved)
+    assert main(["run", *[a for a in args if not a.startswith("results_dir=")], f"results_dir={moved}", "resume=auto"]) == 0
+    assert len(list(moved.rglob("record.json"))) == 1
