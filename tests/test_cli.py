@@ -6,7 +6,7 @@ import pytest
 
 from mixbench.cli import main
 
-TINY_VIT = ["model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=3", "trainer.max_epochs=1",
+TINY_VIT = ["divergence.unigram_floor=false", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=3", "trainer.max_epochs=1",
             "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]
 
 

@@ -68,7 +68,7 @@ def test_vit_small_mix_on_an_image_folder(tmp_path, pipeline):
     args = ["run", "task=vit_small", "norm=mix", "data=imagefolder", f"data.root={root}", f"data.pipeline={pipeline}", "data.img_size=32", "data.num_workers=0",
             "data.batch_size=4", "data.eval_batch_size=6", "trainer.max_steps=2", "model.num_layers=4", "model.hidden_size=32",
             "model.num_heads=2", "mixup.mixup_alpha=0.8", "mixup.cutmix_alpha=1.0", "loss.label_smoothing=0.1", "ema.decay=0.9",
-            "trainer.enable_progress_bar=false", f"results_dir={tmp_path / 'results'}"]
+            "trainer.enable_progress_bar=false", "divergence.unigram_floor=false", f"results_dir={tmp_path / 'results'}"]
     assert main(args) == 0
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("record.json")]
     assert rec["status"] == "completed" and rec["dataset"]["name"] == "folder" and rec["dataset"]["num_classes"] == 3

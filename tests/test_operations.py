@@ -13,7 +13,7 @@ from test_images import make_folder
 
 from mixbench.cli import main
 
-TINY_VIT = ["task=vit_tiny", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=2",
+TINY_VIT = ["divergence.unigram_floor=false", "task=vit_tiny", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=2",
             "trainer.max_epochs=1", "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]
 TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=2", "trainer.val_check_interval=null",
            "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
@@ -116,7 +116,7 @@ def test_a_corrupt_image_is_fatal_by_default_and_skipped_and_counted_on_request(
     victim.write_bytes(victim.read_bytes()[:40])  # a truncated JPEG
     args = ["run", "task=vit_tiny", "data=imagefolder", f"data.root={root}", "data.img_size=32", "data.num_workers=0", "data.batch_size=4",
             "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-            f"results_dir={tmp_path / 'results'}"]
+            "divergence.unigram_floor=false", f"results_dir={tmp_path / 'results'}"]
     assert main(args) == 2
     (message,) = errors(caplog)
     assert str(victim) in message and "data.skip_bad_images=true" in message

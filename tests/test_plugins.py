@@ -58,10 +58,10 @@ def test_python_api_compose_run_load_records(tmp_path):
     cfg = mixbench.compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5, "model.num_layers": 2, "model.hidden_size": 32,
                                                            "model.num_heads": 2, "trainer.max_steps": 2, "trainer.max_epochs": 1,
                                                            "trainer.limit_val_batches": 1, "trainer.enable_progress_bar": False,
-                                                           "results_dir": str(tmp_path)})
+                                                           "divergence.unigram_floor": False, "results_dir": str(tmp_path)})
     assert cfg == mixbench.compose(["task=vit_tiny", "norm=mix", "norm.alpha=0.5", "model.num_layers=2", "model.hidden_size=32",
                                     "model.num_heads=2", "trainer.max_steps=2", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
-                                    "trainer.enable_progress_bar=false", f"results_dir={tmp_path}"])
+                                    "trainer.enable_progress_bar=false", "divergence.unigram_floor=false", f"results_dir={tmp_path}"])
     record = mixbench.run(cfg)
     assert record["status"] == "completed" and record["norm"]["plan"] == ["post", "pre"]
     frame = mixbench.load_records(tmp_path)

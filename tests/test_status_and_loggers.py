@@ -88,3 +88,14 @@ def test_unknown_or_missing_logger_is_a_clear_error(tmp_path, caplog, monkeypatc
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     assert main(["run", *TINY_LM, "logger=mlflow", f"results_dir={tmp_path}"]) == 2
     assert "pip install mlflow" in caplog.text
+
+
+def test_a_vit_run_that_never_beat_chance_is_recorded_stalled(tmp_path):
+    from test_cli import TINY_VIT
+
+    args = [a for a in TINY_VIT if not a.startswith("divergence.")]  # the learning check on, as by default
+    assert main(["run", "task=vit_tiny", "optim.lr=1e-12", "save_weights=false", f"results_dir={tmp_path}", *args]) == 0
+    (path,) = tmp_path.rglob("record.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "stalled" and record["divergence"]["reason"].startswith("never beat chance")
+    assert record["learning_floor"] == pytest.approx({"val/loss": 2.302585, "val/top1": 10.0})

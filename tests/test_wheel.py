@@ -36,7 +36,7 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_outside_the_checkout(tmp_path):
     assert "llama_lm" in listing and "vit_small" in listing and "mix" in listing
     run([str(venv / "bin" / "mixbench"), "run", "task=vit_tiny", "norm=mix", "norm.alpha=0.5", "model.num_layers=2", "model.hidden_size=32",
          "model.num_heads=2", "trainer.max_steps=2", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
-         "trainer.enable_progress_bar=false", f"results_dir={work / 'results'}"], work, env)
+         "trainer.enable_progress_bar=false", "divergence.unigram_floor=false", f"results_dir={work / 'results'}"], work, env)
     (record,) = (work / "results").rglob("record.json")
     record = json.loads(record.read_text())
     assert record["status"] == "completed" and record["norm"]["plan"] == ["post", "pre"]
