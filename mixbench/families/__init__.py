@@ -47,6 +47,7 @@ class Family:
         analysis_inputs: ``(batch) -> (model input, token mask or None)`` for the angular-distance analysis.
         learning_check: ``(metrics, datamodule) -> reason | None``: a final run that learned nothing (e.g. an LM at
             or above the unigram entropy) is recorded with this reason.
+        check_config: ``(cfg) -> None``: raise a ConfigError for settings this family cannot run (at compose time).
         data_requires / model_requires: attributes this family needs beyond the common contracts.
     """
 
@@ -64,6 +65,7 @@ class Family:
     flops_per_item: Callable[..., float | None] = _none
     distributed_sampler: bool = True
     learning_check: Callable[..., str | None] = _none
+    check_config: Callable[..., None] = _none
     data_requires: tuple[str, ...] = ()
     model_requires: tuple[str, ...] = field(default=())
 
