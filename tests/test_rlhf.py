@@ -6,6 +6,8 @@ from mixbench.layers import NormSpec, list_placements
 from mixbench.models import build_model
 from mixbench.rlhf.generation import generate, response_logprobs, top_p_filter
 
+from downstream_fixtures import TINY, pretrain_run, sft_run  # noqa: F401  (fixtures)
+
 
 def _spec(placement: str) -> NormSpec:
     if placement == "custom":
@@ -193,3 +195,61 @@ def test_remax_with_the_rule_reward_raises_a_tiny_policys_reward():
         optimizer.step()
     after = greedy_reward()
     assert before < 0.2 and after > 0.6, (before, after)
+
+
+# --------------------------------------------------------------------------- the chain pretrain → SFT → RM → ReMax
+
+CHAIN = [*TINY, "norm=mix", "norm.alpha=0.5", "model.vocab_size=8192", "data.path=embedded", "data.val_size=4",
+         "trainer.max_steps=2", "trainer.log_every_n_steps=1"]
+_RM: dict = {}
+
+
+@pytest.fixture(scope="module")
+def rm_run(sft_run, tmp_path_factory):
+    if "rm" not in _RM:
+        from mixbench.cli import main
+
+        results = tmp_path_factory.mktemp("rm")
+        assert main(["run", "task=rm_preferences", *CHAIN, f"init_from={sft_run}", "data.batch_size=2", "data.global_batch_size=2",
+                     f"results_dir={results}"]) == 0
+        (record,) = results.rglob("record.json")
+        _RM["rm"] = record.parent
+    return _RM["rm"]
+
+
+def test_tiny_chain_pretrain_sft_rm_remax_writes_final_reward(sft_run, rm_run, tmp_path):
+    import json
+
+    from mixbench.cli import main
+
+    rm = json.loads((rm_run / "record.json").read_text())
+    assert rm["status"] == "completed" and rm["init_from"]["source"] == str(sft_run)
+    assert {"val/accuracy", "val/margin", "val/loss"} <= set(rm["metrics"]) and 0 <= rm["metrics"]["val/accuracy"] <= 100
+    assert main(["run", "task=rlhf_remax", *CHAIN, f"init_from={sft_run}", f"rlhf.reward_model={rm_run}", "rlhf.max_new_tokens=6",
+                 "data.batch_size=2", "data.global_batch_size=2", f"results_dir={tmp_path}"]) == 0
+    (path,) = tmp_path.rglob("record.json")
+    rl = json.loads(path.read_text())
+    assert rl["status"] == "completed" and rl["task"] == "rlhf_remax"
+    assert rl["init_from"]["source"] == str(sft_run) and rl["reward_model"]["source"] == str(rm_run)
+    assert rl["primary_metric"]["name"] == "val/final_reward" and rl["metrics"]["val/final_reward"] == rl["primary_metric"]["value"]
+    assert 1 <= rl["metrics"]["val/response_len"] <= 6 and "val/kl" in rl["metrics"]
+    from safetensors.torch import load_file
+
+    assert "score.weight" in load_file(str(rm_run / "model.safetensors")) and "score.weight" not in load_file(str(path.parent / "model.safetensors"))
+
+
+def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm_run, pretrain_run, tmp_path, caplog):
+    from mixbench.cli import main
+
+    base = ["run", "task=rlhf_remax", *CHAIN, f"results_dir={tmp_path}"]
+    cases = [([f"init_from={rm_run}", f"rlhf.reward_model={rm_run}"], "is a reward-model run"),
+             ([f"init_from={sft_run}"], "needs rlhf.reward_model="),
+             ([f"init_from={sft_run}", f"rlhf.reward_model={tmp_path / 'nope'}"], "no such run folder"),
+             ([f"init_from={sft_run}", f"rlhf.reward_model={sft_run}"], "is not a reward model"),
+             ([f"init_from={sft_run}", f"rlhf.reward_model={rm_run}", "data.tokenizer=" + str(__import__("mixbench").data.ASSETS_DIR / "tokenizer.json")],
+              "differs from the reward model's")]
+    for extra, message in cases:
+        caplog.clear()
+        assert main([*base, *extra]) == 2, message
+        assert message in caplog.text
+    assert not list(tmp_path.rglob("config.yaml"))
