@@ -82,30 +82,44 @@ def chains(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
     spec = grid(name, root)
     common, pre_extra, sft_extra, eval_extra = split_overrides(extra)
     stages = spec["stages"]
-    if scale == "paper":
-        combos = [(r.task, r.norm, list(r.overrides), [], [], {}, r.paper) for r in paper_runs(name, root)]
-    elif scale == "proxy":
-        blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]  # one proxy block, or several
-        placements = list(dict.fromkeys((r.norm, tuple(r.overrides)) for r in paper_runs(name, root)))
-        combos = [(task, norm, list(overrides), [*proxy.get("overrides", []), *variant], proxy.get("sft_overrides", []),
-                   proxy.get("eval", {}), None)
-                  for proxy in blocks for task in proxy["tasks"] for variant in proxy["variants"] for norm, overrides in placements]
-    else:
-        raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
     out = []
-    for task, norm, overrides, scale_args, sft_scale, eval_scale, paper in combos:
+    for task, norm, overrides, scale_args, proxy, paper in combos(name, scale, root):
+        sft_scale, eval_scale = proxy.get("sft_overrides", []), proxy.get("eval", {})
         for seed in seeds:
             pretrain = [f"task={task}", f"norm={norm}", *scale_args, *overrides, f"seed={seed}", *common, *pre_extra]
             cfg = compose(pretrain, root)
-            inherited = _inherited(pretrain)
-            if not any(a.startswith("model=") for a in inherited):
-                inherited.insert(0, f"model={cfg.model.name}")
-            sft = list(dict.fromkeys([f"task={stages['sft']['task']}", *inherited, f"scale={cfg.scale}", f"seed={seed}",
-                                      *stages["sft"].get("overrides", []), *sft_scale, *common, *sft_extra]))
+            sft = [*follow_up(stages["sft"], pretrain, cfg), *sft_scale, *common, *sft_extra]
             options = {**stages.get("eval", {}), **eval_scale, **eval_extra}
             label = f"{task}{_variant(scale_args)} · {norm_spec(cfg).label()} · seed {seed}"
             out.append(Chain(label, pretrain, sft, options, paper))
     return out
+
+
+def combos(name: str, scale: str, root=None) -> list[tuple]:
+    """``(pretraining task, norm, norm overrides, scale overrides, proxy block or {}, paper numbers)`` of every
+    configuration of a chained grid; at proxy scale the placements are the paper runs' or the block's ``norms``."""
+    spec = grid(name, root)
+    if scale == "paper":
+        return [(r.task, r.norm, list(r.overrides), [], {}, r.paper) for r in paper_runs(name, root)]
+    if scale != "proxy":
+        raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
+    blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]  # one proxy block, or several
+    out = []
+    for proxy in blocks:
+        placements = ([(n, ()) for n in proxy["norms"]] if "norms" in proxy
+                      else list(dict.fromkeys((r.norm, tuple(r.overrides)) for r in paper_runs(name, root))))
+        out += [(task, norm, list(overrides), [*proxy.get("overrides", []), *variant], proxy, None)
+                for task in proxy["tasks"] for variant in proxy["variants"] for norm, overrides in placements]
+    return out
+
+
+def follow_up(stage: dict, pretrain: list[str], cfg) -> list[str]:
+    """The arguments of a stage after pretraining (``stage``: ``{task, overrides}``): its task, the pretraining run's
+    model and norm settings, scale and seed, then the stage's own overrides."""
+    inherited = _inherited(pretrain)
+    if not any(a.startswith("model=") for a in inherited):
+        inherited.insert(0, f"model={cfg.model.name}")
+    return list(dict.fromkeys([f"task={stage['task']}", *inherited, f"scale={cfg.scale}", f"seed={cfg.seed}", *stage.get("overrides", [])]))
 
 
 def _variant(args: list[str]) -> str:
