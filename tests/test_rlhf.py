@@ -253,3 +253,32 @@ def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm
         assert main([*base, *extra]) == 2, message
         assert message in caplog.text
     assert not list(tmp_path.rglob("config.yaml"))
+
+
+def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys):
+    from mixbench.cli import main
+
+    assert main(["reproduce", "table3", "--scale", "proxy", "--seeds", "2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for stage in ("[pretrain]", "[sft]", "[rm]", "[rl]"):
+        assert sum(line.startswith(stage) for line in out.splitlines()) == 6  # pre, post, mix × 2 seeds
+    assert "task=rlhf_remax" in out and "'rlhf.reward_model=<rm run>'" in out and "norm=post" in out
+    assert main(["reproduce", "table3", "--dry-run"]) == 0
+    assert sum(line.startswith("[rl]") for line in capsys.readouterr().out.splitlines()) == 2  # the paper's Pre-LN and Mix-LN
+
+
+def test_table3_renders_final_reward_rm_accuracy_and_the_paper(sft_run, rm_run, tmp_path):
+    import json
+
+    from mixbench.reproduce_rlhf import paper_numbers, rlhf_table
+
+    rm = json.loads((rm_run / "record.json").read_text())
+    base = {"task": "rlhf_remax", "status": "completed", "model": {"name": "llama_1b", "options": {}}, "primary_metric": {"name": "val/final_reward"},
+            "reward_model": {"source": str(rm_run)}, "scale": "paper", "started_at": "2026"}
+    records = [{**base, "seed": s, "norm": {"label": label}, "metrics": {"val/final_reward": v}}
+               for label, values in (("pre", (0.7, 0.8)), ("mix(α=0.25)", (1.3, 1.4))) for s, v in enumerate(values)]
+    text = rlhf_table(records, paper_numbers("table3"))
+    rows = {line.split(" | ")[0]: line for line in text.splitlines()[2:]}
+    assert "0.750 ± 0.071 (n=2)" in rows["| llama_1b · pre · paper"] and rows["| llama_1b · pre · paper"].endswith("| 0.75 |")
+    mix = rows["| llama_1b · mix(α=0.25) · paper"]
+    assert "+0.600 [" in mix and mix.endswith("| 1.32 |") and f"{rm['metrics']['val/accuracy']:.1f}" in mix
