@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Paper Table 3 at proxy scale: pretrain → SFT → reward model → ReMax for Pre-LN, Post-LN and Mix-LN, three seeds each
+# (LLaMA-71M width, 24 blocks, vocab 8192; mixbench reproduce table3 --scale proxy).  The nine chains are spread over
+# the machine's GPUs as PARTS says.
+#
+# Needs, in the repository root (all git-ignored):
+#   .data/textmix3/pkgtext-train.0000{1,3,8}-of-00009.json.gz + pkgtext-validation.00000-of-00001.json.gz
+#       (pretraining text: shards of ../shared/data/textmix, as bench/table2_proxy.sh)
+#   .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json
+#       (the commonsense preference proxy: one permutation of the 17,754 records split 4,3,3 between SFT, RM and ReMax)
+# PARTS: "GPU:NORM:SEEDS ..." — one `mixbench reproduce table3` per item, CUDA_VISIBLE_DEVICES=GPU, chains of a part side
+# by side on its GPU.  Not yet timed on a GPU.  The chains resume (finished stages are reused from $RESULTS), so a run
+# cut by DEADLINE_S can be completed by a second call on the same warm machine.
+# Output: $OUT (default results/proxy/table3): table3_proxy.md (final reward per placement with Welch intervals and the
+# reward models' held-out accuracy), the plan, the consoles, wall_time.txt and table3_proxy_runs.tgz (records, configs,
+# logs; no weights).  DRY_RUN=1 checks the data and prints the plan only.
+set -euo pipefail
+script_start=$(date +%s)
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/proxy/table3}
+RESULTS=${RESULTS:-.data/table3_results}
+PARTS=${PARTS:-"0:pre:0 1:pre:1 2:pre:2 3:post:0 4:post:1 5:post:2 6:mix:0 7:mix:1,2"}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+python3 -c "import mixbench" || { echo "mixbench is not importable: pip install -e ."; exit 2; }
+for f in .data/textmix3/pkgtext-validation.00000-of-00001.json.gz .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json; do
+    [ -f "$f" ] || { echo "missing $f (see the header of $0)"; exit 2; }
+done
+PREFS=$(ls .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json | paste -sd, -)
+PRETRAIN_DATA=(data.tokenizer=embedded model.vocab_size=8192 'data.path=.data/textmix3/pkgtext-train.*.json.gz')
+ARGS=(results_dir="$RESULTS" data.tokenizer=embedded model.vocab_size=8192 trainer.enable_progress_bar=false
+      "pretrain:data.path=.data/textmix3/pkgtext-train.*.json.gz" pretrain:compile=true pretrain:data.batch_size=64
+      pretrain:data.num_workers=2)
+for stage in sft rm rl; do ARGS+=("$stage:data.path=$PREFS" "$stage:data.stage_split=4,3,3"); done
+ARGS+=(${EXTRA:-})
+: > "$OUT/table3_proxy_plan.txt"
+for part in $PARTS; do
+    IFS=: read -r gpu norm seeds <<< "$part"
+    echo "## GPU $gpu" >> "$OUT/table3_proxy_plan.txt"
+    python3 -m mixbench.cli reproduce table3 --scale proxy --seeds "$seeds," --only "norm=$norm" --dry-run "${ARGS[@]}" >> "$OUT/table3_proxy_plan.txt"
+done
+cat "$OUT/table3_proxy_plan.txt"
+[ "${DRY_RUN:-0}" = 1 ] && exit 0
+# tokenize the pretraining corpus once, before the chains would each build the same cache
+python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
+    task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${PRETRAIN_DATA[@]}" ${EXTRA_PRETRAIN:-}
+start=$(date +%s)
+pids=()
+for part in $PARTS; do
+    IFS=: read -r gpu norm seeds <<< "$part"
+    n=$(tr ',' '\n' <<< "$seeds" | wc -l)
+    CUDA_VISIBLE_DEVICES=$gpu setsid python3 -m mixbench.cli reproduce table3 --scale proxy --seeds "$seeds," --only "norm=$norm" \
+        --jobs "$n" --resume "${ARGS[@]}" > "$OUT/console_${norm}_${seeds//,/}.txt" 2>&1 &
+    pids+=($!)
+done
+if [ "${DEADLINE_S:-0}" -gt 0 ]; then   # stop the chains (each its own process group) in time to collect what finished
+    ( sleep $(( DEADLINE_S - ($(date +%s) - script_start) )); echo "deadline of $DEADLINE_S s reached: the chains were stopped"
+      for pid in "${pids[@]}"; do kill -TERM -- "-$pid"; done; sleep 10
+      for pid in "${pids[@]}"; do kill -KILL -- "-$pid"; done ) < /dev/null > "$OUT/deadline.txt" 2>&1 &
+    watchdog=$!
+fi
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+if [ -n "${watchdog:-}" ]; then pkill -P "$watchdog" sleep; kill "$watchdog"; fi 2>/dev/null || true
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "no GPU")
+echo "wall time: $(( $(date +%s) - start )) s on $(nvidia-smi -L 2>/dev/null | wc -l) × ${gpu}; parts: $PARTS" | tee "$OUT/wall_time.txt"
+python3 -m mixbench.reproduce_rlhf --results-dir "$RESULTS" --scale proxy --out "$OUT/table3_proxy.md" || status=1
+find "$RESULTS" \( -name record.json -o -name console.log -o -name config.yaml -o -name metrics.csv \) -print0 \
+    | tar czf "$OUT/table3_proxy_runs.tgz" --null -T -
+exit $status
