@@ -33,37 +33,12 @@ ARGS=(results_dir="$RESULTS" data.tokenizer=embedded model.vocab_size=8192 train
       pretrain:data.num_workers=2)
 for stage in sft rm rl; do ARGS+=("$stage:data.path=$PREFS" "$stage:data.stage_split=4,3,3"); done
 ARGS+=(${EXTRA:-})
-: > "$OUT/table3_proxy_plan.txt"
-for part in $PARTS; do
-    IFS=: read -r gpu norm seeds <<< "$part"
-    echo "## GPU $gpu" >> "$OUT/table3_proxy_plan.txt"
-    python3 -m mixbench.cli reproduce table3 --scale proxy --seeds "$seeds," --only "norm=$norm" --dry-run "${ARGS[@]}" >> "$OUT/table3_proxy_plan.txt"
-done
-cat "$OUT/table3_proxy_plan.txt"
+source bench/proxy_parts.sh
+plan_parts table3
 [ "${DRY_RUN:-0}" = 1 ] && exit 0
-# tokenize the pretraining corpus once, before the chains would each build the same cache
-python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
-    task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${PRETRAIN_DATA[@]}" ${EXTRA_PRETRAIN:-}
-start=$(date +%s)
-pids=()
-for part in $PARTS; do
-    IFS=: read -r gpu norm seeds <<< "$part"
-    n=$(tr ',' '\n' <<< "$seeds" | wc -l)
-    CUDA_VISIBLE_DEVICES=$gpu setsid python3 -m mixbench.cli reproduce table3 --scale proxy --seeds "$seeds," --only "norm=$norm" \
-        --jobs "$n" --resume "${ARGS[@]}" > "$OUT/console_${norm}_${seeds//,/}.txt" 2>&1 &
-    pids+=($!)
-done
-if [ "${DEADLINE_S:-0}" -gt 0 ]; then   # stop the chains (each its own process group) in time to collect what finished
-    ( sleep $(( DEADLINE_S - ($(date +%s) - script_start) )); echo "deadline of $DEADLINE_S s reached: the chains were stopped"
-      for pid in "${pids[@]}"; do kill -TERM -- "-$pid"; done; sleep 10
-      for pid in "${pids[@]}"; do kill -KILL -- "-$pid"; done ) < /dev/null > "$OUT/deadline.txt" 2>&1 &
-    watchdog=$!
-fi
+tokenize_pretraining
 status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-if [ -n "${watchdog:-}" ]; then pkill -P "$watchdog" sleep; kill "$watchdog"; fi 2>/dev/null || true
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "no GPU")
-echo "wall time: $(( $(date +%s) - start )) s on $(nvidia-smi -L 2>/dev/null | wc -l) × ${gpu}; parts: $PARTS" | tee "$OUT/wall_time.txt"
+run_parts table3 --resume || status=1
 python3 -m mixbench.reproduce_rlhf --results-dir "$RESULTS" --scale proxy --out "$OUT/table3_proxy.md" || status=1
 find "$RESULTS" \( -name record.json -o -name console.log -o -name config.yaml -o -name metrics.csv \) -print0 \
     | tar czf "$OUT/table3_proxy_runs.tgz" --null -T -

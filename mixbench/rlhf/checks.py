@@ -24,6 +24,9 @@ def check_rlhf_config(cfg) -> None:
     """The reward-model stage (``data.loader=preferences``) needs a score head; the ReMax stage (``data.loader=prompts``)
     needs a policy that is not a reward model, and a reward: a reward-model run with the policy's tokenizer, or the rule."""
     loader = cfg.data.get("loader")
+    if loader in ("preferences", "prompts") and cfg.data.get("path") is None:
+        raise ConfigError("set data.path: UltraFeedback-binarized parquet/JSON files or a hub name, Commonsense170K-format JSON "
+                          "(the offline preference proxy), or 'embedded' (a tiny synthetic sample)")
     if loader == "preferences" and not cfg.model.get("score_head"):
         raise ConfigError("a reward model needs model.score_head=true (task rm_preferences sets it)")
     if loader != "prompts":
