@@ -163,15 +163,14 @@ def paper_numbers(name: str, root=None) -> dict:
 
 
 def _reward_model_accuracy(records: list[dict], results_dir: Path | None) -> str:
-    """Held-out pairwise accuracy (%) of the reward models the records optimised, mean ± std over them."""
+    """Held-out pairwise accuracy (%) of the reward models the records optimised (each once), mean ± std over them."""
     import json
 
     from .reproduce_downstream import _pretrain_record
     from .stats import mean_std
 
     values = []
-    for r in records:
-        source = (r.get("reward_model") or {}).get("source")
+    for source in dict.fromkeys((r.get("reward_model") or {}).get("source") for r in records):  # each reward model once
         path = _pretrain_record({"init_from": {"source": source}}, results_dir) if source else None
         if path is not None:
             value = json.loads(path.read_text()).get("metrics", {}).get("val/accuracy")
