@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .reproduce import grid
-from .reproduce_downstream import _train, _variant, combos, find_finished, follow_up
+from .reproduce_downstream import _train, _variant, _view, combos, find_finished, follow_up
 
 log = logging.getLogger(__name__)
 STAGES = ("pretrain", "sft", "rm", "rl")
@@ -182,7 +182,8 @@ def _reward_model_accuracy(records: list[dict], results_dir: Path | None) -> str
 
 def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_dir: Path | None = None) -> str:
     """A Markdown table of ReMax records: per model label · norm · scale the final reward (mean ± std over seeds), the
-    95 % Welch interval of its difference from the ``baseline`` placement, the reward models' held-out accuracy, and
+    95 % Welch interval of its difference from the ``baseline`` placement, the same reward before ReMax (the SFT policy),
+    the reward models' held-out accuracy, and
     the paper's number where ``paper`` has one (``{(model, norm label): value}``, paper scale only)."""
     from .results import Cell, model_label
     from .stats import welch_interval
@@ -191,8 +192,8 @@ def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_
     for r in records:
         groups.setdefault((model_label(r), r["norm"]["label"], r["scale"]), []).append(r)
     cells = {key: Cell.from_records(recs) for key, recs in groups.items()}
-    lines = ["| model · norm · scale | final reward | Δ vs " + baseline + " (95 % Welch CI) | RM held-out accuracy (%) | paper |",
-             "|---|---|---|---|---|"]
+    lines = ["| model · norm · scale | final reward | Δ vs " + baseline + " (95 % Welch CI) | reward before ReMax | RM held-out accuracy (%) | paper |",
+             "|---|---|---|---|---|---|"]
     for (model, norm, scale), cell in cells.items():
         base = next((c for (m, n, s), c in cells.items() if m == model and s == scale and n.startswith(baseline)), None)
         delta = "–"
@@ -200,7 +201,8 @@ def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_
             i = welch_interval(cell.values, base.values)
             delta = f"{i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
         value = paper.get((groups[(model, norm, scale)][0]["model"]["name"], norm)) if scale == "paper" else None
-        lines.append(f"| {model} · {norm} · {scale} | {cell.summary(3) or '–'} | {delta} | "
+        initial = Cell.from_records([v for r in groups[(model, norm, scale)] if (v := _view(r, "val/initial_reward", 1.0)) is not None])
+        lines.append(f"| {model} · {norm} · {scale} | {cell.summary(3) or '–'} | {delta} | {initial.summary(3) or '–'} | "
                      f"{_reward_model_accuracy(groups[(model, norm, scale)], results_dir)} | {value if value is not None else '–'} |")
     return "\n".join(lines) + "\n"
 

@@ -232,7 +232,7 @@ def test_tiny_chain_pretrain_sft_rm_remax_writes_final_reward(sft_run, rm_run, t
     assert rl["status"] == "completed" and rl["task"] == "rlhf_remax"
     assert rl["init_from"]["source"] == str(sft_run) and rl["reward_model"]["source"] == str(rm_run)
     assert rl["primary_metric"]["name"] == "val/final_reward" and rl["metrics"]["val/final_reward"] == rl["primary_metric"]["value"]
-    assert 1 <= rl["metrics"]["val/response_len"] <= 6 and "val/kl" in rl["metrics"]
+    assert 1 <= rl["metrics"]["val/response_len"] <= 6 and "val/kl" in rl["metrics"] and "val/initial_reward" in rl["metrics"]
     from safetensors.torch import load_file
 
     assert "score.weight" in load_file(str(rm_run / "model.safetensors")) and "score.weight" not in load_file(str(path.parent / "model.safetensors"))
@@ -275,10 +275,11 @@ def test_table3_renders_final_reward_rm_accuracy_and_the_paper(sft_run, rm_run, 
     rm = json.loads((rm_run / "record.json").read_text())
     base = {"task": "rlhf_remax", "status": "completed", "model": {"name": "llama_1b", "options": {}}, "primary_metric": {"name": "val/final_reward"},
             "reward_model": {"source": str(rm_run)}, "scale": "paper", "started_at": "2026"}
-    records = [{**base, "seed": s, "norm": {"label": label}, "metrics": {"val/final_reward": v}}
+    records = [{**base, "seed": s, "norm": {"label": label}, "metrics": {"val/final_reward": v, "val/initial_reward": v - 0.5}}
                for label, values in (("pre", (0.7, 0.8)), ("mix(α=0.25)", (1.3, 1.4))) for s, v in enumerate(values)]
     text = rlhf_table(records, paper_numbers("table3"))
     rows = {line.split(" | ")[0]: line for line in text.splitlines()[2:]}
     assert "0.750 ± 0.071 (n=2)" in rows["| llama_1b · pre · paper"] and rows["| llama_1b · pre · paper"].endswith("| 0.75 |")
+    assert "| 0.250 ± 0.071 (n=2) |" in rows["| llama_1b · pre · paper"]  # the reward before ReMax
     mix = rows["| llama_1b · mix(α=0.25) · paper"]
     assert "+0.600 [" in mix and mix.endswith("| 1.32 |") and f"{rm['metrics']['val/accuracy']:.1f}" in mix

@@ -119,15 +119,15 @@ class ReMaxModule(OptimizedModule):
     """ReMax on prompt batches (:class:`~mixbench.rlhf.data.PromptDataModule`).  The frozen reference is a copy of the
     policy as it starts (the SFT weights, loaded by ``init_from``).  Validation samples one response per held-out prompt
     (the same random stream at every validation) and logs ``val/final_reward`` (mean reward of those samples: the
-    paper's "final reward" at the end of training), ``val/kl`` (Σ_t log π − log π_ref per response) and
-    ``val/response_len`` (tokens, EOS included)."""
+    paper's "final reward" at the end of training), ``val/kl`` (Σ_t log π − log π_ref per response),
+    ``val/response_len`` (tokens, EOS included) and ``val/initial_reward`` (the same reward before the first step)."""
 
     def __init__(self, model, optim, settings: ReMaxSettings, reward: nn.Module, eos_id: int, pad_id: int, provenance: dict | None = None):
         super().__init__(model, optim)
         self.settings, self.reward, self.eos_id, self.pad_id = settings, reward, eos_id, pad_id
         self.reference = copy.deepcopy(model).requires_grad_(False).eval()
         self.val_reward, self.val_kl, self.val_len = MeanMetric(), MeanMetric(), MeanMetric()
-        self.record_extra = provenance or {}
+        self.record_extra, self.initial_reward = provenance or {}, None
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss, stats = remax_step(self.model, self.reference, self.reward, batch, self.settings, self.eos_id, self.pad_id)
@@ -135,6 +135,29 @@ class ReMaxModule(OptimizedModule):
         self.log("train/reward", stats["reward"], prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in stats.items() if k != "reward"})
         return loss
+
+    def on_train_start(self) -> None:
+        """The held-out reward of the policy as it starts (the SFT model), measured once like ``val/final_reward`` and
+        logged beside it as ``val/initial_reward`` (kept in checkpoints, so a resumed run does not measure it again)."""
+        if self.initial_reward is not None:
+            return
+        from lightning.pytorch.utilities import move_data_to_device
+
+        self.model.eval()
+        self.on_validation_epoch_start()
+        with torch.no_grad(), self.trainer.precision_plugin.forward_context():
+            for batch in self.trainer.datamodule.val_dataloader():
+                self.validation_step(move_data_to_device(batch, self.device), 0)
+        self.model.train()
+        self.initial_reward = float(self.val_reward.compute())
+        for metric in (self.val_reward, self.val_kl, self.val_len):
+            metric.reset()
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["initial_reward"] = self.initial_reward
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.initial_reward = checkpoint.get("initial_reward")
 
     def on_validation_epoch_start(self) -> None:
         self.val_generator = torch.Generator(device=self.device).manual_seed(self.settings.eval_seed + self.global_rank)
@@ -154,6 +177,8 @@ class ReMaxModule(OptimizedModule):
         for name, metric in (("val/final_reward", self.val_reward), ("val/kl", self.val_kl), ("val/response_len", self.val_len)):
             self.log(name, metric.compute(), prog_bar=name == "val/final_reward")
             metric.reset()
+        if self.initial_reward is not None:
+            self.log("val/initial_reward", self.initial_reward)
 
 
 def reward_module(cfg, settings: ReMaxSettings, datamodule) -> tuple[nn.Module, dict]:
