@@ -192,8 +192,8 @@ def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_
     for r in records:
         groups.setdefault((model_label(r), r["norm"]["label"], r["scale"]), []).append(r)
     cells = {key: Cell.from_records(recs) for key, recs in groups.items()}
-    lines = ["| model · norm · scale | final reward | Δ vs " + baseline + " (95 % Welch CI) | reward before ReMax | RM held-out accuracy (%) | paper |",
-             "|---|---|---|---|---|---|"]
+    lines = [f"| model · norm · scale | final reward | Δ vs {baseline} (95 % Welch CI) | reward before ReMax | "
+             "RM held-out accuracy (%) | paper |", "|---|---|---|---|---|---|"]
     for (model, norm, scale), cell in cells.items():
         base = next((c for (m, n, s), c in cells.items() if m == model and s == scale and n.startswith(baseline)), None)
         delta = "–"

@@ -1,4 +1,6 @@
 """RLHF (paper Table 3): KV-cache generation, preference data, the reward model, ReMax, and the tiny CPU chain."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -6,7 +8,7 @@ from mixbench.layers import NormSpec, list_placements
 from mixbench.models import build_model
 from mixbench.rlhf.generation import generate, response_logprobs, top_p_filter
 
-from downstream_fixtures import TINY, pretrain_run, sft_run  # noqa: F401  (fixtures)
+from downstream_fixtures import TINY, pretrain_run, sft_run  # noqa: F401  (fixtures; pretrain_run is sft_run's)
 
 
 def _spec(placement: str) -> NormSpec:
@@ -103,11 +105,15 @@ def test_kl_onestep_returns_and_remax_loss_against_hand_computed_values():
 
 # --------------------------------------------------------------------------- data
 
-SHARED = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "commonsense"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "commonsense"
 
 
 def test_binarized_sample_and_pairs_batches():
-    from mixbench.rlhf.data import PreferenceDataModule, PromptDataModule
+    import json
+
+    from mixbench.rlhf.data import EMBEDDED_SAMPLE, PreferenceDataModule, PromptDataModule, synthetic_sample
+
+    assert [json.loads(line) for line in EMBEDDED_SAMPLE.read_text().splitlines()] == synthetic_sample()  # rebuildable
 
     pairs = PreferenceDataModule(path="embedded", tokenizer="embedded", val_size=8, batch_size=4)
     pairs.setup()
@@ -235,18 +241,20 @@ def test_tiny_chain_pretrain_sft_rm_remax_writes_final_reward(sft_run, rm_run, t
     assert 1 <= rl["metrics"]["val/response_len"] <= 6 and "val/kl" in rl["metrics"] and "val/initial_reward" in rl["metrics"]
     from safetensors.torch import load_file
 
-    assert "score.weight" in load_file(str(rm_run / "model.safetensors")) and "score.weight" not in load_file(str(path.parent / "model.safetensors"))
+    assert "score.weight" in load_file(str(rm_run / "model.safetensors"))
+    assert "score.weight" not in load_file(str(path.parent / "model.safetensors"))
 
 
 def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm_run, pretrain_run, tmp_path, caplog):
     from mixbench.cli import main
+    from mixbench.data import ASSETS_DIR
 
     base = ["run", "task=rlhf_remax", *CHAIN, f"results_dir={tmp_path}"]
     cases = [([f"init_from={rm_run}", f"rlhf.reward_model={rm_run}"], "is a reward-model run"),
              ([f"init_from={sft_run}"], "needs rlhf.reward_model="),
              ([f"init_from={sft_run}", f"rlhf.reward_model={tmp_path / 'nope'}"], "no such run folder"),
              ([f"init_from={sft_run}", f"rlhf.reward_model={sft_run}"], "is not a reward model"),
-             ([f"init_from={sft_run}", f"rlhf.reward_model={rm_run}", "data.tokenizer=" + str(__import__("mixbench").data.ASSETS_DIR / "tokenizer.json")],
+             ([f"init_from={sft_run}", f"rlhf.reward_model={rm_run}", f"data.tokenizer={ASSETS_DIR / 'tokenizer.json'}"],
               "differs from the reward model's")]
     for extra, message in cases:
         caplog.clear()
@@ -273,8 +281,8 @@ def test_table3_renders_final_reward_rm_accuracy_and_the_paper(sft_run, rm_run, 
     from mixbench.reproduce_rlhf import paper_numbers, rlhf_table
 
     rm = json.loads((rm_run / "record.json").read_text())
-    base = {"task": "rlhf_remax", "status": "completed", "model": {"name": "llama_1b", "options": {}}, "primary_metric": {"name": "val/final_reward"},
-            "reward_model": {"source": str(rm_run)}, "scale": "paper", "started_at": "2026"}
+    base = {"task": "rlhf_remax", "status": "completed", "model": {"name": "llama_1b", "options": {}}, "scale": "paper",
+            "primary_metric": {"name": "val/final_reward"}, "reward_model": {"source": str(rm_run)}, "started_at": "2026"}
     records = [{**base, "seed": s, "norm": {"label": label}, "metrics": {"val/final_reward": v, "val/initial_reward": v - 0.5}}
                for label, values in (("pre", (0.7, 0.8)), ("mix(α=0.25)", (1.3, 1.4))) for s, v in enumerate(values)]
     text = rlhf_table(records, paper_numbers("table3"))

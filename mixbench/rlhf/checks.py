@@ -35,7 +35,8 @@ def check_rlhf_config(cfg) -> None:
 
     rl = cfg.rlhf
     if cfg.model.get("score_head"):
-        raise ConfigError("the ReMax policy is a language model: set model.score_head=false (the reward model comes from rlhf.reward_model)")
+        raise ConfigError("the ReMax policy is a language model: set model.score_head=false "
+                          "(the reward model comes from rlhf.reward_model)")
     if cfg.init_from is not None and Path(str(cfg.init_from)).expanduser().exists() and is_reward_model(str(cfg.init_from)):
         raise ConfigError(f"init_from={cfg.init_from} is a reward-model run; the policy starts from the SFT run "
                           "(give that as init_from=, and the reward-model run as rlhf.reward_model=)")

@@ -83,7 +83,8 @@ def binarized_pairs(path: str, split: str, template: str) -> list[Pair]:
                               f"{str(err)[:200]}); give local parquet/JSON files in the binarized format") from None
     missing = [k for k in ("chosen", "rejected") if k not in rows.column_names]
     if missing:
-        raise ConfigError(f"data.path={path}: the records lack {missing}; the binarized format has prompt, chosen and rejected message lists")
+        raise ConfigError(f"data.path={path}: the records lack {missing}; "
+                          "the binarized format has prompt, chosen and rejected message lists")
     pairs = []
     for i, row in enumerate(rows):
         instruction, chosen = _messages_prompt(row["chosen"], f"{path} record {i}")
@@ -104,7 +105,8 @@ def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pai
             raise ConfigError(f"record {i} has no 'Answer format: a/b/...' line or its output does not name its answer "
                               f"{answer!r}: {r['instruction'][-120:]!r}; the commonsense format needs both")
         wrong = options[int(np.random.default_rng([seed, i]).integers(len(options)))]
-        pairs.append(Pair(build_prompt(r["instruction"], r.get("input"), template), output, output[:at] + wrong + output[at + len(answer):]))
+        rejected = output[:at] + wrong + output[at + len(answer):]
+        pairs.append(Pair(build_prompt(r["instruction"], r.get("input"), template), output, rejected))
     return pairs
 
 
@@ -181,7 +183,8 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
 
     def describe(self) -> dict:
         return {"name": self.name or (Path(self.path).stem if self.path not in (None, "embedded") else "embedded_preferences"),
-                "label": self.label or f"preferences {self.path} ({self.format_read}), {self.stage} share of stage_split={self.stage_split}",
+                "label": self.label or (f"preferences {self.path} ({self.format_read}), "
+                                        f"{self.stage} share of stage_split={self.stage_split}"),
                 "source": str(self.path), "format": self.format_read, "stage": self.stage, "stage_split": self.stage_split,
                 "tokenizer": self.tokenizer.name, "vocab_size": self.vocab_size, "seq_len": self.seq_len, "prompt_len": self.prompt_len,
                 "template": self.template, "num_source_pairs": self.num_source_pairs, "num_stage_pairs": self.num_share_pairs,
@@ -259,8 +262,10 @@ def synthetic_sample(n: int = 48) -> list[dict]:
     for i in range(n):
         a, b = 3 + 7 * i % 50, 11 + 5 * i % 40
         if i % 2:
-            question, right, wrong = f"Is {a} an even number?", f"{'Yes' if a % 2 == 0 else 'No'}, {a} is {'even' if a % 2 == 0 else 'odd'}.", \
-                f"{'No' if a % 2 == 0 else 'Yes'}, {a} is {'odd' if a % 2 == 0 else 'even'}."
+            even = a % 2 == 0
+            question = f"Is {a} an even number?"
+            right = f"{'Yes' if even else 'No'}, {a} is {'even' if even else 'odd'}."
+            wrong = f"{'No' if even else 'Yes'}, {a} is {'odd' if even else 'even'}."
         else:
             big, small = max(a, b + 1), min(a, b + 1)
             question, right, wrong = f"Which number is larger, {a} or {b + 1}?", f"{big} is larger than {small}.", f"{small} is larger than {big}."
