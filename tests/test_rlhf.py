@@ -291,3 +291,14 @@ def test_table3_renders_final_reward_rm_accuracy_and_the_paper(sft_run, rm_run, 
     assert "| 0.250 ± 0.071 (n=2) |" in rows["| llama_1b · pre · paper"]  # the reward before ReMax
     mix = rows["| llama_1b · mix(α=0.25) · paper"]
     assert "+0.600 [" in mix and mix.endswith("| 1.32 |") and f"{rm['metrics']['val/accuracy']:.1f}" in mix
+
+
+def test_sft_reads_ultrafeedback_binarized_chosen_responses():
+    from mixbench.sft.data import InstructionDataModule
+
+    sft = InstructionDataModule(path="embedded", format="binarized", tokenizer="embedded", val_size=4, stage_split="4,3,3")
+    sft.setup()
+    assert len(sft.train_set) + len(sft.val_set) == 19  # the sft share (40 %) of the 48 pairs
+    ids, labels = sft.train_set.items[0]
+    scored = sft.tokenizer.load().decode([int(t) for t in labels if t >= 0])
+    assert scored.endswith(".") and ("larger than" in scored or " is " in scored)

@@ -67,8 +67,9 @@ def _messages_prompt(messages: list, where: str) -> tuple[str, str]:
     return instruction, messages[-1]["content"]
 
 
-def binarized_pairs(path: str, split: str, template: str) -> list[Pair]:
-    """Pairs of UltraFeedback-binarized records: local parquet / JSON files, or a hub dataset's ``split``."""
+def binarized_triples(path: str, split: str) -> list[tuple[str, str, str]]:
+    """``(instruction, chosen, rejected)`` of UltraFeedback-binarized records: local parquet / JSON files, or a hub
+    dataset's ``split``."""
     import datasets
 
     files = _files(path)
@@ -85,12 +86,27 @@ def binarized_pairs(path: str, split: str, template: str) -> list[Pair]:
     if missing:
         raise ConfigError(f"data.path={path}: the records lack {missing}; "
                           "the binarized format has prompt, chosen and rejected message lists")
-    pairs = []
+    out = []
     for i, row in enumerate(rows):
         instruction, chosen = _messages_prompt(row["chosen"], f"{path} record {i}")
         _, rejected = _messages_prompt(row["rejected"], f"{path} record {i}")
-        pairs.append(Pair(build_prompt(instruction, None, template), chosen, rejected))
-    return pairs
+        out.append((instruction, chosen, rejected))
+    return out
+
+
+def binarized_pairs(path: str, split: str, template: str) -> list[Pair]:
+    """Pairs of UltraFeedback-binarized records, the prompt in ``template``."""
+    return [Pair(build_prompt(instruction, None, template), chosen, rejected)
+            for instruction, chosen, rejected in binarized_triples(path, split)]
+
+
+def binarized_instructions(path: str, split: str) -> list[dict]:
+    """UltraFeedback-binarized records as SFT instructions (Commonsense170K fields): the prompt and the chosen response
+    (DeepSpeed-Chat step 1 fine-tunes on the chosen responses)."""
+    if path == "embedded":
+        path = str(EMBEDDED_SAMPLE)
+    return [{"instruction": instruction, "input": "", "output": chosen}
+            for instruction, chosen, _ in binarized_triples(path, split)]
 
 
 def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pair]:

@@ -17,7 +17,8 @@ Sequence modes (``mode``):
   every prompt token still unscored; attention crosses example boundaries (the model has no document mask).
 
 Examples whose prompt fills the whole window have no scored token and are dropped (counted in ``describe()``).
-With ``stage_split`` (e.g. ``4,3,3``) the module reads only the ``sft`` share of the records, the reward model and
+``format=binarized`` reads UltraFeedback-binarized records instead (hub name with ``split``, or parquet/JSON files): the
+prompt as the instruction and the chosen response as the output.  With ``stage_split`` (e.g. ``4,3,3``) the module reads only the ``sft`` share of the records, the reward model and
 ReMax taking the others (:func:`stage_share`).  The validation split is ``val_path``, or ``val_size`` examples held
 out by a permutation with ``split_seed``
 (LLM-Adapters: 120 examples, seed 42) — the same for every run, placement and training seed.
@@ -204,6 +205,8 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         num_workers: int = 0,
         max_train_tokens: int | None = None,
         stage_split: str | None = None,
+        format: str = "instruction",
+        split: str = "train_sft",
         seed: int = 0,
         name: str | None = None,
         label: str | None = None,
@@ -213,7 +216,13 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
             raise ConfigError(f"data.mode must be 'pad' or 'pack', got {mode!r}")
         from ..trained import tokenizer_of
 
-        self.files = resolve_paths(path)
+        if format not in ("instruction", "binarized"):
+            raise ConfigError(f"data.format={format!r}; valid: instruction (Commonsense170K fields), binarized (UltraFeedback: "
+                              "prompt and chosen responses, local parquet/JSON or a hub name with data.split)")
+        if format == "binarized" and path is None:
+            raise ConfigError("set data.path to UltraFeedback-binarized parquet/JSON files or a hub name (data.format=binarized)")
+        self.format, self.split, self.path = format, split, path
+        self.files = resolve_paths(path) if format == "instruction" else [Path(str(path))]
         self.val_files = resolve_paths(val_path) if val_path is not None else None
         self.val_size, self.split_seed = val_size, split_seed
         self.tokenizer = TokenizerSpec(tokenizer_of(tokenizer))
@@ -242,7 +251,12 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         tok = self.tokenizer.load()
         self.vocab_size = tok.get_vocab_size()
         self.eos_id, self.pad_id = special_ids(tok)
-        records = read_records(self.files)
+        if self.format == "binarized":
+            from ..rlhf.data import binarized_instructions
+
+            records = binarized_instructions(str(self.path), self.split)
+        else:
+            records = read_records(self.files)
         train, val = self._split([records[i] for i in stage_share(len(records), self.stage_split, "sft", self.split_seed)])
         encode = lambda rows: encode_examples(rows, tok, self.eos_id, self.template, self.train_on_inputs)  # noqa: E731
         train_examples = encode(train)
