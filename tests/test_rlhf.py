@@ -302,3 +302,14 @@ def test_sft_reads_ultrafeedback_binarized_chosen_responses():
     ids, labels = sft.train_set.items[0]
     scored = sft.tokenizer.load().decode([int(t) for t in labels if t >= 0])
     assert scored.endswith(".") and ("larger than" in scored or " is " in scored)
+
+
+def test_binarized_pairs_from_local_parquet(tmp_path):
+    import datasets
+
+    from mixbench.rlhf.data import binarized_pairs, synthetic_sample
+
+    datasets.Dataset.from_list(synthetic_sample(6)).to_parquet(str(tmp_path / "train_prefs-00000-of-00001.parquet"))
+    pairs = binarized_pairs(str(tmp_path / "*.parquet"), "train_prefs", "alpaca")
+    assert len(pairs) == 6 and pairs[0].chosen == "12 is larger than 3." and pairs[0].rejected == "3 is larger than 12."
+    assert "### Instruction:\nWhich number is larger, 3 or 12?" in pairs[0].prompt
