@@ -1,6 +1,14 @@
 # Sourced by bench/table2_proxy.sh and bench/table3_proxy.sh: the chains of one `mixbench reproduce TABLE --scale proxy`
 # per PARTS item ("GPU:NORM:SEEDS ..."), each on CUDA_VISIBLE_DEVICES=GPU with its chains side by side.
 # Uses PARTS, ARGS (the reproduce settings), OUT, PRETRAIN_DATA, EXTRA_PRETRAIN, DEADLINE_S and script_start.
+# Sourced from the repository root.
+
+use_wheels() {  # use_wheels MODULE ...: when a module is missing and .whl/ exists (bench/table2_proxy_wheels.sh), install .whl/ into /tmp/site
+    if [ -d .whl ] && ! python3 -c "import $(IFS=,; echo "$*")" 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+}
 
 plan_parts() {  # plan_parts TABLE: the dry-run plan of every part into $OUT/TABLE_proxy_plan.txt, and on stdout
     local table=$1 part gpu norm seeds

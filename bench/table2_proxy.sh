@@ -24,10 +24,8 @@ OUT=${OUT:-results/proxy/table2}
 RESULTS=${RESULTS:-.data/table2_results}
 PARTS=${PARTS:-"0:pre:0,1,2 0:mix:0,1 1:post:0,1,2 1:mix:2"}
 mkdir -p "$OUT"
-if [ -d .whl ] && ! python3 -c "import lm_eval, datasets, omegaconf" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source bench/proxy_parts.sh
+use_wheels lm_eval datasets omegaconf
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 python3 -c "import lm_eval, mixbench" || { echo "lm_eval or mixbench is not importable: pip install -e '.[eval]' (or bring .whl/)"; exit 2; }
 for f in .data/textmix3/pkgtext-validation.00000-of-00001.json.gz .data/commonsense/boolq/train.json .data/commonsense/piqa/test.json; do
@@ -38,7 +36,6 @@ PRETRAIN_DATA=(data.tokenizer=embedded model.vocab_size=8192 'data.path=.data/te
 ARGS=(results_dir="$RESULTS" data.tokenizer=embedded model.vocab_size=8192 trainer.enable_progress_bar=false
       "pretrain:data.path=.data/textmix3/pkgtext-train.*.json.gz" pretrain:compile=true pretrain:data.batch_size=64
       pretrain:data.num_workers=2 "sft:data.path=$SFT_DATA" "eval:data=.data/commonsense,embedded" ${EXTRA:-})
-source bench/proxy_parts.sh
 plan_parts table2
 [ "${DRY_RUN:-0}" = 1 ] && exit 0   # DRY_RUN=1: check the data and the plan only
 tokenize_pretraining

@@ -8,6 +8,8 @@
 #       (pretraining text: shards of ../shared/data/textmix, as bench/table2_proxy.sh)
 #   .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json
 #       (the commonsense preference proxy: one permutation of the 17,754 records split 4,3,3 between SFT, RM and ReMax)
+#   .whl/ from bench/table2_proxy_wheels.sh when datasets / omegaconf are not installed there
+# Copies, not links to ../shared: the device machine sees only the repository (carry .data and .whl).
 # PARTS: "GPU:NORM:SEEDS ..." — one `mixbench reproduce table3` per item, CUDA_VISIBLE_DEVICES=GPU, chains of a part side
 # by side on its GPU.  Not yet timed on a GPU.  The chains resume (finished stages are reused from $RESULTS), so a run
 # cut by DEADLINE_S can be completed by a second call on the same warm machine.
@@ -21,6 +23,8 @@ OUT=${OUT:-results/proxy/table3}
 RESULTS=${RESULTS:-.data/table3_results}
 PARTS=${PARTS:-"0:pre:0 1:pre:1 2:pre:2 3:post:0 4:post:1 5:post:2 6:mix:0 7:mix:1,2"}
 mkdir -p "$OUT"
+source bench/proxy_parts.sh
+use_wheels datasets omegaconf
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 python3 -c "import mixbench" || { echo "mixbench is not importable: pip install -e ."; exit 2; }
 for f in .data/textmix3/pkgtext-validation.00000-of-00001.json.gz .data/commonsense/{boolq,ARC-Easy,ARC-Challenge,openbookqa}/train.json; do
@@ -33,7 +37,6 @@ ARGS=(results_dir="$RESULTS" data.tokenizer=embedded model.vocab_size=8192 train
       pretrain:data.num_workers=2)
 for stage in sft rm rl; do ARGS+=("$stage:data.path=$PREFS" "$stage:data.stage_split=4,3,3"); done
 ARGS+=(${EXTRA:-})
-source bench/proxy_parts.sh
 plan_parts table3
 [ "${DRY_RUN:-0}" = 1 ] && exit 0
 tokenize_pretraining

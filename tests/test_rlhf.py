@@ -313,3 +313,16 @@ def test_binarized_pairs_from_local_parquet(tmp_path):
     pairs = binarized_pairs(str(tmp_path / "*.parquet"), "train_prefs", "alpaca")
     assert len(pairs) == 6 and pairs[0].chosen == "12 is larger than 3." and pairs[0].rejected == "3 is larger than 12."
     assert "### Instruction:\nWhich number is larger, 3 or 12?" in pairs[0].prompt
+
+
+def test_remax_task_with_the_rule_reward_needs_no_reward_model(sft_run, tmp_path):
+    import json
+
+    from mixbench.cli import main
+
+    assert main(["run", "task=rlhf_remax", *CHAIN, f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.max_new_tokens=4",
+                 "data.batch_size=2", "data.global_batch_size=2", f"results_dir={tmp_path}"]) == 0
+    (path,) = tmp_path.rglob("record.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "completed" and record["reward"].startswith("rule") and "reward_model" not in record
+    assert 0.0 <= record["metrics"]["val/final_reward"] <= 1.0
