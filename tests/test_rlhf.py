@@ -255,7 +255,9 @@ def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm
              ([f"init_from={sft_run}", f"rlhf.reward_model={tmp_path / 'nope'}"], "no such run folder"),
              ([f"init_from={sft_run}", f"rlhf.reward_model={sft_run}"], "is not a reward model"),
              ([f"init_from={sft_run}", f"rlhf.reward_model={rm_run}", f"data.tokenizer={ASSETS_DIR / 'tokenizer.json'}"],
-              "differs from the reward model's")]
+              "differs from the reward model's"),
+             ([f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.max_new_tokens=3000"], "exceeds model.max_seq_len"),
+             ([f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.top_p=0"], "top_p=0 (in (0, 1])")]
     for extra, message in cases:
         caplog.clear()
         assert main([*base, *extra]) == 2, message

@@ -29,6 +29,8 @@ def check_rlhf_config(cfg) -> None:
                           "(the offline preference proxy), or 'embedded' (a tiny synthetic sample)")
     if loader == "preferences" and not cfg.model.get("score_head"):
         raise ConfigError("a reward model needs model.score_head=true (task rm_preferences sets it)")
+    if loader == "preferences" and cfg.data.seq_len > cfg.model.max_seq_len:
+        raise ConfigError(f"data.seq_len={cfg.data.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; lower data.seq_len")
     if loader != "prompts":
         return
     from ..trained import tokenizer_of
@@ -42,6 +44,12 @@ def check_rlhf_config(cfg) -> None:
                           "(give that as init_from=, and the reward-model run as rlhf.reward_model=)")
     if rl.reward not in REWARDS:
         raise ConfigError(f"rlhf.reward={rl.reward!r}; valid: {', '.join(REWARDS)}")
+    if not (rl.max_new_tokens >= 1 and rl.temperature > 0 and 0 < rl.top_p <= 1 and rl.kl_ctl >= 0 and rl.clip_reward > 0):
+        raise ConfigError(f"rlhf settings out of range: max_new_tokens={rl.max_new_tokens} (≥ 1), temperature={rl.temperature} (> 0), "
+                          f"top_p={rl.top_p} (in (0, 1]), kl_ctl={rl.kl_ctl} (≥ 0), clip_reward={rl.clip_reward} (> 0)")
+    if cfg.data.prompt_len + rl.max_new_tokens > cfg.model.max_seq_len:
+        raise ConfigError(f"data.prompt_len={cfg.data.prompt_len} + rlhf.max_new_tokens={rl.max_new_tokens} exceeds "
+                          f"model.max_seq_len={cfg.model.max_seq_len}; lower one of them")
     if rl.reward == "rule":
         return
     if rl.reward_model is None:

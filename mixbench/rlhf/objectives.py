@@ -17,6 +17,9 @@ and each response position t of y its return (``kl_onestep``: the penalty of pos
 (G_t is a constant: no gradient flows through it); the loss is the token mean over the batch
 
     loss = − Σ_{b,t} G_{b,t} log π(y_{b,t} | …) m_{b,t} / Σ_{b,t} m_{b,t}          (m: response mask, EOS included).
+
+The greedy response enters only through its reward r(x, ŷ) (the reference code penalises the KL of the sampled
+response alone; its ``--kl_with_baseline`` is off in the Adam-mini script).
 """
 from __future__ import annotations
 
