@@ -395,10 +395,15 @@ def main(argv: list[str] | None = None) -> int:
     sources = args.data or next((r["downstream"]["harness"].get("data") for r in records if r["downstream"]["harness"].get("data")), None)
     if records and sources:
         text += "\n" + seeds_text(records, spec["tasks"], sources, args.baseline)
-    if args.out:
-        Path(args.out).write_text(text)
-    sys.stdout.write(text)
+    emit(text, args.out)
     return 0
+
+
+def emit(text: str, out: str | None) -> None:
+    """``text`` on stdout, and into the file ``out`` when given."""
+    if out:
+        Path(out).write_text(text)
+    sys.stdout.write(text)
 
 
 if __name__ == "__main__":

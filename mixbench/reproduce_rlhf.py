@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .reproduce import grid
-from .reproduce_downstream import _train, _variant, _view, combos, find_finished, follow_up
+from .reproduce_downstream import _train, _variant, _view, combos, emit, find_finished, follow_up
 
 log = logging.getLogger(__name__)
 STAGES = ("pretrain", "sft", "rm", "rl")
@@ -242,9 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                and (args.scale is None or r["scale"] == args.scale)]
     text = (f"{spec['title']}: ours, val/final_reward (mean ± std over seeds)\n\n"
             + rlhf_table(records, paper_numbers(args.grid), args.baseline, Path(args.results_dir)))
-    if args.out:
-        Path(args.out).write_text(text)
-    sys.stdout.write(text)
+    emit(text, args.out)
     return 0
 
 
