@@ -295,19 +295,28 @@ def _cells(records: list[dict], columns: list[str]) -> dict:
     return {col: Cell.from_records([v for r in records if (v := _view(r, f"eval/{col}/acc")) is not None]) for col in columns}
 
 
+def paper_rows(name: str, stage: str, records: list[dict], root=None) -> list[tuple[str, str, str, object, list[dict]]]:
+    """Per paper run of a chained grid: ``(row "<model> · <norm>", model, norm label, the run, the paper-scale records of
+    ``stage``'s task with that model and norm)``."""
+    from .config import compose, norm_spec
+
+    task = grid(name, root)["stages"][stage]["task"]
+    out = []
+    for run in paper_runs(name, root):
+        cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
+        model, label = cfg.model.name, norm_spec(cfg).label()
+        matching = [r for r in records if r["scale"] == "paper" and r["task"] == task
+                    and r["model"]["name"] == model and r["norm"].get("label") == label]
+        out.append((f"{model} · {label}", model, label, run, matching))
+    return out
+
+
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
     """``mixbench table --paper <downstream grid>``: rows ``<model> · <norm>``, columns the tasks and ``avg``, cells
     ``(ours: Cell of the paper-scale SFT records' harness accuracy in %, the paper's number)``."""
-    from .config import compose, norm_spec
-
-    spec = grid(name, root)
-    columns = [*spec["tasks"], "avg"]
+    columns = [*grid(name, root)["tasks"], "avg"]
     rows, cells = [], {}
-    for run in paper_runs(name, root):
-        cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
-        row = f"{cfg.model.name} · {norm_spec(cfg).label()}"
-        matching = [r for r in records if r["scale"] == "paper" and r["task"] == spec["stages"]["sft"]["task"]
-                    and r["model"]["name"] == cfg.model.name and r["norm"].get("label") == norm_spec(cfg).label()]
+    for row, _, _, run, matching in paper_rows(name, "sft", records, root):
         rows.append(row)
         for col, cell in _cells(matching, columns).items():
             cells[(row, col)] = (cell, (run.paper or {}).get(col))

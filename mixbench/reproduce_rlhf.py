@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .reproduce import grid
-from .reproduce_downstream import _train, _variant, _view, combos, emit, find_finished, follow_up
+from .reproduce_downstream import _train, _variant, _view, combos, emit, find_finished, follow_up, paper_rows
 
 log = logging.getLogger(__name__)
 STAGES = ("pretrain", "sft", "rm", "rl")
@@ -152,14 +152,7 @@ def reproduce_rlhf(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[s
 
 def paper_numbers(name: str, root=None) -> dict:
     """``{(model, norm label): paper value}`` of a grid's paper runs."""
-    from .config import compose, norm_spec
-    from .reproduce import paper_runs
-
-    out = {}
-    for run in paper_runs(name, root):
-        cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
-        out[(cfg.model.name, norm_spec(cfg).label())] = run.paper
-    return out
+    return {(model, label): run.paper for _, model, label, run, _ in paper_rows(name, "rl", [], root)}
 
 
 def _reward_model_accuracy(records: list[dict], results_dir: Path | None) -> str:
@@ -209,19 +202,11 @@ def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_
 
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
     """``mixbench table --paper <rlhf grid>``: rows ``<model> · <norm>``, one column (final reward), cells (ours, paper)."""
-    from .config import compose, norm_spec
-    from .reproduce import paper_runs
     from .results import Cell
 
-    spec, rows, cells = grid(name, root), [], {}
-    for run in paper_runs(name, root):
-        cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
-        row = f"{cfg.model.name} · {norm_spec(cfg).label()}"
-        matching = [r for r in records if r["scale"] == "paper" and r["task"] == spec["stages"]["rl"]["task"]
-                    and r["model"]["name"] == cfg.model.name and r["norm"].get("label") == norm_spec(cfg).label()]
-        rows.append(row)
-        cells[(row, "final reward")] = (Cell.from_records(matching), run.paper)
-    return rows, ["final reward"], cells
+    rows = paper_rows(name, "rl", records, root)
+    return [row for row, *_ in rows], ["final reward"], {(row, "final reward"): (Cell.from_records(matching), run.paper)
+                                                        for row, _, _, run, matching in rows}
 
 
 def main(argv: list[str] | None = None) -> int:
