@@ -328,3 +328,32 @@ def test_remax_task_with_the_rule_reward_needs_no_reward_model(sft_run, tmp_path
     record = json.loads(path.read_text())
     assert record["status"] == "completed" and record["reward"].startswith("rule") and "reward_model" not in record
     assert 0.0 <= record["metrics"]["val/final_reward"] <= 1.0
+
+
+def test_reproduce_table3_runs_a_chain_and_reuses_its_finished_stages(tmp_path, capsys):
+    """One proxy chain (Pre-LN, seed 0) at toy size: four runs, the ReMax record names its SFT run and reward model; a dry
+    run afterwards reuses all four stages and running again makes no new run."""
+    import json
+
+    from mixbench.cli import main
+
+    args = ["reproduce", "table3", "--scale", "proxy", "--seeds", "1", "--only", "norm=pre", f"results_dir={tmp_path}", *TINY[1:],
+            "model.num_layers=2", "data.tokenizer=embedded", "model.vocab_size=8192", "compile=false", "trainer.max_steps=2",
+            "pretrain:data.path=embedded", "pretrain:data.batch_size=4", "pretrain:data.global_batch_size=4",
+            "pretrain:trainer.val_check_interval=2", "pretrain:data.max_val_tokens=2000", "sft:data.format=binarized",
+            *[f"{stage}:{setting}" for stage in ("sft", "rm", "rl") for setting in ("data.path=embedded", "data.stage_split=4,3,3",
+                                                                                    "data.val_size=4")],
+            "rm:data.batch_size=2", "rm:data.global_batch_size=2", "rl:data.batch_size=2", "rl:data.global_batch_size=2",
+            "rl:data.eval_batch_size=4", "rl:rlhf.max_new_tokens=4"]
+    assert main(args) == 0
+    records = {r["task"]: r for r in (json.loads(p.read_text()) for p in tmp_path.rglob("record.json"))}
+    assert set(records) == {"c4_llama_71m", "sft_commonsense", "rm_preferences", "rlhf_remax"}
+    assert all(r["status"] == "completed" for r in records.values())
+    rl, rm, sft = records["rlhf_remax"], records["rm_preferences"], records["sft_commonsense"]
+    assert rl["init_from"]["source"] == rm["init_from"]["source"] == sft["run_dir"] and rl["reward_model"]["source"] == rm["run_dir"]
+    table = capsys.readouterr().out  # the table of the finished chains
+    assert "val/final_reward" in rl["metrics"] and "· pre · proxy | " in table and "| – |" in table
+    assert main([*args[:2], "--dry-run", *args[2:]]) == 0
+    assert capsys.readouterr().out.count("# reuse") == 4
+    assert main(args) == 0
+    assert len(list(tmp_path.rglob("record.json"))) == 4
