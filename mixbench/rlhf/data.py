@@ -191,6 +191,9 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
             train = train[: self.max_train_pairs]
         self.num_source_pairs, self.num_share_pairs = len(pairs), len(share)
         self.train_set, self.val_set = self.encode(train), self.encode([share[i] for i in sorted(held)])
+        if len(self.train_set) < self.batch_size:
+            raise ConfigError(f"{len(self.train_set)} training items in the {self.stage} share, fewer than data.batch_size={self.batch_size} "
+                              "(pairs identical after truncation are dropped): give more data, a larger share or a smaller batch")
         log.info("%s: %d train / %d held-out of the %s share (%d of %d pairs)", type(self).__name__, len(self.train_set),
                  len(self.val_set), self.stage, len(share), len(pairs))
 
