@@ -12,7 +12,8 @@
 # Copies, not links to ../shared: the device machine sees only the repository (carry .data and .whl).
 # PARTS: "GPU:NORM:SEEDS ..." — one `mixbench reproduce table3` per item, CUDA_VISIBLE_DEVICES=GPU, chains of a part side
 # by side on its GPU.  Not yet timed on a GPU.  The chains resume (finished stages are reused from $RESULTS), so a run
-# cut by DEADLINE_S can be completed by a second call on the same warm machine.
+# cut by DEADLINE_S=N (stops the chains N seconds after the script starts, then writes the summary) can be completed by a
+# second call on the same warm machine.
 # Output: $OUT (default results/proxy/table3): table3_proxy.md (final reward per placement with Welch intervals and the
 # reward models' held-out accuracy), the plan, the consoles, wall_time.txt and table3_proxy_runs.tgz (records, configs,
 # logs; no weights).  DRY_RUN=1 checks the data and prints the plan only.
@@ -20,7 +21,7 @@ set -euo pipefail
 script_start=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/proxy/table3}
-RESULTS=${RESULTS:-.data/table3_results}
+RESULTS=${RESULTS:-results/runs/table3_proxy}   # git-ignored and not carried: kept between calls on a warm device machine
 PARTS=${PARTS:-"0:pre:0 1:pre:1 2:pre:2 3:post:0 4:post:1 5:post:2 6:mix:0 7:mix:1,2"}
 mkdir -p "$OUT"
 source bench/proxy_parts.sh
