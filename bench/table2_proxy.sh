@@ -24,10 +24,8 @@ OUT=${OUT:-results/proxy/table2}
 RESULTS=${RESULTS:-.data/table2_results}
 PARTS=${PARTS:-"0:pre:0,1,2 0:mix:0,1 1:post:0,1,2 1:mix:2"}
 mkdir -p "$OUT"
-if [ -d .whl ] && ! python3 -c "import lm_eval, datasets, omegaconf" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source bench/proxy_parts.sh
+use_wheels lm_eval datasets omegaconf
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 python3 -c "import lm_eval, mixbench" || { echo "lm_eval or mixbench is not importable: pip install -e '.[eval]' (or bring .whl/)"; exit 2; }
 for f in .data/textmix3/pkgtext-validation.00000-of-00001.json.gz .data/commonsense/boolq/train.json .data/commonsense/piqa/test.json; do
@@ -38,37 +36,11 @@ PRETRAIN_DATA=(data.tokenizer=embedded model.vocab_size=8192 'data.path=.data/te
 ARGS=(results_dir="$RESULTS" data.tokenizer=embedded model.vocab_size=8192 trainer.enable_progress_bar=false
       "pretrain:data.path=.data/textmix3/pkgtext-train.*.json.gz" pretrain:compile=true pretrain:data.batch_size=64
       pretrain:data.num_workers=2 "sft:data.path=$SFT_DATA" "eval:data=.data/commonsense,embedded" ${EXTRA:-})
-: > "$OUT/table2_proxy_plan.txt"
-for part in $PARTS; do
-    IFS=: read -r gpu norm seeds <<< "$part"
-    echo "## GPU $gpu" >> "$OUT/table2_proxy_plan.txt"
-    python3 -m mixbench.cli reproduce table2 --scale proxy --seeds "$seeds," --only "norm=$norm" --dry-run "${ARGS[@]}" >> "$OUT/table2_proxy_plan.txt"
-done
-cat "$OUT/table2_proxy_plan.txt"
+plan_parts table2
 [ "${DRY_RUN:-0}" = 1 ] && exit 0   # DRY_RUN=1: check the data and the plan only
-# tokenize the pretraining corpus once, before the chains would each build the same cache
-python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
-    task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${PRETRAIN_DATA[@]}" ${EXTRA_PRETRAIN:-}
-start=$(date +%s)
-pids=()
-for part in $PARTS; do
-    IFS=: read -r gpu norm seeds <<< "$part"
-    n=$(tr ',' '\n' <<< "$seeds" | wc -l)
-    CUDA_VISIBLE_DEVICES=$gpu setsid python3 -m mixbench.cli reproduce table2 --scale proxy --seeds "$seeds," --only "norm=$norm" \
-        --jobs "$n" "${ARGS[@]}" > "$OUT/console_${norm}_${seeds//,/}.txt" 2>&1 &
-    pids+=($!)
-done
-if [ "${DEADLINE_S:-0}" -gt 0 ]; then   # stop the chains (each its own process group) in time to collect what finished
-    ( sleep $(( DEADLINE_S - ($(date +%s) - script_start) )); echo "deadline of $DEADLINE_S s reached: the chains were stopped"
-      for pid in "${pids[@]}"; do kill -TERM -- "-$pid"; done; sleep 10
-      for pid in "${pids[@]}"; do kill -KILL -- "-$pid"; done ) < /dev/null > "$OUT/deadline.txt" 2>&1 &
-    watchdog=$!
-fi
+tokenize_pretraining
 status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-if [ -n "${watchdog:-}" ]; then pkill -P "$watchdog" sleep; kill "$watchdog"; fi 2>/dev/null || true
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "no GPU")
-echo "wall time: $(( $(date +%s) - start )) s on $(nvidia-smi -L 2>/dev/null | wc -l) × ${gpu}; parts: $PARTS" | tee "$OUT/wall_time.txt"
+run_parts table2 || status=1
 python3 -m mixbench.reproduce_downstream --results-dir "$RESULTS" --scale proxy --out "$OUT/table2_proxy.md" || status=1
 find "$RESULTS" \( -name record.json -o -name harness.json -o -name console.log -o -name config.yaml -o -name metrics.csv \) -print0 \
     | tar czf "$OUT/table2_proxy_runs.tgz" --null -T -

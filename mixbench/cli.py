@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--out", help="write the table to this file")
     table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")
     table.set_defaults(func=cmd_table)
-    rep = sub.add_parser("reproduce", help="run one of the paper's grids (table1, table4, table5, table6)", formatter_class=Raw,
+    rep = sub.add_parser("reproduce", help="run one of the paper's grids (table1-table6)", formatter_class=Raw,
                          description="mixbench reproduce TABLE [--scale paper|proxy] [--dry-run] [--seeds N] [key=value ...]",
                          epilog=reproduce_epilog())
     rep.add_argument("table")

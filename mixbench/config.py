@@ -277,6 +277,9 @@ def validate(cfg: DictConfig) -> None:
     check_strategy_settings(cfg)
     spec = norm_spec(cfg)
     spec.plan(int(cfg.model.num_layers))
+    from .families import get_family
+
+    get_family(cfg.task.family).check_config(cfg)
     if cfg.optim.name not in OPTIMIZERS:
         raise ConfigError(f"unknown optim.name {cfg.optim.name!r}; valid: {', '.join(OPTIMIZERS)}")
     for key, instead in RESERVED_TRAINER_KEYS.items():

@@ -72,6 +72,9 @@ def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, .
     if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
         from .reproduce_downstream import reproduce_downstream
         return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
+    if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
+        from .reproduce_rlhf import reproduce_rlhf
+        return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
     from .runner import run_many
 
     argvs = [argv for argv in expand(name, scale, seeds, extra) if all(item in argv for item in only)]
@@ -96,6 +99,9 @@ def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[st
     if grid(name, root).get("kind") == "downstream":  # accuracy per downstream task (paper Table 2)
         from .reproduce_downstream import paper_comparison as downstream_comparison
         return downstream_comparison(name, records, root)
+    if grid(name, root).get("kind") == "rlhf":  # final reward (paper Table 3)
+        from .reproduce_rlhf import paper_comparison as rlhf_comparison
+        return rlhf_comparison(name, records, root)
     cells, rows, cols = {}, [], []
     for run in paper_runs(name, root):
         cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)

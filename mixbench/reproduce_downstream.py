@@ -82,30 +82,44 @@ def chains(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
     spec = grid(name, root)
     common, pre_extra, sft_extra, eval_extra = split_overrides(extra)
     stages = spec["stages"]
-    if scale == "paper":
-        combos = [(r.task, r.norm, list(r.overrides), [], [], {}, r.paper) for r in paper_runs(name, root)]
-    elif scale == "proxy":
-        blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]  # one proxy block, or several
-        placements = list(dict.fromkeys((r.norm, tuple(r.overrides)) for r in paper_runs(name, root)))
-        combos = [(task, norm, list(overrides), [*proxy.get("overrides", []), *variant], proxy.get("sft_overrides", []),
-                   proxy.get("eval", {}), None)
-                  for proxy in blocks for task in proxy["tasks"] for variant in proxy["variants"] for norm, overrides in placements]
-    else:
-        raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
     out = []
-    for task, norm, overrides, scale_args, sft_scale, eval_scale, paper in combos:
+    for task, norm, overrides, scale_args, proxy, paper in combos(name, scale, root):
+        sft_scale, eval_scale = proxy.get("sft_overrides", []), proxy.get("eval", {})
         for seed in seeds:
             pretrain = [f"task={task}", f"norm={norm}", *scale_args, *overrides, f"seed={seed}", *common, *pre_extra]
             cfg = compose(pretrain, root)
-            inherited = _inherited(pretrain)
-            if not any(a.startswith("model=") for a in inherited):
-                inherited.insert(0, f"model={cfg.model.name}")
-            sft = list(dict.fromkeys([f"task={stages['sft']['task']}", *inherited, f"scale={cfg.scale}", f"seed={seed}",
-                                      *stages["sft"].get("overrides", []), *sft_scale, *common, *sft_extra]))
+            sft = [*follow_up(stages["sft"], pretrain, cfg), *sft_scale, *common, *sft_extra]
             options = {**stages.get("eval", {}), **eval_scale, **eval_extra}
             label = f"{task}{_variant(scale_args)} · {norm_spec(cfg).label()} · seed {seed}"
             out.append(Chain(label, pretrain, sft, options, paper))
     return out
+
+
+def combos(name: str, scale: str, root=None) -> list[tuple]:
+    """``(pretraining task, norm, norm overrides, scale overrides, proxy block or {}, paper numbers)`` of every
+    configuration of a chained grid; at proxy scale the placements are the paper runs' or the block's ``norms``."""
+    spec = grid(name, root)
+    if scale == "paper":
+        return [(r.task, r.norm, list(r.overrides), [], {}, r.paper) for r in paper_runs(name, root)]
+    if scale != "proxy":
+        raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
+    blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]  # one proxy block, or several
+    out = []
+    for proxy in blocks:
+        placements = ([(n, ()) for n in proxy["norms"]] if "norms" in proxy
+                      else list(dict.fromkeys((r.norm, tuple(r.overrides)) for r in paper_runs(name, root))))
+        out += [(task, norm, list(overrides), [*proxy.get("overrides", []), *variant], proxy, None)
+                for task in proxy["tasks"] for variant in proxy["variants"] for norm, overrides in placements]
+    return out
+
+
+def follow_up(stage: dict, pretrain: list[str], cfg) -> list[str]:
+    """The arguments of a stage after pretraining (``stage``: ``{task, overrides}``): its task, the pretraining run's
+    model and norm settings, scale and seed, then the stage's own overrides."""
+    inherited = _inherited(pretrain)
+    if not any(a.startswith("model=") for a in inherited):
+        inherited.insert(0, f"model={cfg.model.name}")
+    return list(dict.fromkeys([f"task={stage['task']}", *inherited, f"scale={cfg.scale}", f"seed={cfg.seed}", *stage.get("overrides", [])]))
 
 
 def _variant(args: list[str]) -> str:
@@ -281,19 +295,28 @@ def _cells(records: list[dict], columns: list[str]) -> dict:
     return {col: Cell.from_records([v for r in records if (v := _view(r, f"eval/{col}/acc")) is not None]) for col in columns}
 
 
+def paper_rows(name: str, stage: str, records: list[dict], root=None) -> list[tuple[str, str, str, object, list[dict]]]:
+    """Per paper run of a chained grid: ``(row "<model> · <norm>", model, norm label, the run, the paper-scale records of
+    ``stage``'s task with that model and norm)``."""
+    from .config import compose, norm_spec
+
+    task = grid(name, root)["stages"][stage]["task"]
+    out = []
+    for run in paper_runs(name, root):
+        cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
+        model, label = cfg.model.name, norm_spec(cfg).label()
+        matching = [r for r in records if r["scale"] == "paper" and r["task"] == task
+                    and r["model"]["name"] == model and r["norm"].get("label") == label]
+        out.append((f"{model} · {label}", model, label, run, matching))
+    return out
+
+
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
     """``mixbench table --paper <downstream grid>``: rows ``<model> · <norm>``, columns the tasks and ``avg``, cells
     ``(ours: Cell of the paper-scale SFT records' harness accuracy in %, the paper's number)``."""
-    from .config import compose, norm_spec
-
-    spec = grid(name, root)
-    columns = [*spec["tasks"], "avg"]
+    columns = [*grid(name, root)["tasks"], "avg"]
     rows, cells = [], {}
-    for run in paper_runs(name, root):
-        cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
-        row = f"{cfg.model.name} · {norm_spec(cfg).label()}"
-        matching = [r for r in records if r["scale"] == "paper" and r["task"] == spec["stages"]["sft"]["task"]
-                    and r["model"]["name"] == cfg.model.name and r["norm"].get("label") == norm_spec(cfg).label()]
+    for row, _, _, run, matching in paper_rows(name, "sft", records, root):
         rows.append(row)
         for col, cell in _cells(matching, columns).items():
             cells[(row, col)] = (cell, (run.paper or {}).get(col))
@@ -381,10 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     sources = args.data or next((r["downstream"]["harness"].get("data") for r in records if r["downstream"]["harness"].get("data")), None)
     if records and sources:
         text += "\n" + seeds_text(records, spec["tasks"], sources, args.baseline)
-    if args.out:
-        Path(args.out).write_text(text)
-    sys.stdout.write(text)
+    emit(text, args.out)
     return 0
+
+
+def emit(text: str, out: str | None) -> None:
+    """``text`` on stdout, and into the file ``out`` when given."""
+    if out:
+        Path(out).write_text(text)
+    sys.stdout.write(text)
 
 
 if __name__ == "__main__":

@@ -252,6 +252,7 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
         if cfg.compile:
             model.compile()
         module = build_lightning_module(cfg, model, datamodule)
+        record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
         trainer = build_trainer(cfg, run_dir, [divergence, throughput, history, *extra], block_class=type(model.blocks[0]))
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg, run_dir))
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step

@@ -55,6 +55,19 @@ def save_weights(model, run_dir: str | Path, description: dict) -> Path:
     return path
 
 
+def description_of(source: Path) -> dict | None:
+    """The model description of a run folder or weights file (None if it has none); reads no tensors."""
+    if source.is_dir():
+        return _description_of_run(source)
+    if source.suffix == ".safetensors":
+        from safetensors.torch import safe_open
+
+        with safe_open(str(source), framework="pt") as f:
+            meta = (f.metadata() or {}).get("mixbench")
+        return json.loads(meta) if meta else None
+    return _description_of_run(source.parent.parent if source.parent.name == "checkpoints" else source.parent)
+
+
 def _description_of_run(run_dir: Path) -> dict | None:
     if (run_dir / CONFIG_FILE).is_file():
         return json.loads((run_dir / CONFIG_FILE).read_text())
@@ -125,9 +138,11 @@ def check_compatible(source: str, theirs: dict | None, ours: dict) -> None:
 
 
 def check_tensors(source: str, state: dict, model, theirs: dict | None, ours: dict) -> None:
-    """Every parameter and buffer name and shape must match; the error lists what differs on each side."""
+    """Every parameter and buffer name and shape must match (except the model's ``fresh_keys``, e.g. a reward model's
+    score head, which may be absent from the weights); the error lists what differs on each side."""
     expected = model.state_dict()
-    missing = [k for k in expected if k not in state]
+    fresh = set(getattr(model, "fresh_keys", ()))
+    missing = [k for k in expected if k not in state and k not in fresh]
     unexpected = [k for k in state if k not in expected]
     shapes = [f"{k}: {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items() if k in state and state[k].shape != v.shape]
     if missing or unexpected or shapes:
@@ -144,6 +159,7 @@ def init_from(model, source: str | Path, ours: dict) -> dict:
     state, theirs, file = load_weights(source)
     check_compatible(str(source), theirs, ours)
     check_tensors(str(source), state, model, theirs, ours)
-    model.load_state_dict(state, strict=True)
-    log.info("initialized from %s (%d tensors)", file, len(state))
+    fresh = [k for k in getattr(model, "fresh_keys", ()) if k not in state]
+    model.load_state_dict(state, strict=not fresh)
+    log.info("initialized from %s (%d tensors)%s", file, len(state), f"; {', '.join(fresh)} start fresh" if fresh else "")
     return {"source": str(source), "file": str(file), "model": (theirs or {}).get("model"), "norm_label": (theirs or {}).get("norm_label")}

@@ -17,6 +17,8 @@ _DATAMODULES: dict[str, str] = {
     "text": "mixbench.data.text:TextDataModule",
     "image_folder": "mixbench.data.folders:ImageFolderDataModule",
     "instruction": "mixbench.sft.data:InstructionDataModule",
+    "preferences": "mixbench.rlhf.data:PreferenceDataModule",
+    "prompts": "mixbench.rlhf.data:PromptDataModule",
 }
 
 

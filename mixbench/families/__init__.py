@@ -52,6 +52,7 @@ class Family:
             never beat chance) is recorded as ``stalled`` with this reason.
         record_floor: ``(record) -> floor | None``: the floor of a record written before floors were stored
             (``mixbench reclassify``).
+        check_config: ``(cfg) -> None``: raise a ConfigError for settings this family cannot run (at compose time).
         data_requires / model_requires: attributes this family needs beyond the common contracts.
     """
 
@@ -71,6 +72,7 @@ class Family:
     learning_floor: Callable[..., dict | None] = _none
     learning_check: Callable[..., str | None] = _none
     record_floor: Callable[..., dict | None] = _none
+    check_config: Callable[..., None] = _none
     data_requires: tuple[str, ...] = ()
     model_requires: tuple[str, ...] = field(default=())
 

@@ -12,8 +12,18 @@ from . import Family, register_family
 
 
 def lightning_module(cfg, model, datamodule):
+    """Causal LM; a reward model on preference pairs (``data.loader=preferences``); ReMax on prompts (``prompts``)."""
     from ..lit import CausalLMModule, OptimConfig
 
+    objective = getattr(datamodule, "objective", "lm")
+    if objective == "preferences":
+        from ..rlhf.lit import RewardModelModule
+
+        return RewardModelModule(model, OptimConfig.from_config(cfg.optim))
+    if objective == "prompts":
+        from ..rlhf.lit import remax_module
+
+        return remax_module(cfg, model, datamodule)
     return CausalLMModule(model, OptimConfig.from_config(cfg.optim), loss_chunk_size=cfg.loss.chunk_size,
                           loss_impl=cfg.loss.impl)
 
@@ -33,6 +43,12 @@ def data_options(cfg, options: dict) -> dict:
         global_batch = options.get("global_batch_size") or options["batch_size"] * world_size(cfg.trainer)
         options = {**options, "max_train_tokens": int(cfg.trainer.max_steps * global_batch * options["seq_len"] * 1.01)}
     return options
+
+
+def check_config(cfg) -> None:
+    from ..rlhf.checks import check_rlhf_config
+
+    check_rlhf_config(cfg)
 
 
 def analysis_loss(model, batch):
@@ -77,7 +93,7 @@ LM = register_family(Family(
     lightning_module=lightning_module,
     options_from_data=options_from_data,
     data_options=data_options,
-    items=lambda batch: batch["input_ids"].numel(),
+    items=lambda batch: (batch["input_ids"] if "input_ids" in batch else batch["prompt_ids"]).numel(),
     item_name="tokens",
     flops_per_item=lambda cfg, model: model.flops_per_token(cfg.data.seq_len),
     distributed_sampler=False,  # the text data modules shard by rank themselves (and resume mid-epoch)
@@ -86,6 +102,7 @@ LM = register_family(Family(
     learning_floor=unigram_floor,
     learning_check=never_learned,
     record_floor=floor_from_reason,
+    check_config=check_config,
     data_requires=("vocab_size",),
     model_requires=("flops_per_token",),
 ))

@@ -40,6 +40,7 @@ class LlamaConfig:
     init_std: float = 0.02  # N(0, init_std) for every Linear
     embed_init_std: float = 0.02  # the official Mix-LN code uses sqrt(2/5) ≈ 0.632 here (all placements)
     attention_backend: str = "auto"  # SDPA kernel: auto (PyTorch chooses) | flash | cudnn | efficient | math; speed only
+    score_head: bool = False  # a scalar head ``score`` beside the LM head (reward models: the score of a sequence's last token)
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
@@ -94,12 +95,47 @@ class CausalSelfAttention(nn.Module):
         self.qk_norm_mode = "none"
         self.q_norm = self.k_norm = self.v_norm = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None = None,
+                cache: "KVCache | None" = None, layer: int = 0) -> torch.Tensor:
+        """Causal attention (training); with ``mask`` (B, 1, t, S; True = may attend) the explicit-mask path of
+        :meth:`Llama.forward_masked`, whose keys and values ``cache`` extends (block ``layer``'s)."""
         b, t, h = x.shape
         q, k, v = project_qkv(self, x)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = causal_attention(q, k, v, self.backend)
+        if mask is None:
+            y = causal_attention(q, k, v, self.backend)
+        else:
+            if cache is not None:
+                k, v = cache.update(layer, k, v)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(b, t, h))
+
+
+class KVCache:
+    """Keys and values of every block for incremental decoding: per block (B, heads, capacity, head_dim), filled up to
+    ``length`` positions; allocated at the first update in the dtype of the keys (so under autocast too)."""
+
+    def __init__(self, num_layers: int, capacity: int):
+        self.capacity, self.length = capacity, 0
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k``, ``v`` (B, heads, t, head_dim) at positions ``length .. length + t`` of block ``layer``; return the
+        keys and values of positions ``0 .. length + t``.  :meth:`advance` moves ``length`` once every block has written."""
+        end = self.length + k.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"KV cache of {self.capacity} positions is full (needs {end})")
+        if self.keys[layer] is None:
+            shape = (k.shape[0], k.shape[1], self.capacity, k.shape[3])
+            self.keys[layer] = k.new_zeros(shape)
+            self.values[layer] = v.new_zeros(shape)
+        self.keys[layer][:, :, self.length:end] = k
+        self.values[layer][:, :, self.length:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def advance(self, t: int) -> None:
+        self.length += t
 
 
 class SwiGLU(nn.Module):
@@ -126,8 +162,9 @@ class LlamaBlock(PlacedResidual, nn.Module):
         self.mlp = SwiGLU(cfg)
         self.setup_placement(norm, depth, cfg.num_layers, cfg.hidden_size, make_norm)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        return self.placed_forward(x, lambda h: self.attn(h, cos, sin), self.mlp)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None = None,
+                cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        return self.placed_forward(x, lambda h: self.attn(h, cos, sin, mask, cache, layer), self.mlp)
 
 
 class Llama(nn.Module):
@@ -151,6 +188,7 @@ class Llama(nn.Module):
         self.blocks = nn.ModuleList(LlamaBlock(cfg, norm, i, make_norm) for i in range(cfg.num_layers))
         self.norm = make_norm(cfg.hidden_size, position="final") if norm.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.score = nn.Linear(cfg.hidden_size, 1, bias=False) if cfg.score_head else None
         cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -179,20 +217,68 @@ class Llama(nn.Module):
         n = sum(p.numel() for name, p in self.named_parameters() if p.ndim == 2 and not name.startswith("embed."))
         return 6.0 * n + 12.0 * self.cfg.num_layers * self.cfg.hidden_size * seq_len
 
+    @property
+    def fresh_keys(self) -> tuple[str, ...]:
+        """Weights that start fresh when the model is initialised from a run without them (``init_from``): the score head."""
+        return ("score.weight",) if self.score is not None else ()
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings (× ``embed_scale``, then the embedding norm where the placement has one)."""
+        x = self.embed(input_ids)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        return x
+
     def forward_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Final hidden states (B, T, H) after the final norm."""
         t = input_ids.shape[1]
         if t > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {t} exceeds model.max_seq_len={self.cfg.max_seq_len}")
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
-        x = self.embed(input_ids)
-        if self.embed_scale != 1.0:
-            x = x * self.embed_scale
-        if self.embed_norm is not None:
-            x = self.embed_norm(x)
+        x = self.embed_tokens(input_ids)
         for block in self.blocks:
             x = block(x, cos, sin)
         return self.norm(x)
+
+    def forward_masked(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Final hidden states (B, t, H) of rows with padding anywhere (generation: left-padded prompts, responses that
+        ended early).  ``attention_mask`` (B, S) marks the real tokens (1) of the whole sequence so far: S = t, or with
+        ``cache`` S = ``cache.length`` + t, the new tokens continuing the cached ones (their keys and values are added).
+
+        Token i of a row sits at RoPE position (number of real tokens before it) and attends to the real tokens at or
+        before it; a pad token attends to itself only (its output is never read).  For a row without padding this is the
+        training forward's computation (the causal kernel there, an explicit mask here)."""
+        past = cache.length if cache is not None else 0
+        t, total = input_ids.shape[1], attention_mask.shape[1]
+        if total != past + t:
+            raise ValueError(f"attention_mask covers {total} positions but the cache holds {past} and {t} are new")
+        if total > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {total} exceeds model.max_seq_len={self.cfg.max_seq_len}")
+        real = attention_mask.bool()
+        positions = (real.long().cumsum(-1) - 1).clamp(min=0)[:, past:]
+        cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
+        query = torch.arange(past, total, device=input_ids.device)[:, None]
+        key = torch.arange(total, device=input_ids.device)[None, :]
+        mask = ((key <= query) & real[:, None, None, :]) | (key == query)
+        x = self.embed_tokens(input_ids)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cos, sin, mask, cache, i)
+        if cache is not None:
+            cache.advance(t)
+        return self.norm(x)
+
+    def new_cache(self, capacity: int) -> KVCache:
+        """An empty :class:`KVCache` for sequences of up to ``capacity`` positions."""
+        return KVCache(self.cfg.num_layers, capacity)
+
+    def score_last(self, hidden: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """The score head on the hidden state (B, T, H) at index ``last`` (B,) of each row: the reward model's r(x, y)."""
+        if self.score is None:
+            raise ValueError("this model has no score head (model.score_head=false): it is not a reward model")
+        h = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        return self.score(h).squeeze(-1).float()
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, return_hidden: bool = False) -> torch.Tensor:
         """Logits (B, T, V); the final hidden states (B, T, H) with ``return_hidden``; or, given next-token

@@ -17,7 +17,10 @@ Sequence modes (``mode``):
   every prompt token still unscored; attention crosses example boundaries (the model has no document mask).
 
 Examples whose prompt fills the whole window have no scored token and are dropped (counted in ``describe()``).
-The validation split is ``val_path``, or ``val_size`` examples held out by a permutation with ``split_seed``
+``format=binarized`` reads UltraFeedback-binarized records instead (hub name with ``split``, or parquet/JSON files): the
+prompt as the instruction and the chosen response as the output.  With ``stage_split`` (e.g. ``4,3,3``) the module reads only the ``sft`` share of the records, the reward model and
+ReMax taking the others (:func:`stage_share`).  The validation split is ``val_path``, or ``val_size`` examples held
+out by a permutation with ``split_seed``
 (LLM-Adapters: 120 examples, seed 42) — the same for every run, placement and training seed.
 """
 from __future__ import annotations
@@ -38,8 +41,35 @@ from ..errors import ConfigError
 from ..jsonitems import read_items
 from .prompt import build_prompt
 
+CHAIN_STAGES = ("sft", "rm", "rl")  # the stages of the RLHF chain that share one source (``stage_split``)
+
 log = logging.getLogger(__name__)
 REQUIRED_FIELDS = ("instruction", "output")
+
+
+def stage_share(n: int, stage_split: str | None, stage: str, seed: int) -> np.ndarray:
+    """Indices of ``stage``'s share of ``n`` records (all of them without ``stage_split``), in their original order."""
+    if stage_split is None:
+        return np.arange(n)
+    try:
+        weights = [float(w) for w in str(stage_split).split(",")]
+    except ValueError:
+        weights = []
+    if len(weights) != len(CHAIN_STAGES) or min(weights) < 0 or sum(weights) <= 0:
+        raise ConfigError(f"data.stage_split={stage_split!r}: give three non-negative weights for {', '.join(CHAIN_STAGES)}, e.g. 4,3,3")
+    if stage not in CHAIN_STAGES:
+        raise ConfigError(f"data.stage={stage!r}; valid: {', '.join(CHAIN_STAGES)}")
+    cuts = np.round(np.cumsum([0, *weights]) / sum(weights) * n).astype(int)
+    i = CHAIN_STAGES.index(stage)
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[cuts[i]:cuts[i + 1]])
+
+
+def special_ids(tok) -> tuple[int, int]:
+    """``(eos id, pad id)`` of a tokenizer (``<pad>`` where it has one, else EOS)."""
+    eos = special_id(tok, EOS_CANDIDATES, "end-of-sequence")
+    pad = tok.token_to_id(PAD_CANDIDATES[0])
+    return eos, (pad if pad is not None else eos)
 
 
 def resolve_paths(path: str | None) -> list[Path]:
@@ -174,6 +204,9 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         eval_batch_size: int | None = None,
         num_workers: int = 0,
         max_train_tokens: int | None = None,
+        stage_split: str | None = None,
+        format: str = "instruction",
+        split: str = "train_sft",
         seed: int = 0,
         name: str | None = None,
         label: str | None = None,
@@ -183,7 +216,13 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
             raise ConfigError(f"data.mode must be 'pad' or 'pack', got {mode!r}")
         from ..trained import tokenizer_of
 
-        self.files = resolve_paths(path)
+        if format not in ("instruction", "binarized"):
+            raise ConfigError(f"data.format={format!r}; valid: instruction (Commonsense170K fields), binarized (UltraFeedback: "
+                              "prompt and chosen responses, local parquet/JSON or a hub name with data.split)")
+        if format == "binarized" and path is None:
+            raise ConfigError("set data.path to UltraFeedback-binarized parquet/JSON files or a hub name (data.format=binarized)")
+        self.format, self.split, self.path = format, split, path
+        self.files = resolve_paths(path) if format == "instruction" else [Path(str(path))]
         self.val_files = resolve_paths(val_path) if val_path is not None else None
         self.val_size, self.split_seed = val_size, split_seed
         self.tokenizer = TokenizerSpec(tokenizer_of(tokenizer))
@@ -191,7 +230,7 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         self.seq_len, self.mode, self.seed = seq_len, mode, seed
         self.batch_size, self.global_batch_size = batch_size, global_batch_size
         self.eval_batch_size, self.num_workers = eval_batch_size or batch_size, num_workers
-        self.max_train_tokens = max_train_tokens
+        self.max_train_tokens, self.stage_split = max_train_tokens, stage_split
         self.dataset_name = name or self.files[0].stem
         self.dataset_label = label or f"instruction data {', '.join(str(f) for f in self.files)}"
         self._resume: tuple[int, int] | None = None
@@ -211,9 +250,14 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
             return
         tok = self.tokenizer.load()
         self.vocab_size = tok.get_vocab_size()
-        self.eos_id = special_id(tok, EOS_CANDIDATES, "end-of-sequence")
-        self.pad_id = tok.token_to_id(PAD_CANDIDATES[0]) if tok.token_to_id(PAD_CANDIDATES[0]) is not None else self.eos_id
-        train, val = self._split(read_records(self.files))
+        self.eos_id, self.pad_id = special_ids(tok)
+        if self.format == "binarized":
+            from ..rlhf.data import binarized_instructions
+
+            records = binarized_instructions(str(self.path), self.split)
+        else:
+            records = read_records(self.files)
+        train, val = self._split([records[i] for i in stage_share(len(records), self.stage_split, "sft", self.split_seed)])
         encode = lambda rows: encode_examples(rows, tok, self.eos_id, self.template, self.train_on_inputs)  # noqa: E731
         train_examples = encode(train)
         if self.max_train_tokens is not None:
