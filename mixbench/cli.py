@@ -31,9 +31,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(OmegaConf.to_yaml(cfg))
         return 0
+    from .preemption import PREEMPTED_EXIT, Preempted
     from .train import run
 
-    record = run(cfg, command=["mixbench", *args.command_line])
+    try:
+        record = run(cfg, command=["mixbench", *args.command_line])
+    except Preempted as err:
+        log.warning("%s", err)
+        return PREEMPTED_EXIT
     pm = record["primary_metric"]
     log.info("%s: %s = %s on %s (%s, %.0f s)", record["status"], pm["name"],
              f"{pm['value']:.4g}" if pm["value"] is not None else "n/a", record["dataset"].get("label", record["dataset"]["name"]),
