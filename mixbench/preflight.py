@@ -9,24 +9,33 @@ from .config import norm_spec
 from .errors import ConfigError
 from .weights import WeightsError, check_compatible, load_description
 
+# model options that decide tensor shapes: weights that differ in one cannot load (the load's own check would say so
+# only after the run folder exists); other options (init scales, drop-path, RoPE base, kernels) may differ
+SHAPE_OPTIONS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "patch_size", "img_size", "num_classes", "mlp_ratio")
+
 
 def check_init_from(cfg: DictConfig) -> None:
-    """``init_from``'s weights must exist and describe a model of this run's family, norm placement and architecture."""
-    from .train import KERNEL_ONLY_OPTIONS
-
+    """``init_from``'s weights must exist and describe a model of this run's family, norm placement and architecture
+    (one error naming every difference)."""
     theirs = load_description(cfg.init_from)
     spec = norm_spec(cfg)
     ours = {"family": cfg.task.family, "model": cfg.model.name, "norm_label": spec.label(), "plan": spec.plan(int(cfg.model.num_layers))}
-    check_compatible(str(cfg.init_from), theirs, ours)
-    if theirs is None:
-        return
+    try:
+        check_compatible(str(cfg.init_from), theirs, ours)
+        problems = []
+    except WeightsError as err:
+        if theirs.get("family") != cfg.task.family:
+            raise
+        problems = [str(err)]
     options = OmegaConf.to_container(cfg.model, resolve=True)
-    differ = {k: (v, options[k]) for k, v in (theirs.get("options") or {}).items()
-              if options.get(k) is not None and v is not None and v != options[k] and k not in KERNEL_ONLY_OPTIONS}
+    differ = {k: (v, options[k]) for k, v in ((theirs or {}).get("options") or {}).items()
+              if k in SHAPE_OPTIONS and options.get(k) is not None and v is not None and v != options[k]}
     if differ:
-        changes = ", ".join(f"model.{k}={mine} (weights: {theirs_value})" for k, (theirs_value, mine) in sorted(differ.items()))
-        raise WeightsError(f"init_from={cfg.init_from} holds a {theirs.get('model')} model that does not fit this run's "
+        changes = ", ".join(f"model.{k}={mine} (weights: {weights})" for k, (weights, mine) in sorted(differ.items()))
+        problems.insert(0, f"init_from={cfg.init_from} holds a {theirs.get('model')} model that does not fit this run's "
                            f"{cfg.model.name}: {changes}; choose model={theirs.get('model')} or the same model.* settings")
+    if problems:
+        raise WeightsError("; and ".join(problems))
 
 
 def preflight(cfg: DictConfig) -> None:

@@ -1,0 +1,90 @@
+"""Cluster operations: one writer per run folder, config errors before anything is written."""
+import json
+import logging
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from mixbench.cli import main
+from mixbench.config import compose, norm_spec
+from mixbench.tasks import discover_tasks
+
+TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "trainer.val_check_interval=null",
+           "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
+SOURCES = ("path", "root", "hub")  # where a data group reads from
+
+
+def errors(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_second_process_on_a_run_folder_in_use_exits_2_naming_the_holder_and_only_one_trains(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    args = ["run", *TINY_LM, "trainer.max_steps=20", f"run_dir={run_dir}", "resume=auto"]
+    first = subprocess.Popen([sys.executable, "-m", "mixbench.cli", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run_dir / ".run.holder").exists():  # the first process holds the folder
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else "no lock"
+        time.sleep(0.2)
+    assert main(args) == 2  # a requeued job meeting its still-running predecessor
+    (message,) = errors(caplog)
+    assert f"host {socket.gethostname()}, pid {first.pid}" in message and str(run_dir) in message
+    assert not (run_dir / "record.json").exists()  # the second wrote nothing
+    assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["status"] == "completed" and record["steps"] == 20
+    assert not (run_dir / ".run.holder").exists()
+    caplog.clear()
+    assert main(args) == 0  # the lock died with its holder: the folder is free (and finished: nothing to do)
+    assert not errors(caplog)
+
+
+@pytest.mark.parametrize("task", sorted(discover_tasks()))
+def test_every_task_without_its_data_source_exits_2_before_anything_is_written(task, tmp_path, caplog):
+    cfg = compose([f"task={task}"])
+    removed = [f"data.{key}=null" for key in SOURCES if key in cfg.data]
+    assert removed, f"task {task}: its data group has none of {SOURCES}"
+    assert main(["run", f"task={task}", *removed, f"results_dir={tmp_path / 'results'}", "trainer.enable_progress_bar=false"]) == 2
+    (message,) = errors(caplog)
+    assert "set data." in message and "\n" not in message, message
+    assert not (tmp_path / "results").exists()
+
+
+def fake_run(folder: Path, args: list[str]) -> Path:
+    """A run folder whose ``model_config.json`` describes the model ``args`` compose (no weights are read before the check)."""
+    cfg = compose(args)
+    spec = norm_spec(cfg)
+    options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
+    folder.mkdir(parents=True)
+    (folder / "model_config.json").write_text(json.dumps({
+        "family": cfg.task.family, "model": cfg.model.name, "options": options, "norm": spec.to_dict(), "norm_label": spec.label(),
+        "plan": spec.plan(int(cfg.model.num_layers))}))
+    return folder
+
+
+@pytest.mark.parametrize("theirs, expected", [
+    (["task=llama_lm", "model=llama_71m"], "does not fit this run's llama_250m: model.hidden_size=768 (weights: 512)"),
+    (["task=llama_lm", "model=llama_250m", "norm=post"], "was trained with norm post"),
+    (["task=vit_tiny"], "holds a vision model"),
+    (None, "no such file or folder"),
+])
+def test_init_from_that_does_not_fit_exits_2_before_anything_is_written(theirs, expected, tmp_path, caplog):
+    source = fake_run(tmp_path / "pretrained", theirs) if theirs else tmp_path / "missing"
+    (tmp_path / "sft.json").write_text("[]")
+    assert main(["run", "task=sft_commonsense", f"init_from={source}", f"data.path={tmp_path / 'sft.json'}", "data.tokenizer=embedded",
+                 f"results_dir={tmp_path / 'results'}"]) == 2
+    (message,) = errors(caplog)
+    assert expected in message, message
+    assert not (tmp_path / "results").exists()
+
+
+def test_multi_node_without_a_shared_run_dir_exits_2_before_anything_is_written(tmp_path, caplog):
+    assert main(["run", *TINY_LM, "trainer.num_nodes=2", "trainer.strategy=ddp", f"results_dir={tmp_path / 'results'}"]) == 2
+    (message,) = errors(caplog)
+    assert "set run_dir=" in message
+    assert not (tmp_path / "results").exists()
