@@ -70,7 +70,7 @@ def _same_run(folder: Path, cfg: DictConfig) -> bool:
         return False
     ours = OmegaConf.to_container(cfg, resolve=True)
     for config in (theirs, ours):
-        for key in ("run_dir", "resume", "command"):
+        for key in ("run_dir", "resume", "command", "slurm"):  # where and how it runs, not what
             config.pop(key, None)
     return theirs == ours
 

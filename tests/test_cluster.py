@@ -88,3 +88,86 @@ def test_multi_node_without_a_shared_run_dir_exits_2_before_anything_is_written(
     (message,) = errors(caplog)
     assert "set run_dir=" in message
     assert not (tmp_path / "results").exists()
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A one-node SLURM cluster for this module's tests (skipped, saying why, where its daemons cannot run)."""
+    from local_slurm import SlurmUnavailable, local_slurm
+
+    try:
+        with local_slurm(tmp_path_factory.mktemp("slurm")) as env, pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SLURM_CONF", env["SLURM_CONF"])
+            yield env
+    except SlurmUnavailable as why:
+        pytest.skip(f"no local SLURM cluster: {why}")
+
+
+SLURM_RUN = [*TINY_LM, "trainer.max_steps=30", "checkpoint.every_n_steps=2", "trainer.deterministic=true", "--launcher", "slurm"]
+
+
+@pytest.fixture(scope="module")
+def slurm_grid(slurm, tmp_path_factory) -> Path:
+    """A two-cell grid (seed=0,1) run through ``--launcher slurm``: its results folder."""
+    results = tmp_path_factory.mktemp("slurm_grid")
+    summary, logger = Collect(), logging.getLogger("mixbench")
+    level = logger.level
+    logger.addHandler(summary)
+    logger.setLevel(logging.INFO)
+    try:
+        assert main(["run", "-m", *SLURM_RUN, "seed=0,1", f"results_dir={results}"]) == 0
+    finally:
+        logger.removeHandler(summary)
+        logger.setLevel(level)
+    (results / "summary.log").write_text("\n".join(summary.messages))
+    return results
+
+
+class Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.rglob("record.json"))]
+
+
+def test_slurm_launcher_runs_each_cell_as_a_job_names_the_jobs_and_resume_skips_finished_cells(slurm, slurm_grid, caplog):
+    found = records(slurm_grid)
+    assert sorted((r["seed"], r["status"], r["steps"]) for r in found) == [(0, "completed", 30), (1, "completed", 30)]
+    jobs = {p.name.split("_")[0] for p in (slurm_grid / "slurm").glob("*_submission.sh")}
+    written = {job: (slurm_grid / "slurm" / f"{job}_0_log.err").read_text() for job in jobs}
+    assert len(jobs) == 2 and all(sum(f"record written to {r['run_dir']}" in log for r in found) == 1 for log in written.values())
+    summary = [m for m in (slurm_grid / "summary.log").read_text().splitlines() if m.startswith("SLURM job ")]
+    assert sorted(m.split()[2].rstrip(":") for m in summary) == sorted(jobs)  # the grid's summary names each job
+    caplog.set_level(logging.INFO, logger="mixbench")
+    assert main(["run", "-m", *SLURM_RUN, "seed=0,1", f"results_dir={slurm_grid}", "--resume"]) == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("already finished (completed): not submitted" in m for m in messages) == 2
+    assert {p.name.split("_")[0] for p in (slurm_grid / "slurm").glob("*_submission.sh")} == jobs  # nothing new submitted
+    assert len(records(slurm_grid)) == 2
+
+
+def test_slurm_pre_timeout_signal_checkpoints_requeues_and_the_job_continues_exactly(slurm, slurm_grid, tmp_path):
+    results = tmp_path / "results"
+    with open(tmp_path / "launcher.log", "w") as output:
+        launcher = subprocess.Popen([sys.executable, "-m", "mixbench.cli", "run", "-m", *SLURM_RUN, "seed=0", f"results_dir={results}"],
+                                    stdout=output, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while not list(results.rglob("epoch=0-step=2.ckpt")):  # training is under way
+        assert launcher.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.log").read_text()[-2000:]
+        time.sleep(0.1)
+    (script,) = (results / "slurm").glob("*_submission.sh")
+    job = script.name.split("_")[0]
+    subprocess.run(["scancel", "--signal=USR1", job], check=True)  # what sbatch --signal=USR1@90 sends before the limit
+    assert launcher.wait(timeout=240) == 0, (tmp_path / "launcher.log").read_text()[-2000:]  # the requeued job starts after cred_expire
+    log = "".join(p.read_text() for p in (results / "slurm").glob(f"{job}_*_log.err"))
+    assert "preempted by SIGUSR1" in log and "the SLURM job was requeued" in log and "resume=auto: continuing from" in log
+    (resumed,) = records(results)
+    (uninterrupted,) = [r for r in records(slurm_grid) if r["seed"] == 0]
+    assert resumed["status"] == "completed" and resumed["steps"] == 30
+    assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
