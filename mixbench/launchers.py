@@ -58,7 +58,10 @@ def submit_many(argvs: list[list[str]], configs: list[DictConfig], resume: bool)
     """Submit one SLURM job per configuration (not the finished ones with ``resume``), wait for all, return outcomes."""
     import shutil
 
-    import submitit
+    try:
+        import submitit
+    except ImportError:
+        raise ConfigError("--launcher slurm needs submitit: pip install 'mixbench[cluster]'") from None
 
     from .config import norm_spec
     from .project import project_roots

@@ -171,3 +171,39 @@ def test_slurm_pre_timeout_signal_checkpoints_requeues_and_the_job_continues_exa
     (uninterrupted,) = [r for r in records(slurm_grid) if r["seed"] == 0]
     assert resumed["status"] == "completed" and resumed["steps"] == 30
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+MULTI = [*TINY_LM, "trainer.max_steps=4", "trainer.accelerator=cpu", "trainer.deterministic=true", "data.batch_size=4",
+         "data.global_batch_size=8", "save_weights=true"]
+
+
+def test_two_nodes_under_torchrun_train_like_one_process_with_the_same_global_batch(tmp_path):
+    """Two "nodes" (two torchrun agents, one gloo process each, num_nodes=2) against one process that accumulates two
+    micro-batches: the same 8 sequences per step (rank r takes r, r+2, ... of the order), the same validation
+    sequences (2 batches of one process = 1 batch per rank)."""
+    import torch
+    from safetensors.torch import load_file
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["run", *MULTI, "trainer.limit_val_batches=2", f"run_dir={one}"]) == 0
+    port = free_port()
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={rank}",
+                               "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "mixbench.cli", "run", *MULTI,
+                               "trainer.num_nodes=2", "trainer.devices=1", "trainer.strategy=ddp", f"run_dir={two}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=300)[1] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], [o[-1500:] for o in outputs]
+    single, double = (json.loads((d / "record.json").read_text()) for d in (one, two))
+    assert double["effective"]["world_size"] == 2 and double["effective"]["accumulate_grad_batches"] == 1
+    assert single["effective"]["accumulate_grad_batches"] == 2
+    assert single["effective"]["global_batch_size"] == double["effective"]["global_batch_size"] == 8
+    # the same computation, summed in another order (all-reduce of two means vs accumulation): equal to float rounding
+    assert double["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-6, abs=0)
+    weights = [load_file(str(d / "model.safetensors")) for d in (one, two)]
+    assert all(torch.allclose(weights[0][k], weights[1][k], rtol=1e-5, atol=1e-6) for k in weights[0])
