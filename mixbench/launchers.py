@@ -36,21 +36,17 @@ def slurm_parameters(cfg: DictConfig) -> dict:
     return {k: v for k, v in parameters.items() if v is not None}
 
 
-def run_job(argv: list[str], run_dir: str, project: str | None) -> int:
-    """The body of a SLURM job (every task of it runs this): ``mixbench run ARGV``.  A run that requeued its own job
-    ends its process without a result, so that submitit waits for the requeued job rather than reading this one."""
+def run_job(argv: list[str], project: str | None) -> int:
+    """The body of a SLURM job (every task of it runs this): ``mixbench run ARGV``.  A preempted run ends its process
+    without a result, so that submitit follows the job's state — requeued: it waits for the next start — rather than
+    reading a result of this attempt."""
     from .cli import main
     from .preemption import PREEMPTED_EXIT
 
     code = main([*(["--project", project] if project else []), "run", *argv])
     if code == PREEMPTED_EXIT:
-        try:
-            requeued = json.loads((Path(run_dir) / "record.json").read_text()).get("preempted", {}).get("requeued")
-        except (OSError, ValueError):
-            requeued = False
-        if requeued:
-            logging.shutdown()
-            os._exit(code)
+        logging.shutdown()
+        os._exit(code)
     return code
 
 
@@ -71,6 +67,7 @@ def submit_many(argvs: list[list[str]], configs: list[DictConfig], resume: bool)
         raise ConfigError("--launcher slurm needs SLURM's sbatch on PATH: run it on a login node of the cluster")
     roots = project_roots()
     project = str(roots[0]) if len(roots) > 1 else None
+    parameters = [slurm_parameters(cfg) for cfg in configs]  # every job's settings checked before any is submitted
     outcomes, jobs = [], []
     for i, (argv, cfg) in enumerate(zip(argvs, configs)):
         run_dir = run_directory(cfg, norm_spec(cfg).label())
@@ -80,9 +77,9 @@ def submit_many(argvs: list[list[str]], configs: list[DictConfig], resume: bool)
             continue
         folder = cfg.slurm.folder or str(Path(cfg.results_dir) / "slurm")
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        executor.update_parameters(**slurm_parameters(cfg))
+        executor.update_parameters(**parameters[i])
         try:
-            job = executor.submit(run_job, [*argv, f"run_dir={run_dir}", "resume=auto"], str(run_dir), project)  # requeued: continues
+            job = executor.submit(run_job, [*argv, f"run_dir={run_dir}", "resume=auto"], project)  # requeued: continues
         except Exception as err:  # sbatch refused: a bad partition, account or flag
             raise ConfigError(f"sbatch refused the job of run {i + 1} ({' '.join(argv)}): {err}; check the slurm.* settings") from None
         log.info("[%d/%d] SLURM job %s: mixbench run %s  → %s", i + 1, len(argvs), job.job_id, " ".join(argv), run_dir)

@@ -40,11 +40,12 @@ def check_init_from(cfg: DictConfig) -> None:
 
 def preflight(cfg: DictConfig) -> None:
     """Raise the errors ``cfg`` alone decides (:class:`mixbench.errors.ConfigError`), before anything is written."""
-    from .train import make_datamodule
+    from .train import accumulation_steps, make_datamodule, world_size
 
     if int(cfg.trainer.num_nodes) > 1 and cfg.run_dir is None:
         raise ConfigError(f"trainer.num_nodes={cfg.trainer.num_nodes}: set run_dir= to a folder on storage every node shares "
                           "(each node's process writes into the same run folder)")
+    accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
     make_datamodule(cfg)
     if cfg.init_from is not None:
         check_init_from(cfg)

@@ -25,7 +25,7 @@ def errors(caplog) -> list[str]:
 
 def test_a_second_process_on_a_run_folder_in_use_exits_2_naming_the_holder_and_only_one_trains(tmp_path, caplog):
     run_dir = tmp_path / "run"
-    args = ["run", *TINY_LM, "trainer.max_steps=20", f"run_dir={run_dir}", "resume=auto"]
+    args = ["run", *TINY_LM, "trainer.max_steps=10", f"run_dir={run_dir}", "resume=auto"]
     first = subprocess.Popen([sys.executable, "-m", "mixbench.cli", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (run_dir / ".run.holder").exists():  # the first process holds the folder
@@ -37,7 +37,7 @@ def test_a_second_process_on_a_run_folder_in_use_exits_2_naming_the_holder_and_o
     assert not (run_dir / "record.json").exists()  # the second wrote nothing
     assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
     record = json.loads((run_dir / "record.json").read_text())
-    assert record["status"] == "completed" and record["steps"] == 20
+    assert record["status"] == "completed" and record["steps"] == 10
     assert not (run_dir / ".run.holder").exists()
     caplog.clear()
     assert main(args) == 0  # the lock died with its holder: the folder is free (and finished: nothing to do)
@@ -83,10 +83,14 @@ def test_init_from_that_does_not_fit_exits_2_before_anything_is_written(theirs, 
     assert not (tmp_path / "results").exists()
 
 
-def test_multi_node_without_a_shared_run_dir_exits_2_before_anything_is_written(tmp_path, caplog):
-    assert main(["run", *TINY_LM, "trainer.num_nodes=2", "trainer.strategy=ddp", f"results_dir={tmp_path / 'results'}"]) == 2
+@pytest.mark.parametrize("args, expected", [
+    (["trainer.num_nodes=2", "trainer.strategy=ddp"], "set run_dir= to a folder on storage every node shares"),
+    (["data.batch_size=4", "data.global_batch_size=6"], "data.global_batch_size=6 is not a multiple of data.batch_size=4"),
+])
+def test_batch_and_node_settings_that_cannot_run_exit_2_before_anything_is_written(args, expected, tmp_path, caplog):
+    assert main(["run", *TINY_LM, *args, f"results_dir={tmp_path / 'results'}"]) == 2
     (message,) = errors(caplog)
-    assert "set run_dir=" in message
+    assert expected in message
     assert not (tmp_path / "results").exists()
 
 
@@ -103,7 +107,7 @@ def slurm(tmp_path_factory):
         pytest.skip(f"no local SLURM cluster: {why}")
 
 
-SLURM_RUN = [*TINY_LM, "trainer.max_steps=30", "checkpoint.every_n_steps=2", "trainer.deterministic=true", "--launcher", "slurm"]
+SLURM_RUN = [*TINY_LM, "trainer.max_steps=16", "checkpoint.every_n_steps=2", "trainer.deterministic=true", "--launcher", "slurm"]
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +142,7 @@ def records(folder: Path) -> list[dict]:
 
 def test_slurm_launcher_runs_each_cell_as_a_job_names_the_jobs_and_resume_skips_finished_cells(slurm, slurm_grid, caplog):
     found = records(slurm_grid)
-    assert sorted((r["seed"], r["status"], r["steps"]) for r in found) == [(0, "completed", 30), (1, "completed", 30)]
+    assert sorted((r["seed"], r["status"], r["steps"]) for r in found) == [(0, "completed", 16), (1, "completed", 16)]
     jobs = {p.name.split("_")[0] for p in (slurm_grid / "slurm").glob("*_submission.sh")}
     written = {job: (slurm_grid / "slurm" / f"{job}_0_log.err").read_text() for job in jobs}
     assert len(jobs) == 2 and all(sum(f"record written to {r['run_dir']}" in log for r in found) == 1 for log in written.values())
@@ -169,7 +173,7 @@ def test_slurm_pre_timeout_signal_checkpoints_requeues_and_the_job_continues_exa
     assert "preempted by SIGUSR1" in log and "the SLURM job was requeued" in log and "resume=auto: continuing from" in log
     (resumed,) = records(results)
     (uninterrupted,) = [r for r in records(slurm_grid) if r["seed"] == 0]
-    assert resumed["status"] == "completed" and resumed["steps"] == 30
+    assert resumed["status"] == "completed" and resumed["steps"] == 16
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
 
 
@@ -207,3 +211,27 @@ def test_two_nodes_under_torchrun_train_like_one_process_with_the_same_global_ba
     assert double["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-6, abs=0)
     weights = [load_file(str(d / "model.safetensors")) for d in (one, two)]
     assert all(torch.allclose(weights[0][k], weights[1][k], rtol=1e-5, atol=1e-6) for k in weights[0])
+
+
+def test_without_slurm_programs_the_local_cluster_says_what_is_missing(tmp_path, monkeypatch):
+    from local_slurm import SlurmUnavailable, local_slurm
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing installed
+    with pytest.raises(SlurmUnavailable, match="not installed: munged, slurmctld, slurmd"):
+        with local_slurm(tmp_path / "slurm"):
+            pass
+
+
+@pytest.mark.slow
+def test_srun_ranks_under_lightnings_slurm_environment_train_like_one_process(slurm, tmp_path):
+    """A job of 2 tasks (``srun``, one per device, gloo): Lightning's SLURM environment makes them the ranks of one run;
+    rank 0 alone writes the record, which matches one process accumulating the same global batch."""
+    assert main(["run", *MULTI, "trainer.limit_val_batches=2", f"run_dir={tmp_path / 'one'}"]) == 0
+    assert main(["run", "-m", *MULTI, "trainer.devices=2", "trainer.strategy=ddp", f"results_dir={tmp_path / 'results'}",
+                 "--launcher", "slurm"]) == 0
+    (double,) = records(tmp_path / "results")
+    single = json.loads((tmp_path / "one" / "record.json").read_text())
+    assert double["effective"]["world_size"] == 2 and double["effective"]["global_batch_size"] == 8
+    (log,) = (tmp_path / "results" / "slurm").glob("*_0_log.err")
+    assert "SLURM auto-requeueing enabled" in log.read_text()  # Lightning's SLURMEnvironment set up the ranks
+    assert double["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-6, abs=0)

@@ -99,17 +99,21 @@ def test_every_checkpoint_damaged_is_exit_2_naming_them_and_nothing_is_overwritt
     assert files() == before  # the lock's files (.run.*) aside
 
 
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])
-def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_resumes_exactly(tmp_path, uninterrupted, signame):
+@pytest.mark.parametrize("signame, extra", [("SIGTERM", []), ("SIGUSR1", ["data.global_batch_size=8"])])  # 2nd: 2 micro-batches a step
+def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_resumes_exactly(tmp_path, uninterrupted, signame, extra):
+    if extra:
+        assert main(["run", *COMMON, *extra, f"run_dir={tmp_path / 'full'}"]) == 0
+        uninterrupted = record(tmp_path / "full")
+        assert uninterrupted["effective"]["accumulate_grad_batches"] == 2
     run_dir = tmp_path / "run"
-    stopped = interrupt(f"step:{signame}", 4, run_dir)  # between forward and backward of the step from 4 to 5
+    stopped = interrupt(f"step:{signame}", 4, run_dir, *extra)  # between forward and backward of (each micro-batch of) step 4 → 5
     assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
     assert f"preempted by {signame} at step 5" in stopped.stderr  # the step in flight finished, then its checkpoint
     note = record(run_dir)["preempted"]
     assert note == {"signal": signame, "step": 5, "checkpoint": str(run_dir / "checkpoints" / "epoch=0-step=5.ckpt"), "requeued": False}
     assert record(run_dir)["status"] == "failed"  # not finished: resume=auto continues it
     assert newest_checkpoint(run_dir).name == "epoch=0-step=5.ckpt"  # not a checkpoint.every_n_steps=2 step
-    assert main(["run", *COMMON, f"run_dir={run_dir}", "resume=auto"]) == 0
+    assert main(["run", *COMMON, *extra, f"run_dir={run_dir}", "resume=auto"]) == 0
     resumed = record(run_dir)
     assert resumed["status"] == "completed" and resumed["steps"] == 8 and "preempted" not in resumed
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
