@@ -27,7 +27,7 @@ def _free_port() -> int:
 
 def _config(folder: Path, host: str, cpus: int, socket_path: Path) -> str:
     return f"""ClusterName=mixbenchtest
-SlurmctldHost={host}
+SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
@@ -56,7 +56,7 @@ InactiveLimit=0
 MinJobAge=600
 SlurmctldTimeout=30
 SlurmdTimeout=30
-NodeName={host} CPUs={cpus} State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 """
 
