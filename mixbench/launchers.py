@@ -1,11 +1,11 @@
 """``--launcher slurm``: every run of a grid (``mixbench reproduce``, ``mixbench run -m``) as one SLURM job, submitted
 through submitit.
 
-A job runs ``mixbench run ARGS run_dir=<its folder> resume=auto`` in the submitit worker process: on ``slurm.nodes`` ×
-``trainer.devices`` tasks (``srun``), which Lightning's SLURM environment turns into the ranks of one run.  The job
-asks for ``--signal=USR1@<slurm.signal_delay_s>``: before the time limit the run checkpoints, requeues its job and
-exits (:mod:`mixbench.preemption`); the requeued job continues from that checkpoint.  Settings: the ``slurm:``
-group (``configs/defaults.yaml``).  With ``--resume`` a run whose record is finished is not submitted.
+A job runs ``mixbench run ARGS run_dir=<its folder> resume=auto`` in the submitit worker process, on
+``trainer.num_nodes`` × ``trainer.devices`` tasks (``srun``) that Lightning's SLURM environment makes the ranks of one
+run.  The job asks for ``--signal=USR1@<slurm.signal_delay_s>``: before the time limit the run checkpoints, requeues
+its job and exits (:mod:`mixbench.preemption`); the requeued job continues from that checkpoint.  Settings: the
+``slurm:`` group (``configs/defaults.yaml``).  With ``--resume`` a run whose record is finished is not submitted.
 """
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def submit_many(argvs: list[list[str]], configs: list[DictConfig], resume: bool)
         try:
             code = job.result()
         except Exception as err:  # the job failed or was cancelled: its log says why
-            code, outcome.error = None, f"SLURM job {job.job_id} failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err}"
+            last = str(err).strip().splitlines()[-1:] or [type(err).__name__]  # submitit's message ends with the job's error
+            code, outcome.error = None, f"SLURM job {job.job_id} failed: {last[0]}; see {job.paths.stderr}"
         try:
             outcome.record = json.loads((outcome.run_dir / "record.json").read_text())
         except (OSError, ValueError):
