@@ -63,11 +63,11 @@ def submit_many(argvs: list[list[str]], configs: list[DictConfig], resume: bool)
     from .project import project_roots
     from .train import finished_record, run_directory
 
+    parameters = [slurm_parameters(cfg) for cfg in configs]  # every job's settings checked before any is submitted
     if shutil.which("sbatch") is None:
         raise ConfigError("--launcher slurm needs SLURM's sbatch on PATH: run it on a login node of the cluster")
     roots = project_roots()
     project = str(roots[0]) if len(roots) > 1 else None
-    parameters = [slurm_parameters(cfg) for cfg in configs]  # every job's settings checked before any is submitted
     outcomes, jobs = [], []
     for i, (argv, cfg) in enumerate(zip(argvs, configs)):
         run_dir = run_directory(cfg, norm_spec(cfg).label())

@@ -77,6 +77,7 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
     """Run every configuration: here (``local``, ``jobs`` at a time) or as SLURM jobs (``slurm``, see
     :mod:`mixbench.launchers`)."""
     from .config import compose
+    from .preflight import preflight
 
     if jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
@@ -84,6 +85,8 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
         raise ConfigError("--jobs is for the local launcher; with --launcher slurm every run is a job the cluster schedules")
     argvs = [[*argv, "resume=auto"] if resume else list(argv) for argv in argvs]
     configs = [compose(argv) for argv in argvs]  # validate every configuration before running any
+    for cfg in configs:
+        preflight(cfg)
     if launcher == "slurm":
         from .launchers import submit_many
 

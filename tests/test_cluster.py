@@ -235,3 +235,19 @@ def test_srun_ranks_under_lightnings_slurm_environment_train_like_one_process(sl
     (log,) = (tmp_path / "results" / "slurm").glob("*_0_log.err")
     assert "SLURM auto-requeueing enabled" in log.read_text()  # Lightning's SLURMEnvironment set up the ranks
     assert double["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-6, abs=0)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["run", *TINY_LM, "--launcher", "slurm"], "--launcher belong to sweeps (-m)"),
+    (["run", "-m", *TINY_LM, "seed=0,1", "--launcher", "slurm", "--jobs", "2"], "--jobs is for the local launcher"),
+    (["run", "-m", *TINY_LM, "seed=0,1", "trainer.devices=-1", "--launcher", "slurm"], "needs trainer.devices as a number"),
+    (["run", "-m", *TINY_LM, "seed=0,1", "--launcher", "slurm"], "needs SLURM's sbatch on PATH"),
+    (["reproduce", "table2", "--scale", "proxy", "--launcher", "slurm"], "run with the local launcher only"),
+    (["run", "-m", "task=sft_commonsense", "seed=0,1", "--launcher", "slurm"], "set data.path"),  # every cell checked first
+])
+def test_slurm_launcher_input_errors_exit_2_before_anything_is_submitted_or_written(args, expected, tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # no sbatch here
+    assert main([*args, f"results_dir={tmp_path / 'results'}"]) == 2
+    (message,) = errors(caplog)
+    assert expected in message, message
+    assert not (tmp_path / "results").exists()
