@@ -71,6 +71,12 @@ def _wait(check, seconds: float, what: str, logs: list[Path]) -> None:
     raise SlurmUnavailable(f"{what} did not come up within {seconds:.0f} s ({tail or 'no log'})")
 
 
+def _steps_alive(folder: Path, host: str) -> bool:
+    """Whether a job step of this cluster still runs (its slurmstepd keeps a socket ``<host>_<job>.<step>`` in the spool
+    folder, a batch job also a ``job<id>`` folder)."""
+    return any((folder / "spool").glob("job*")) or any((folder / "spool").glob(f"{host}_*"))
+
+
 @contextlib.contextmanager
 def local_slurm(folder: Path):
     missing = [p for p in PROGRAMS if shutil.which(p) is None]
@@ -111,6 +117,11 @@ def local_slurm(folder: Path):
 
         _wait(node_idle, 60, "the SLURM node", [folder / "slurmctld.log", folder / "slurmd.log"])
         yield env
+        # jobs end after their result is written: stopping slurmd before their steps finish would orphan them
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip()
+                                               or _steps_alive(folder, host)):
+            time.sleep(0.5)
     finally:
         for daemon in reversed(daemons):
             if daemon.poll() is None:

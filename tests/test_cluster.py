@@ -161,14 +161,18 @@ def test_slurm_pre_timeout_signal_checkpoints_requeues_and_the_job_continues_exa
     with open(tmp_path / "launcher.log", "w") as output:
         launcher = subprocess.Popen([sys.executable, "-m", "mixbench.cli", "run", "-m", *SLURM_RUN, "seed=0", f"results_dir={results}"],
                                     stdout=output, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while not list(results.rglob("epoch=0-step=2.ckpt")):  # training is under way
-        assert launcher.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.log").read_text()[-2000:]
-        time.sleep(0.1)
-    (script,) = (results / "slurm").glob("*_submission.sh")
-    job = script.name.split("_")[0]
-    subprocess.run(["scancel", "--signal=USR1", job], check=True)  # what sbatch --signal=USR1@90 sends before the limit
-    assert launcher.wait(timeout=240) == 0, (tmp_path / "launcher.log").read_text()[-2000:]  # the requeued job starts after cred_expire
+    try:
+        deadline = time.monotonic() + 180
+        while not list(results.rglob("epoch=0-step=2.ckpt")):  # training is under way
+            assert launcher.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.log").read_text()[-2000:]
+            time.sleep(0.1)
+        (script,) = (results / "slurm").glob("*_submission.sh")
+        job = script.name.split("_")[0]
+        subprocess.run(["scancel", "--signal=USR1", job], check=True)  # what sbatch --signal=USR1@90 sends before the limit
+        code = launcher.wait(timeout=240)  # the requeued job starts after cred_expire
+    finally:
+        launcher.kill()
+    assert code == 0, (tmp_path / "launcher.log").read_text()[-2000:]
     log = "".join(p.read_text() for p in (results / "slurm").glob(f"{job}_*_log.err"))
     assert "preempted by SIGUSR1" in log and "the SLURM job was requeued" in log and "resume=auto: continuing from" in log
     (resumed,) = records(results)
