@@ -5,6 +5,9 @@
   :func:`newest_checkpoint` never picks (and removes).
 * :func:`checkpoint_callback`: Lightning's ``ModelCheckpoint`` every N optimizer steps, keeping the newest
   ``keep_last`` (ranked by step) plus ``last.ckpt``.
+* :func:`newest_checkpoint` checks each candidate (every byte against the CRC its zip archive stores) before picking
+  it: a truncated or damaged file is skipped with a warning naming it; if every one is damaged it raises
+  :class:`mixbench.errors.CheckpointError` naming them.
 * :class:`RNGStateCallback` stores the Python / NumPy / torch (and CUDA) generator states in each checkpoint and
   restores them when training resumes — with the model, optimizer, schedule, loop and data position that
   Lightning and the data modules already save, a resumed run continues exactly.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import torch
@@ -83,17 +87,49 @@ def checkpoint_step(path: Path) -> int:
     return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
 
 
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` is not a complete checkpoint (unreadable, not a zip archive, a member failing its CRC), or None."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
+        return str(err) or type(err).__name__
+    return f"{bad} fails its checksum" if bad else None
+
+
 def newest_checkpoint(run_dir: Path) -> Path | None:
-    """The complete checkpoint of ``run_dir`` with the most steps (leftover temporary files of an interrupted write
-    are removed); None if there is none."""
+    """The intact checkpoint of ``run_dir`` with the most steps (leftover temporary files of an interrupted write are
+    removed, damaged checkpoints skipped with a warning); None if there is none, :class:`CheckpointError` if every
+    checkpoint there is damaged."""
     folder = Path(run_dir) / CHECKPOINT_DIR
     if not folder.is_dir():
         return None
     for leftover in folder.glob(f"*{_TMP}*"):
         log.warning("removing %s: a checkpoint write that did not finish", leftover.name)
         leftover.unlink(missing_ok=True)
-    candidates = sorted(folder.glob("*.ckpt"), key=lambda p: (checkpoint_step(p), p.name != "last.ckpt"))
-    return candidates[-1] if candidates else None
+    damaged = []
+
+    def intact(path: Path) -> bool:
+        if (problem := checkpoint_problem(path)) is None:
+            return True
+        log.warning("skipping damaged checkpoint %s (%s)", path, problem)
+        damaged.append(path)
+        return False
+
+    last = folder / "last.ckpt"
+    last_step = checkpoint_step(last) if last.is_file() and intact(last) else None
+    by_step = sorted((p for p in folder.glob("*.ckpt") if _STEP.search(p.name)), key=checkpoint_step, reverse=True)
+    stepped = next((p for p in by_step if (last_step is None or checkpoint_step(p) >= last_step) and intact(p)), None)
+    if stepped is not None:
+        return stepped
+    if last_step is not None:
+        return last
+    if damaged:
+        from .errors import CheckpointError
+
+        raise CheckpointError(f"every checkpoint in {folder} is damaged ({', '.join(p.name for p in damaged)}); "
+                              "remove them to start the run over, or set resume_from= to an intact checkpoint")
+    return None
 
 
 class RNGStateCallback(Callback):

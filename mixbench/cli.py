@@ -10,6 +10,7 @@ from .errors import ConfigError, MixbenchError
 from .eval_cli import add_eval_commands
 
 log = logging.getLogger("mixbench")
+LAUNCHERS = ("local", "slurm")  # --launcher: mixbench.runner.run_many
 USER_ERRORS = (MixbenchError, FileNotFoundError)
 
 
@@ -23,17 +24,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError("-m (a sweep) cannot be combined with --config or --print-config")
         from .runner import expand_sweep, run_many, summarize
 
-        outcomes = run_many(expand_sweep(args.overrides), args.jobs, args.resume)
+        outcomes = run_many(expand_sweep(args.overrides), args.jobs, args.resume, args.launcher)
         return summarize(outcomes, "sweep")
-    if args.jobs != 1 or args.resume:
-        raise ConfigError("--jobs and --resume belong to sweeps (-m); a single run resumes with resume=auto")
+    if args.jobs != 1 or args.resume or args.launcher != "local":
+        raise ConfigError("--jobs, --resume and --launcher belong to sweeps (-m); a single run resumes with resume=auto")
     cfg = replay(args.config, args.overrides) if args.config else compose(args.overrides)
     if args.print_config:
         sys.stdout.write(OmegaConf.to_yaml(cfg))
         return 0
+    from .preemption import PREEMPTED_EXIT, Preempted
     from .train import run
 
-    record = run(cfg, command=["mixbench", *args.command_line])
+    try:
+        record = run(cfg, command=["mixbench", *args.command_line])
+    except Preempted as err:
+        log.warning("%s", err)
+        return PREEMPTED_EXIT
     pm = record["primary_metric"]
     log.info("%s: %s = %s on %s (%s, %.0f s)", record["status"], pm["name"],
              f"{pm['value']:.4g}" if pm["value"] is not None else "n/a", record["dataset"].get("label", record["dataset"]["name"]),
@@ -108,7 +114,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .reproduce import reproduce
     from .runner import summarize
 
-    outcomes = reproduce(args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only))
+    outcomes = reproduce(args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only),
+                         args.launcher)
     if outcomes is None:  # --dry-run
         return 0
     status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
@@ -230,7 +237,8 @@ def run_epilog() -> str:
     return (choices + "\nexamples:\n  mixbench run task=vit_small norm=mix norm.alpha=0.5 seed=1\n"
             "  mixbench run -m task=llama_lm norm=pre,post,mix seed=0,1,2 --jobs 3\n"
             "  mixbench run --config results/runs/.../config.yaml trainer.max_steps=500\n"
-            "  mixbench run task=llama_lm run_dir=runs/a resume=auto      # continue after a crash\n")
+            "  mixbench run task=llama_lm run_dir=runs/a resume=auto      # continue after a crash\n"
+            "  mixbench run -m task=vit_small seed=0,1,2 --launcher slurm slurm.partition=gpu slurm.gpus_per_node=1\n")
 
 
 def reproduce_epilog() -> str:
@@ -241,7 +249,8 @@ def reproduce_epilog() -> str:
     except Exception as err:  # help must still print when the project folder is broken
         tables = f"(unavailable: {err})"
     return (f"tables: {tables}\n\nexamples:\n  mixbench reproduce table1 --dry-run\n"
-            "  mixbench reproduce table4 --scale proxy --seeds 3 --jobs 6 --resume data.path=cifar10_bigbench.npz\n")
+            "  mixbench reproduce table4 --scale proxy --seeds 3 --jobs 6 --resume data.path=cifar10_bigbench.npz\n"
+            "  mixbench reproduce table1 --launcher slurm --resume slurm.partition=gpu slurm.gpus_per_node=8 trainer.devices=8\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                    "e.g. norm=pre,post,mix seed=0,1,2")
     run.add_argument("--jobs", type=int, default=1, help="-m: runs at a time, as subprocesses sharing the machine")
     run.add_argument("--resume", action="store_true", help="-m: skip finished runs, continue interrupted ones (resume=auto)")
+    run.add_argument("--launcher", choices=LAUNCHERS, default="local", help="-m: local (this machine) or slurm (one SLURM job "
+                                                                           "per run through submitit; settings: slurm.*)")
     run.add_argument("--config", metavar="RUN/config.yaml", help="replay a run's resolved config (key=value overrides apply on top)")
     run.set_defaults(func=cmd_run)
     table = sub.add_parser("table", help="aggregate all result records into a comparison table", formatter_class=Raw,
@@ -295,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only the grid's runs with this argument (repeatable), e.g. --only model.num_layers=24")
     rep.add_argument("--resume", action="store_true", help="skip runs whose record is finished, continue interrupted ones from "
                                                            "their newest checkpoint; the exit status is 1 if any run failed")
+    rep.add_argument("--launcher", choices=LAUNCHERS, default="local", help="local (this machine) or slurm (one SLURM job per "
+                                                                           "run through submitit; settings: slurm.*, e.g. slurm.partition=gpu)")
     rep.set_defaults(func=cmd_reproduce)
     ana = sub.add_parser("analyze", help="per-block gradient norms, angular distance, layer-pruning drop", formatter_class=Raw,
                          epilog="examples:\n  mixbench analyze grad-norm task=llama_lm model=llama_71m model.num_layers=24 norm=pre,post,mix\n"

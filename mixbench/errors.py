@@ -7,3 +7,7 @@ class MixbenchError(ValueError):
 
 class ConfigError(MixbenchError):
     """A command-line choice, override or setting is invalid."""
+
+
+class CheckpointError(MixbenchError):
+    """No usable checkpoint to resume from (every one in the run folder is damaged)."""

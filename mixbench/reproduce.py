@@ -66,10 +66,13 @@ def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
 
 
 def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1,
-              resume: bool = False, only: tuple[str, ...] = ()) -> list | None:
+              resume: bool = False, only: tuple[str, ...] = (), launcher: str = "local") -> list | None:
     """Run a paper grid (see :mod:`mixbench.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
     ``only``: run just the configurations whose arguments include every one of these ``key=value`` items."""
     if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
+        if launcher != "local":
+            raise ConfigError(f"{name}'s pretrain → fine-tune → evaluate chains run with the local launcher only; "
+                              "submit the chain itself as one job (e.g. sbatch --wrap 'mixbench reproduce ...')")
         from .reproduce_downstream import reproduce_downstream
         return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
     if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
@@ -87,7 +90,7 @@ def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, .
             compose(argv)
         sys.stdout.write("".join("mixbench run " + " ".join(shlex.quote(a) for a in argv) + "\n" for argv in argvs))
         return None
-    return run_many(argvs, jobs, resume)
+    return run_many(argvs, jobs, resume, launcher)
 
 
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:

@@ -31,6 +31,7 @@ class Outcome:
     run_dir: Path | None
     record: dict | None
     error: str | None = None
+    job: str | None = None  # the SLURM job id (--launcher slurm)
 
     @property
     def status(self) -> str:
@@ -72,13 +73,24 @@ def expand_sweep(args: list[str]) -> list[list[str]]:
     return [list(combo) for combo in itertools.product(*axes)]
 
 
-def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False) -> list[Outcome]:
+def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launcher: str = "local") -> list[Outcome]:
+    """Run every configuration: here (``local``, ``jobs`` at a time) or as SLURM jobs (``slurm``, see
+    :mod:`mixbench.launchers`)."""
     from .config import compose
+    from .preflight import preflight
 
     if jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
+    if launcher == "slurm" and jobs != 1:
+        raise ConfigError("--jobs is for the local launcher; with --launcher slurm every run is a job the cluster schedules")
     argvs = [[*argv, "resume=auto"] if resume else list(argv) for argv in argvs]
     configs = [compose(argv) for argv in argvs]  # validate every configuration before running any
+    for cfg in configs:
+        preflight(cfg)
+    if launcher == "slurm":
+        from .launchers import submit_many
+
+        return submit_many(argvs, configs, resume)
     with ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(lambda i: run_one(i, len(argvs), argvs[i], configs[i], in_subprocess=jobs > 1), range(len(argvs))))
 
@@ -122,8 +134,12 @@ def summarize(outcomes: list[Outcome], what: str) -> int:
     """Log the counts per status and every failed run; return the exit status (1 if any run failed)."""
     counts = {s: sum(o.status == s for o in outcomes) for s in dict.fromkeys(o.status for o in outcomes)}
     log.info("%s: %d runs, %s", what, len(outcomes), ", ".join(f"{n} {s}" for s, n in counts.items()) or "none")
+    for o in outcomes:
+        if o.job:
+            log.info("SLURM job %s: %s (%s)", o.job, o.status, o.run_dir)
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
         error = o.error or (o.record or {}).get("error")
-        log.error("%s: %s (%s)%s", o.status, o.command, o.run_dir or "no run folder", f": {error}" if error else "")
+        job = f" [SLURM job {o.job}]" if o.job else ""
+        log.error("%s: %s (%s)%s%s", o.status, o.command, o.run_dir or "no run folder", job, f": {error}" if error else "")
     return 1 if failed else 0

@@ -10,6 +10,7 @@ import re
 import secrets
 import sys
 import time
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from .analysis.gradnorm import GradNormMonitor
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
-from .checkpointing import AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
+from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .config import norm_spec
 from .contracts import BenchDataModule, check_contract
 from .data import get_datamodule_class
@@ -29,9 +30,12 @@ from .errors import ConfigError
 from .families import get_family
 from .models import build_model
 from .precision import apply_fp8, lightning_precision
+from .preemption import PreemptionCheckpoint, preemption_note
+from .preflight import preflight
 from .provenance import git_commit, hardware, package_versions
 from .loggers import build_loggers
 from .results import SCHEMA, write_record
+from .run_lock import RunLock
 from .status import classify
 from .strategy import make_strategy
 from .tasks import get_task
@@ -41,8 +45,9 @@ log = logging.getLogger(__name__)
 
 
 def is_child_rank() -> bool:
-    """True in the extra processes Lightning launches for DDP (they re-run the same command)."""
-    return int(os.environ.get("LOCAL_RANK", 0)) > 0 or int(os.environ.get("NODE_RANK", 0)) > 0
+    """True in every process of a distributed run but the first: those Lightning launches for DDP (they re-run the same
+    command) and the other ranks that ``srun`` or ``torchrun`` start."""
+    return any(int(os.environ.get(key, 0)) > 0 for key in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
 
 
 FINISHED = ("completed", "diverged", "stalled")  # statuses of a run that need not run again
@@ -66,7 +71,7 @@ def _same_run(folder: Path, cfg: DictConfig) -> bool:
         return False
     ours = OmegaConf.to_container(cfg, resolve=True)
     for config in (theirs, ours):
-        for key in ("run_dir", "results_dir", "resume", "command"):
+        for key in ("run_dir", "results_dir", "resume", "command", "slurm"):  # where and how it runs, not what
             config.pop(key, None)
     return theirs == ours
 
@@ -137,18 +142,22 @@ def accumulation_steps(global_batch: int | None, micro_batch: int, world: int) -
     return global_batch // (micro_batch * world)
 
 
-def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    """The run's data module (``data.loader`` with the ``data`` group's arguments, ``seed`` if it takes one), set up for
-    fitting and checked against :class:`mixbench.contracts.BenchDataModule` and the family's needs."""
-    family = get_family(cfg.task.family)
-    options = family.data_options(cfg, OmegaConf.to_container(cfg.data, resolve=True))
-    loader = options.pop("loader")
-    datamodule_class = get_datamodule_class(loader)
+def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    """The run's data module (``data.loader`` with the ``data`` group's arguments, ``seed`` if it takes one), not set up:
+    its constructor checks the settings and reads no data."""
+    options = get_family(cfg.task.family).data_options(cfg, OmegaConf.to_container(cfg.data, resolve=True))
+    datamodule_class = get_datamodule_class(options.pop("loader"))
     if "seed" in inspect.signature(datamodule_class.__init__).parameters:
         options["seed"] = cfg.seed
-    datamodule = datamodule_class(**options)
+    return datamodule_class(**options)
+
+
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    """:func:`make_datamodule`, set up for fitting and checked against :class:`mixbench.contracts.BenchDataModule` and
+    the family's needs."""
+    datamodule = make_datamodule(cfg)
     datamodule.setup("fit")
-    check_contract(datamodule, BenchDataModule, f"data loader {loader!r}", family.data_requires)
+    check_contract(datamodule, BenchDataModule, f"data loader {cfg.data.loader!r}", get_family(cfg.task.family).data_requires)
     return datamodule
 
 
@@ -174,7 +183,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
     kwargs["precision"] = lightning_precision(kwargs.get("precision"), kwargs.get("accelerator"))
     kwargs["strategy"] = make_strategy(cfg, block_class, kwargs["precision"])
     kwargs["accumulate_grad_batches"] = accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
-    callbacks = [*callbacks, LearningRateMonitor(logging_interval="step"), RNGStateCallback()]
+    callbacks = [*callbacks, LearningRateMonitor(logging_interval="step"), RNGStateCallback(), PreemptionCheckpoint(run_dir / CHECKPOINT_DIR)]
     if kwargs.get("enable_progress_bar", True):
         callbacks.append(RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10))
     every = cfg.checkpoint.every_n_steps
@@ -217,7 +226,14 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
     spec = norm_spec(cfg)
     task = get_task(cfg.task.name)
     task.load_plugin()
+    preflight(cfg)
     run_dir = run_directory(cfg, spec.label())
+    with nullcontext() if is_child_rank() else RunLock(run_dir):
+        return _run_locked(cfg, command, run_dir, spec, task, started, t0)
+
+
+def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec, task, started: datetime, t0: float) -> dict:
+    """:func:`run` in its run folder, whose lock this process holds."""
     done = finished_record(run_dir) if cfg.resume == "auto" else None
     if done is not None:
         log.info("resume=auto: %s already finished (%s); nothing to do", run_dir, done["status"])
@@ -226,6 +242,7 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
     if relaunches and cfg.run_dir is None and "run_dir=" not in " ".join(sys.argv):
         sys.argv.append(f"run_dir={run_dir}")  # DDP processes Lightning launches re-run this command: share the folder
     primary = not is_child_rank()
+    checkpoint = resume_checkpoint(cfg, run_dir)  # before anything is written: every checkpoint damaged is an error
     if primary:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     record = new_record(cfg, spec, task, run_dir, started)
@@ -254,7 +271,7 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
         module = build_lightning_module(cfg, model, datamodule)
         record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
         trainer = build_trainer(cfg, run_dir, [divergence, throughput, history, *extra], block_class=type(model.blocks[0]))
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg, run_dir))
+        trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint)
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
@@ -294,6 +311,7 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
                 monitor.save(run_dir / "gradnorm.json")
     except BaseException as err:
         record["error"] = f"{type(err).__name__}: {err}"
+        record.update(preemption_note(err))
         raise
     finally:
         record["finished_at"] = datetime.now(timezone.utc).isoformat()

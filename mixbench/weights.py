@@ -80,14 +80,38 @@ def _description_of_run(run_dir: Path) -> dict | None:
     return None
 
 
-def load_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict | None, Path]:
-    """``(state_dict, description or None, file)`` from a run folder, a ``.safetensors`` file or a Lightning ``.ckpt``."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file, safe_open
-
+def _existing(source: str | Path) -> Path:
     path = Path(source).expanduser()
     if not path.exists():
         raise WeightsError(f"init_from={source}: no such file or folder (give a run folder, a .safetensors file or a .ckpt)")
+    return path
+
+
+def load_description(source: str | Path) -> dict | None:
+    """The model description of ``init_from`` weights without reading the weights (None if they carry none)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = _existing(source)
+    if path.is_dir():
+        return _description_of_run(path)
+    if path.suffix == ".safetensors":
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = (f.metadata() or {}).get("mixbench")
+        except (SafetensorError, OSError) as err:
+            raise WeightsError(f"init_from={source}: cannot read the weights ({type(err).__name__}: {err})") from None
+        return json.loads(meta) if meta else None
+    if path.suffix == ".ckpt":
+        return _description_of_run(path.parent.parent if path.parent.name == "checkpoints" else path.parent)
+    return None
+
+
+def load_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict | None, Path]:
+    """``(state_dict, description or None, file)`` from a run folder, a ``.safetensors`` file or a Lightning ``.ckpt``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = _existing(source)
     if path.is_dir():
         for name in (WEIGHTS_FILE, LEGACY_WEIGHTS_FILE):
             if (path / name).is_file():
@@ -97,17 +121,14 @@ def load_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict | No
                            "was the run made with save_weights=false?")
     try:
         if path.suffix == ".safetensors":
-            with safe_open(str(path), framework="pt") as f:
-                meta = (f.metadata() or {}).get("mixbench")
-            return load_file(str(path)), json.loads(meta) if meta else None, path
+            return load_file(str(path)), load_description(path), path
         if path.suffix in (".pt", ".pth"):
             return torch.load(path, map_location="cpu", weights_only=True), None, path
         if path.suffix == ".ckpt":
             # a Lightning checkpoint of a mixbench run (our own files: the pickle holds loop and data state too)
             checkpoint = torch.load(path, map_location="cpu", weights_only=False)
             state = {k[len("model."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-            run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-            return state, _description_of_run(run_dir), path
+            return state, load_description(path), path
     except (SafetensorError, RuntimeError, KeyError, OSError, json.JSONDecodeError) as err:
         raise WeightsError(f"init_from={source}: cannot read the weights ({type(err).__name__}: {err})") from None
     raise WeightsError(f"init_from={source}: unknown weights format {path.suffix!r}; give a run folder, a .safetensors file or a .ckpt")

@@ -1,6 +1,7 @@
 """Test helper: ``python kill_harness.py MOMENT STEP mixbench-run-args...`` runs ``mixbench run`` and SIGKILLs its own
 process at MOMENT of optimizer step STEP: ``step`` (between forward and backward), ``validation`` (after the first
-validation batch) or ``write`` (half-way through writing the checkpoint of that step)."""
+validation batch) or ``write`` (half-way through writing the checkpoint of that step).  ``MOMENT:SIGNAL`` (e.g.
+``step:SIGTERM``) sends that signal instead of SIGKILL."""
 import os
 import signal
 import sys
@@ -11,11 +12,12 @@ import mixbench.checkpointing as checkpointing
 import mixbench.train as train
 from mixbench.cli import main
 
-moment, step, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+moment, _, signame = sys.argv[1].partition(":")
+step, args = int(sys.argv[2]), sys.argv[3:]
 
 
 def die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), getattr(signal, signame or "SIGKILL"))
 
 
 class KillAt(Callback):

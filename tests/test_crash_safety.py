@@ -1,5 +1,6 @@
 """Crash-safe runs: SIGKILL at several moments, `resume=auto`, and the uninterrupted run's result exactly."""
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from mixbench.checkpointing import newest_checkpoint
 from mixbench.cli import main
+from mixbench.preemption import PREEMPTED_EXIT
 
 HERE = Path(__file__).parent
 COMMON = ["task=llama_lm", "norm=mix", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "data.batch_size=4",
@@ -62,3 +64,62 @@ def test_resume_auto_finds_the_unfinished_folder_of_the_same_config_and_skips_fi
     results.rename(moved)
     assert main(["run", *[a for a in args if not a.startswith("results_dir=")], f"results_dir={moved}", "resume=auto"]) == 0
     assert len(list(moved.rglob("record.json"))) == 1
+
+
+def interrupt(moment: str, step: int, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``mixbench run COMMON ARGS run_dir=RUN_DIR`` through the kill harness (see ``kill_harness.py``)."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    return subprocess.run([sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *COMMON, *args, f"run_dir={run_dir}"],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_damaged_newest_checkpoints_are_skipped_and_the_newest_intact_one_resumes_exactly(tmp_path, uninterrupted, caplog):
+    run_dir = tmp_path / "run"
+    assert interrupt("step", 7, run_dir).returncode == -signal.SIGKILL
+    folder = run_dir / "checkpoints"
+    assert sorted(p.name for p in folder.glob("*.ckpt")) == ["epoch=0-step=4.ckpt", "epoch=0-step=6.ckpt", "last.ckpt"]
+    for name in ("epoch=0-step=6.ckpt", "last.ckpt"):  # a truncated copy, a bad disk: the newest two
+        data = (folder / name).read_bytes()
+        (folder / name).write_bytes(data[: len(data) // 3])
+    assert main(["run", *COMMON, f"run_dir={run_dir}", "resume=auto"]) == 0
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping damaged checkpoint")]
+    assert len(skipped) == 2 and all("\n" not in m for m in skipped)
+    assert {Path(m.split()[3]).name for m in skipped} == {"epoch=0-step=6.ckpt", "last.ckpt"}
+    assert record(run_dir)["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly, from step 4
+
+
+def test_every_checkpoint_damaged_is_exit_2_naming_them_and_nothing_is_overwritten(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    assert main(["run", *COMMON, "trainer.max_steps=4", f"run_dir={run_dir}"]) == 0
+    (run_dir / "record.json").unlink()  # as if it had been killed after its last checkpoint
+    folder = run_dir / "checkpoints"
+    for path in folder.glob("*.ckpt"):
+        path.write_bytes(path.read_bytes()[:100])
+    files = lambda: {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith(".run.")}  # noqa: E731
+    before = files()
+    caplog.clear()
+    assert main(["run", *COMMON, f"run_dir={run_dir}", "resume=auto"]) == 2
+    (message,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "epoch=0-step=4.ckpt" in message and "last.ckpt" in message and "resume_from=" in message and "Traceback" not in message
+    assert files() == before  # the lock's files (.run.*) aside
+
+
+@pytest.mark.parametrize("signame, extra", [("SIGTERM", []),
+                                            pytest.param("SIGUSR1", ["data.global_batch_size=8"], marks=pytest.mark.slow)])  # 2 micro-batches a step
+def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_resumes_exactly(tmp_path, uninterrupted, signame, extra):
+    if extra:
+        assert main(["run", *COMMON, *extra, f"run_dir={tmp_path / 'full'}"]) == 0
+        uninterrupted = record(tmp_path / "full")
+        assert uninterrupted["effective"]["accumulate_grad_batches"] == 2
+    run_dir = tmp_path / "run"
+    stopped = interrupt(f"step:{signame}", 4, run_dir, *extra)  # between forward and backward of (each micro-batch of) step 4 → 5
+    assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
+    assert f"preempted by {signame} at step 5" in stopped.stderr  # the step in flight finished, then its checkpoint
+    note = record(run_dir)["preempted"]
+    assert note == {"signal": signame, "step": 5, "checkpoint": str(run_dir / "checkpoints" / "epoch=0-step=5.ckpt"), "requeued": False}
+    assert record(run_dir)["status"] == "failed"  # not finished: resume=auto continues it
+    assert newest_checkpoint(run_dir).name == "epoch=0-step=5.ckpt"  # not a checkpoint.every_n_steps=2 step
+    assert main(["run", *COMMON, *extra, f"run_dir={run_dir}", "resume=auto"]) == 0
+    resumed = record(run_dir)
+    assert resumed["status"] == "completed" and resumed["steps"] == 8 and "preempted" not in resumed
+    assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly

@@ -1,0 +1,257 @@
+"""Cluster operations: one writer per run folder, config errors before anything is written."""
+import json
+import logging
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from mixbench.cli import main
+from mixbench.config import compose, norm_spec
+from mixbench.tasks import discover_tasks
+
+TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "trainer.val_check_interval=null",
+           "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
+SOURCES = ("path", "root", "hub")  # where a data group reads from
+
+
+def errors(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_second_process_on_a_run_folder_in_use_exits_2_naming_the_holder_and_only_one_trains(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    args = ["run", *TINY_LM, "trainer.max_steps=10", f"run_dir={run_dir}", "resume=auto"]
+    first = subprocess.Popen([sys.executable, "-m", "mixbench.cli", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run_dir / ".run.holder").exists():  # the first process holds the folder
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else "no lock"
+        time.sleep(0.2)
+    assert main(args) == 2  # a requeued job meeting its still-running predecessor
+    (message,) = errors(caplog)
+    assert f"host {socket.gethostname()}, pid {first.pid}" in message and str(run_dir) in message
+    assert not (run_dir / "record.json").exists()  # the second wrote nothing
+    assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["status"] == "completed" and record["steps"] == 10
+    assert not (run_dir / ".run.holder").exists()
+    caplog.clear()
+    assert main(args) == 0  # the lock died with its holder: the folder is free (and finished: nothing to do)
+    assert not errors(caplog)
+
+
+@pytest.mark.parametrize("task", sorted(discover_tasks()))
+def test_every_task_without_its_data_source_exits_2_before_anything_is_written(task, tmp_path, caplog):
+    cfg = compose([f"task={task}"])
+    removed = [f"data.{key}=null" for key in SOURCES if key in cfg.data]
+    assert removed, f"task {task}: its data group has none of {SOURCES}"
+    assert main(["run", f"task={task}", *removed, f"results_dir={tmp_path / 'results'}", "trainer.enable_progress_bar=false"]) == 2
+    (message,) = errors(caplog)
+    assert "set data." in message and "\n" not in message, message
+    assert not (tmp_path / "results").exists()
+
+
+def fake_run(folder: Path, args: list[str]) -> Path:
+    """A run folder whose ``model_config.json`` describes the model ``args`` compose (no weights are read before the check)."""
+    cfg = compose(args)
+    spec = norm_spec(cfg)
+    options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
+    folder.mkdir(parents=True)
+    (folder / "model_config.json").write_text(json.dumps({
+        "family": cfg.task.family, "model": cfg.model.name, "options": options, "norm": spec.to_dict(), "norm_label": spec.label(),
+        "plan": spec.plan(int(cfg.model.num_layers))}))
+    return folder
+
+
+@pytest.mark.parametrize("theirs, expected", [
+    (["task=llama_lm", "model=llama_71m"], "does not fit this run's llama_250m: model.hidden_size=768 (weights: 512)"),
+    (["task=llama_lm", "model=llama_250m", "norm=post"], "was trained with norm post"),
+    (["task=vit_tiny"], "holds a vision model"),
+    (None, "no such file or folder"),
+])
+def test_init_from_that_does_not_fit_exits_2_before_anything_is_written(theirs, expected, tmp_path, caplog):
+    source = fake_run(tmp_path / "pretrained", theirs) if theirs else tmp_path / "missing"
+    (tmp_path / "sft.json").write_text("[]")
+    assert main(["run", "task=sft_commonsense", f"init_from={source}", f"data.path={tmp_path / 'sft.json'}", "data.tokenizer=embedded",
+                 f"results_dir={tmp_path / 'results'}"]) == 2
+    (message,) = errors(caplog)
+    assert expected in message, message
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["trainer.num_nodes=2", "trainer.strategy=ddp"], "set run_dir= to a folder on storage every node shares"),
+    (["data.batch_size=4", "data.global_batch_size=6"], "data.global_batch_size=6 is not a multiple of data.batch_size=4"),
+])
+def test_batch_and_node_settings_that_cannot_run_exit_2_before_anything_is_written(args, expected, tmp_path, caplog):
+    assert main(["run", *TINY_LM, *args, f"results_dir={tmp_path / 'results'}"]) == 2
+    (message,) = errors(caplog)
+    assert expected in message
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A one-node SLURM cluster for this module's tests (skipped, saying why, where its daemons cannot run)."""
+    from local_slurm import SlurmUnavailable, local_slurm
+
+    try:
+        with local_slurm(tmp_path_factory.mktemp("slurm")) as env, pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SLURM_CONF", env["SLURM_CONF"])
+            yield env
+    except SlurmUnavailable as why:
+        pytest.skip(f"no local SLURM cluster: {why}")
+
+
+SLURM_RUN = [*TINY_LM, "trainer.max_steps=16", "checkpoint.every_n_steps=2", "trainer.deterministic=true", "--launcher", "slurm"]
+
+
+@pytest.fixture(scope="module")
+def slurm_grid(slurm, tmp_path_factory) -> Path:
+    """A two-cell grid (seed=0,1) run through ``--launcher slurm``: its results folder."""
+    results = tmp_path_factory.mktemp("slurm_grid")
+    summary, logger = Collect(), logging.getLogger("mixbench")
+    level = logger.level
+    logger.addHandler(summary)
+    logger.setLevel(logging.INFO)
+    try:
+        assert main(["run", "-m", *SLURM_RUN, "seed=0,1", f"results_dir={results}"]) == 0
+    finally:
+        logger.removeHandler(summary)
+        logger.setLevel(level)
+    (results / "summary.log").write_text("\n".join(summary.messages))
+    return results
+
+
+class Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.rglob("record.json"))]
+
+
+def test_slurm_launcher_runs_each_cell_as_a_job_names_the_jobs_and_resume_skips_finished_cells(slurm, slurm_grid, caplog):
+    found = records(slurm_grid)
+    assert sorted((r["seed"], r["status"], r["steps"]) for r in found) == [(0, "completed", 16), (1, "completed", 16)]
+    jobs = {p.name.split("_")[0] for p in (slurm_grid / "slurm").glob("*_submission.sh")}
+    written = {job: (slurm_grid / "slurm" / f"{job}_0_log.err").read_text() for job in jobs}
+    assert len(jobs) == 2 and all(sum(f"record written to {r['run_dir']}" in log for r in found) == 1 for log in written.values())
+    summary = [m for m in (slurm_grid / "summary.log").read_text().splitlines() if m.startswith("SLURM job ")]
+    assert sorted(m.split()[2].rstrip(":") for m in summary) == sorted(jobs)  # the grid's summary names each job
+    caplog.set_level(logging.INFO, logger="mixbench")
+    assert main(["run", "-m", *SLURM_RUN, "seed=0,1", f"results_dir={slurm_grid}", "--resume"]) == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("already finished (completed): not submitted" in m for m in messages) == 2
+    assert {p.name.split("_")[0] for p in (slurm_grid / "slurm").glob("*_submission.sh")} == jobs  # nothing new submitted
+    assert len(records(slurm_grid)) == 2
+
+
+def test_slurm_pre_timeout_signal_checkpoints_requeues_and_the_job_continues_exactly(slurm, slurm_grid, tmp_path):
+    results = tmp_path / "results"
+    with open(tmp_path / "launcher.log", "w") as output:
+        launcher = subprocess.Popen([sys.executable, "-m", "mixbench.cli", "run", "-m", *SLURM_RUN, "seed=0", f"results_dir={results}"],
+                                    stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while not list(results.rglob("epoch=0-step=2.ckpt")):  # training is under way
+            assert launcher.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.log").read_text()[-2000:]
+            time.sleep(0.1)
+        (script,) = (results / "slurm").glob("*_submission.sh")
+        job = script.name.split("_")[0]
+        subprocess.run(["scancel", "--signal=USR1", job], check=True)  # what sbatch --signal=USR1@90 sends before the limit
+        code = launcher.wait(timeout=240)  # the requeued job starts after cred_expire
+    finally:
+        launcher.kill()
+    assert code == 0, (tmp_path / "launcher.log").read_text()[-2000:]
+    log = "".join(p.read_text() for p in (results / "slurm").glob(f"{job}_*_log.err"))
+    assert "preempted by SIGUSR1" in log and "the SLURM job was requeued" in log and "resume=auto: continuing from" in log
+    (resumed,) = records(results)
+    (uninterrupted,) = [r for r in records(slurm_grid) if r["seed"] == 0]
+    assert resumed["status"] == "completed" and resumed["steps"] == 16
+    assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+MULTI = [*TINY_LM, "trainer.max_steps=4", "trainer.accelerator=cpu", "trainer.deterministic=true", "data.batch_size=4",
+         "data.global_batch_size=8", "save_weights=true"]
+
+
+def test_two_nodes_under_torchrun_train_like_one_process_with_the_same_global_batch(tmp_path):
+    """Two "nodes" (two torchrun agents, one gloo process each, num_nodes=2) against one process that accumulates two
+    micro-batches: the same 8 sequences per step (rank r takes r, r+2, ... of the order), the same validation
+    sequences (2 batches of one process = 1 batch per rank)."""
+    import torch
+    from safetensors.torch import load_file
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["run", *MULTI, "trainer.limit_val_batches=2", f"run_dir={one}"]) == 0
+    port = free_port()
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={rank}",
+                               "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "mixbench.cli", "run", *MULTI,
+                               "trainer.num_nodes=2", "trainer.devices=1", "trainer.strategy=ddp", f"run_dir={two}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=300)[1] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], [o[-1500:] for o in outputs]
+    single, double = (json.loads((d / "record.json").read_text()) for d in (one, two))
+    assert double["effective"]["world_size"] == 2 and double["effective"]["accumulate_grad_batches"] == 1
+    assert single["effective"]["accumulate_grad_batches"] == 2
+    assert single["effective"]["global_batch_size"] == double["effective"]["global_batch_size"] == 8
+    # the same computation, summed in another order (all-reduce of two means vs accumulation): equal to float rounding
+    assert double["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-6, abs=0)
+    weights = [load_file(str(d / "model.safetensors")) for d in (one, two)]
+    assert all(torch.allclose(weights[0][k], weights[1][k], rtol=1e-5, atol=1e-6) for k in weights[0])
+
+
+def test_without_slurm_programs_the_local_cluster_says_what_is_missing(tmp_path, monkeypatch):
+    from local_slurm import SlurmUnavailable, local_slurm
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing installed
+    with pytest.raises(SlurmUnavailable, match="not installed: munged, slurmctld, slurmd"):
+        with local_slurm(tmp_path / "slurm"):
+            pass
+
+
+@pytest.mark.slow
+def test_srun_ranks_under_lightnings_slurm_environment_train_like_one_process(slurm, tmp_path):
+    """A job of 2 tasks (``srun``, one per device, gloo): Lightning's SLURM environment makes them the ranks of one run;
+    rank 0 alone writes the record, which matches one process accumulating the same global batch."""
+    assert main(["run", *MULTI, "trainer.limit_val_batches=2", f"run_dir={tmp_path / 'one'}"]) == 0
+    assert main(["run", "-m", *MULTI, "trainer.devices=2", "trainer.strategy=ddp", f"results_dir={tmp_path / 'results'}",
+                 "--launcher", "slurm"]) == 0
+    (double,) = records(tmp_path / "results")
+    single = json.loads((tmp_path / "one" / "record.json").read_text())
+    assert double["effective"]["world_size"] == 2 and double["effective"]["global_batch_size"] == 8
+    (log,) = (tmp_path / "results" / "slurm").glob("*_0_log.err")
+    assert "SLURM auto-requeueing enabled" in log.read_text()  # Lightning's SLURMEnvironment set up the ranks
+    assert double["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-6, abs=0)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["run", *TINY_LM, "--launcher", "slurm"], "--launcher belong to sweeps (-m)"),
+    (["run", "-m", *TINY_LM, "seed=0,1", "--launcher", "slurm", "--jobs", "2"], "--jobs is for the local launcher"),
+    (["run", "-m", *TINY_LM, "seed=0,1", "trainer.devices=-1", "--launcher", "slurm"], "needs trainer.devices as a number"),
+    (["run", "-m", *TINY_LM, "seed=0,1", "--launcher", "slurm"], "needs SLURM's sbatch on PATH"),
+    (["reproduce", "table2", "--scale", "proxy", "--launcher", "slurm"], "run with the local launcher only"),
+    (["run", "-m", "task=sft_commonsense", "seed=0,1", "--launcher", "slurm"], "set data.path"),  # every cell checked first
+])
+def test_slurm_launcher_input_errors_exit_2_before_anything_is_submitted_or_written(args, expected, tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # no sbatch here
+    assert main([*args, f"results_dir={tmp_path / 'results'}"]) == 2
+    (message,) = errors(caplog)
+    assert expected in message, message
+    assert not (tmp_path / "results").exists()
