@@ -17,7 +17,7 @@ from .errors import ConfigError, MixbenchError
 
 SCHEMA = "mixbench.result/1"
 REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
-STATUSES = ("completed", "diverged", "stalled", "failed")
+STATUSES = ("completed", "diverged", "stalled", "failed", "pruned")  # pruned: a search trial its pruner stopped early
 
 
 class RecordError(MixbenchError):
@@ -231,7 +231,7 @@ class Cell:
         return sep.join(t for t in (self.summary(digits), self.delta_text(digits)) if t)
 
 
-NOT_FINISHED = ("diverged", "stalled", "failed")
+NOT_FINISHED = ("diverged", "stalled", "failed", "pruned")
 
 
 def _num(x: float, digits: int) -> str:
