@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ def study_dir(results_dir: str | Path, study: str) -> Path:
 def storage(folder: Path):
     """The study's SQLite storage; a process that died mid-trial leaves a trial that the heartbeat marks failed."""
     optuna = optuna_module()
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat arguments
     return optuna.storages.RDBStorage(f"sqlite:///{folder / 'study.sqlite3'}", heartbeat_interval=60, grace_period=180)
 
 
@@ -169,7 +171,7 @@ def search(results_dir, name: str, settings: Settings, trials: int) -> None:
 
     log.info("study %s: %d trial(s) so far; %d more (%s space, %d plans, %s pruner)", name, len(study.trials), trials,
              settings.space, len(space.plans()), settings.pruner)
-    study.optimize(objective, n_trials=trials, catches=(Exception,))
+    study.optimize(objective, n_trials=trials, catch=(Exception,))  # a crashed trial is recorded (failed) and the search goes on
 
 
 def len_trials(results_dir, name: str) -> int:

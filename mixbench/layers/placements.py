@@ -335,9 +335,6 @@ class Custom(Placement):
     def plan(self, spec, num_layers):
         return list(spec.layers)
 
-    def label(self, spec):  # one table row per plan, not one row for every custom plan
-        return f"custom({plan_summary(list(spec.layers))})" if spec.layers else self.name
-
 
 def plan_summary(plan: list[str]) -> str:
     """['post','post','pre','pre','pre'] → 'post×2 pre×3'."""
