@@ -107,7 +107,7 @@ class ValidationHistory(Callback):
 class TrialPruning(Callback):
     """A search trial's multi-fidelity hook (``mixbench search``): reports the primary ``metric`` of every validation
     inside ``fit`` to the Optuna ``trial`` (step = optimizer step) and stops training where its pruner says so — never
-    at the full budget.  :meth:`annotate` then records the run as ``pruned`` at that step (a run that diverged first
+    at the full budget (within ``BUDGET_TOLERANCE`` of it).  :meth:`annotate` then records the run as ``pruned`` at that step (a run that diverged first
     stays diverged).  Unlike optuna-integration's callback it does not raise inside ``fit``, so the run still writes
     an ordinary record."""
 
@@ -123,7 +123,9 @@ class TrialPruning(Callback):
             return
         step = trainer.global_step
         self.trial.report(float(value), step)
-        if step < trainer.estimated_stepping_batches and self.trial.should_prune():
+        from .results import BUDGET_TOLERANCE  # a validation this close to the end counts as the full budget (table --at)
+
+        if step < (1 - BUDGET_TOLERANCE) * trainer.estimated_stepping_batches and self.trial.should_prune():
             self.pruned_at_step = step
             trainer.should_stop = True
 

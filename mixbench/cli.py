@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
 
@@ -133,9 +134,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         argvs = confirmation_runs(args.results_dir, args.confirm, args.seeds)
         if args.dry_run:
-            sys.stdout.write("".join("mixbench run " + " ".join(argv) + "\n" for argv in argvs))
+            sys.stdout.write("".join("mixbench run " + shlex.join(argv) + "\n" for argv in argvs))
             return 0
-        return summarize(run_many(argvs, args.jobs, resume=True), f"confirmation of {args.confirm}")
+        return summarize(run_many(argvs, args.jobs), f"confirmation of {args.confirm}")
     if not args.study:
         raise ConfigError("mixbench search needs --study NAME (or --confirm NAME / --report NAME)")
     kinds = tuple(k for k in (args.kinds or "").split(",") if k)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,7 +145,7 @@ def search(results_dir, name: str, settings: Settings, trials: int) -> None:
 
     if trials < 1:
         raise ConfigError(f"--trials must be at least 1, got {trials}")
-    study, settings, space, cfg = open_study(results_dir, name, settings, seed=len_trials(results_dir, name))
+    study, settings, space, cfg = open_study(results_dir, name, settings, seed=sampler_seed(results_dir, name))
     metric = get_task(cfg.task.name).primary_metric.name
     folder = study_dir(results_dir, name)
 
@@ -174,14 +175,14 @@ def search(results_dir, name: str, settings: Settings, trials: int) -> None:
     study.optimize(objective, n_trials=trials, catch=(Exception,))  # a crashed trial is recorded (failed) and the search goes on
 
 
-def len_trials(results_dir, name: str) -> int:
-    """The number of trials a study holds (0 if it does not exist yet): seeds the sampler, so a resumed or a second
-    process draws another sequence than the first."""
+def sampler_seed(results_dir, name: str) -> int:
+    """The sampler's seed: the number of trials the study holds and this process's id, so that a resumed search and
+    processes started side by side on one storage draw different plans (the draws are not reproducible; the trials'
+    training seed is)."""
     optuna = optuna_module()
     folder = study_dir(results_dir, name)
-    if not (folder / "study.sqlite3").is_file():
-        return 0
-    return len(optuna.load_study(study_name=name, storage=storage(folder)).trials)
+    held = len(optuna.load_study(study_name=name, storage=storage(folder)).trials) if (folder / "study.sqlite3").is_file() else 0
+    return held * 100_003 + os.getpid() % 100_003
 
 
 def best_trial(study):
@@ -201,13 +202,14 @@ def confirmation_seeds(search_seed: int, count: int) -> list[int]:
 
 
 def confirmation_runs(results_dir, name: str, seeds: int) -> list[list[str]]:
-    """The ``mixbench run`` arguments of the confirmation: the best plan, ``pre`` and ``mix`` (α=0.25), each seed."""
+    """The ``mixbench run`` arguments of the confirmation: the best plan, ``pre`` and ``mix`` (α=0.25), each seed
+    (``resume=auto``: a second ``--confirm`` skips finished runs and continues interrupted ones)."""
     study, settings, space, cfg = open_study(results_dir, name)
     best = best_trial(study)
     arms = {"best": space.overrides(space.plan_of(best.params)), **BASELINES}
     folder = study_dir(results_dir, name) / "confirm"
     log.info("confirming trial %d (%s) against pre and mix(α=0.25)", best.number, space.spec(space.plan_of(best.params)).label())
-    return [[*settings.overrides, *arm, f"seed={seed}", f"results_dir={folder}"]
+    return [[*settings.overrides, *arm, f"seed={seed}", f"results_dir={folder}", "resume=auto"]
             for seed in confirmation_seeds(int(cfg.seed), seeds) for arm in arms.values()]
 
 
