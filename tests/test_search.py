@@ -150,3 +150,18 @@ def test_proxy_search_script_plans_both_studies(tmp_path):
     vit = [line for line in lines if "--study vit_plan" in line]
     assert "--space plan --kinds hybrid,sandwich --min-steps 464" in vit[0] and "data=cifar10_proxy" in vit[0]
     assert not (tmp_path / "search").exists()  # a dry run starts no study
+
+
+@pytest.mark.slow
+def test_tiny_search_confirm_and_report_end_to_end(tmp_path, capsys):
+    args = ["--results-dir", str(tmp_path)]
+    assert main(["search", "--study", "e2e", "--space", "alpha", "--pruner", "none", "--trials", "2", *args, *TINY_LM]) == 0
+    assert main(["search", "--confirm", "e2e", "--seeds", "2", *args]) == 0
+    records = [json.loads(p.read_text()) for p in (tmp_path / "search" / "e2e" / "confirm").rglob("record.json")]
+    assert len(records) == 6 and {r["seed"] for r in records} == {1, 2} and {r["status"] for r in records} == {"completed"}
+    assert main(["search", "--confirm", "e2e", "--seeds", "2", *args]) == 0  # finished runs are skipped, none added
+    assert len(list((tmp_path / "search" / "e2e" / "confirm").rglob("record.json"))) == 6
+    capsys.readouterr()
+    assert main(["search", "--report", "e2e", *args]) == 0
+    out = capsys.readouterr().out
+    assert "### against pre" in out and "### against mix(α=0.25)" in out and out.count(" vs ") + out.count("beats") >= 2
