@@ -107,9 +107,9 @@ class ValidationHistory(Callback):
 class TrialPruning(Callback):
     """A search trial's multi-fidelity hook (``mixbench search``): reports the primary ``metric`` of every validation
     inside ``fit`` to the Optuna ``trial`` (step = optimizer step) and stops training where its pruner says so — never
-    at the full budget (within ``BUDGET_TOLERANCE`` of it).  :meth:`annotate` then records the run as ``pruned`` at that step (a run that diverged first
-    stays diverged).  Unlike optuna-integration's callback it does not raise inside ``fit``, so the run still writes
-    an ordinary record."""
+    at the full budget (within ``BUDGET_TOLERANCE`` of it).  :meth:`annotate` then records the run as ``pruned`` at
+    that step (a run that diverged first stays diverged).  Unlike optuna-integration's callback it does not raise
+    inside ``fit`` (``run`` would record a crash), so the run ends normally and writes an ordinary record."""
 
     def __init__(self, trial, metric: str):
         self.trial, self.metric = trial, metric
