@@ -77,6 +77,7 @@ def score_figure(rows: list[dict], space, records: list[dict], best: str | None,
     if space.name == "alpha":
         xs = [int(r["plan"].split("=")[1].rstrip(")")) for r in done]
         ax.set_xlabel(f"k (leading Post-LN blocks of {space.num_layers})")
+        ax.xaxis.get_major_locator().set_params(integer=True)
     else:
         xs = list(range(len(done)))
         ax.set_xticks(xs, [r["plan"] for r in done], rotation=60, ha="right", fontsize=7)
