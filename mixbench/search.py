@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +107,7 @@ def open_study(results_dir, name: str, settings: Settings | None = None, seed: i
     if settings is None and not exists:
         raise ConfigError(f"no study {name!r} under {folder.parent} (start one with mixbench search --study {name} ...)")
     if exists:
-        stored = Settings.from_attrs(optuna.load_study(study_name=name, storage=storage(folder)).user_attrs)
+        stored = Settings.from_attrs(stored_study(name, folder).user_attrs)
         if settings is not None and settings != stored:
             raise ConfigError(f"study {name!r} was created with {stored.as_attrs()}; resume it with the same settings "
                               f"(given: {settings.as_attrs()}) or start another --study")
@@ -123,6 +124,22 @@ def open_study(results_dir, name: str, settings: Settings | None = None, seed: i
         for key, value in settings.as_attrs().items():
             study.set_user_attr(key, value)
     return study, settings, space, cfg
+
+
+def stored_study(name: str, folder: Path, wait_s: int = 60):
+    """The study in ``folder``'s storage once its settings are stored: a process started beside the one creating it
+    waits up to ``wait_s`` seconds for them."""
+    optuna = optuna_module()
+    for _ in range(wait_s):
+        try:
+            study = optuna.load_study(study_name=name, storage=storage(folder))
+            if "space" in study.user_attrs:
+                return study
+        except KeyError:  # the storage exists, the study not yet
+            pass
+        time.sleep(1)
+    raise ConfigError(f"{folder / 'study.sqlite3'} holds no study {name!r} with mixbench's settings; "
+                      "remove the file or choose another --study")
 
 
 def repeat_of(study, trial) -> tuple[int, float] | None:
@@ -172,16 +189,15 @@ def search(results_dir, name: str, settings: Settings, trials: int) -> None:
 
     log.info("study %s: %d trial(s) so far; %d more (%s space, %d plans, %s pruner)", name, len(study.trials), trials,
              settings.space, len(space.plans()), settings.pruner)
-    study.optimize(objective, n_trials=trials, catch=(Exception,))  # a crashed trial is recorded (failed) and the search goes on
+    study.optimize(objective, n_trials=trials, catch=(Exception,))  # a crashed trial: recorded failed, the search goes on
 
 
 def sampler_seed(results_dir, name: str) -> int:
     """The sampler's seed: the number of trials the study holds and this process's id, so that a resumed search and
     processes started side by side on one storage draw different plans (the draws are not reproducible; the trials'
     training seed is)."""
-    optuna = optuna_module()
     folder = study_dir(results_dir, name)
-    held = len(optuna.load_study(study_name=name, storage=storage(folder)).trials) if (folder / "study.sqlite3").is_file() else 0
+    held = len(stored_study(name, folder).trials) if (folder / "study.sqlite3").is_file() else 0
     return held * 100_003 + os.getpid() % 100_003
 
 
