@@ -142,6 +142,13 @@ def stored_study(name: str, folder: Path, wait_s: int = 60):
                       "remove the file or choose another --study")
 
 
+def plan_label(settings: Settings, space: Space, plan: tuple[str, ...]) -> str:
+    """The table row (norm label) of ``plan`` under the study's settings (e.g. with its ``norm.kind``)."""
+    from .config import compose, norm_spec
+
+    return norm_spec(compose([*settings.overrides, *space.overrides(plan)])).label()
+
+
 def repeat_of(study, trial) -> tuple[int, float] | None:
     """A completed earlier trial with the same plan (the search seed is fixed, so it would train the same run)."""
     optuna = optuna_module()
@@ -224,7 +231,8 @@ def confirmation_runs(results_dir, name: str, seeds: int) -> list[list[str]]:
     best = best_trial(study)
     arms = {"best": space.overrides(space.plan_of(best.params)), **BASELINES}
     folder = study_dir(results_dir, name) / "confirm"
-    log.info("confirming trial %d (%s) against pre and mix(α=0.25)", best.number, space.spec(space.plan_of(best.params)).label())
+    log.info("confirming trial %d (%s) against pre and mix(α=0.25)", best.number,
+             plan_label(settings, space, space.plan_of(best.params)))
     return [[*settings.overrides, *arm, f"seed={seed}", f"results_dir={folder}", "resume=auto"]
             for seed in confirmation_seeds(int(cfg.seed), seeds) for arm in arms.values()]
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from .errors import ConfigError
 from .results import aggregate, load_records, render, row_key
-from .search import best_trial, open_study, study_dir
+from .search import best_trial, open_study, plan_label, study_dir
 from .tasks import get_task
 
 log = logging.getLogger(__name__)
 
 
-def trial_rows(study, space) -> list[dict]:
+def trial_rows(study, settings, space) -> list[dict]:
     """One row per trial, best first: completed trials by value, then pruned ones (by their last reported value),
     then the rest.  ``budget``: ``full``, ``pruned at step N``, ``repeat of trial N`` or the state."""
     sign = -1.0 if study.direction.name == "MAXIMIZE" else 1.0
@@ -26,7 +26,7 @@ def trial_rows(study, space) -> list[dict]:
             budget, value, rank = f"pruned at step {t.user_attrs.get('pruned_at_step', last)}", t.intermediate_values.get(last), 1
         else:
             budget, value, rank = t.user_attrs.get("status", state), None, 2
-        rows.append({"trial": t.number, "plan": space.spec(plan).label() if plan else "?", "budget": budget, "value": value,
+        rows.append({"trial": t.number, "plan": plan_label(settings, space, plan) if plan else "?", "budget": budget, "value": value, "params": t.params,
                      "_key": (rank, sign * value if value is not None else 0.0, t.number)})
     return sorted(rows, key=lambda r: r["_key"])
 
@@ -75,7 +75,7 @@ def score_figure(rows: list[dict], space, records: list[dict], best: str | None,
     done = [r for r in rows if r["budget"] == "full"]
     fig, ax = plt.subplots(figsize=(7, 4))
     if space.name == "alpha":
-        xs = [int(r["plan"].split("=")[1].rstrip(")")) for r in done]
+        xs = [r["params"]["num_post"] for r in done]
         ax.set_xlabel(f"k (leading Post-LN blocks of {space.num_layers})")
         ax.xaxis.get_major_locator().set_params(integer=True)
     else:
@@ -108,7 +108,7 @@ def report(results_dir, name: str, confidence: float = 0.95) -> str:
     """The report's markdown; also written to ``<study>/report.md`` with the plot ``<study>/score_vs_plan.png``."""
     study, settings, space, cfg = open_study(results_dir, name)
     folder = study_dir(results_dir, name)
-    rows = trial_rows(study, space)
+    rows = trial_rows(study, settings, space)
     metric = get_task(cfg.task.name).primary_metric.name
     records, problems = load_records(folder / "confirm") if (folder / "confirm").is_dir() else ([], [])
     for problem in problems:
@@ -121,7 +121,7 @@ def report(results_dir, name: str, confidence: float = 0.95) -> str:
     best = None
     try:
         trial = best_trial(study)
-        best = space.spec(space.plan_of(trial.params)).label()
+        best = plan_label(settings, space, space.plan_of(trial.params))
     except ConfigError as err:  # no completed trial: the ranked plans are all there is
         text.append(f"No best plan yet: {err}")
     if records and best:
