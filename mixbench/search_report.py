@@ -26,8 +26,8 @@ def trial_rows(study, settings, space) -> list[dict]:
             budget, value, rank = f"pruned at step {t.user_attrs.get('pruned_at_step', last)}", t.intermediate_values.get(last), 1
         else:
             budget, value, rank = t.user_attrs.get("status", state), None, 2
-        rows.append({"trial": t.number, "plan": plan_label(settings, space, plan) if plan else "?", "budget": budget, "value": value, "params": t.params,
-                     "_key": (rank, sign * value if value is not None else 0.0, t.number)})
+        rows.append({"trial": t.number, "plan": plan_label(settings, space, plan) if plan else "?", "budget": budget,
+                     "value": value, "params": t.params, "_key": (rank, sign * value if value is not None else 0.0, t.number)})
     return sorted(rows, key=lambda r: r["_key"])
 
 
