@@ -10,8 +10,13 @@
 #
 # Needs the data of bench/placements_proxy.sh (.data/textmix3, .data/cifar; see its header) and Optuna
 # (pip install -e ".[search]"; a .whl/ folder with the optuna, sqlalchemy, alembic, colorlog, Mako wheels works offline).
-# STUDIES: which studies (default both); TRIALS: trials per study; JOBS: runs at a time a GPU; DRY_RUN=1: print the plan.
-# Output: $RESULTS/search/<study>/ (study.sqlite3, trials/, confirm/, report.md, score_vs_plan.png), $OUT/search_lanes.log.
+# STUDIES: which studies (default both); TRIALS: finished trials per study (a re-run tops the studies up to it; runs of
+# trials cut off by DEADLINE_S are not continued, their trials fail when the heartbeat stops); JOBS: runs at a time a
+# GPU; PHASES: any of search confirm report (default all; a second device call can run "confirm report"); DEADLINE_S:
+# stop what still runs after that many seconds, per phase; DRY_RUN=1: print the plan.
+# Output: $RESULTS/search/<study>/ (study.sqlite3, trials/, confirm/, report.md, score_vs_plan.png; RESULTS=.search is
+# git-ignored, so a second device call on the warm machine continues it), $OUT/search_lanes.log and $OUT/search_runs.tgz
+# (the studies, records, configs, metrics logs and reports; no weights).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${RESULTS:-.search}
@@ -54,21 +59,24 @@ for study in $STUDIES; do
     args=$(study_args "$study") || exit 2
     per_lane=$(( (TRIALS + lanes - 1) / lanes ))
     for _ in $(seq "$lanes"); do  # every lane a process of the same study: they share its SQLite storage
-        echo "mixbench search --study $study --results-dir $RESULTS --trials $per_lane --pruner halving --reduction-factor 2 $args $(data_args "$study")${COMMON[*]}" >> "$plan"
+        echo "mixbench search --study $study --results-dir $RESULTS --trials $per_lane --max-trials $TRIALS --pruner halving --reduction-factor 2 $args $(data_args "$study")${COMMON[*]}" >> "$plan"
     done
 done
 echo "$(grep -c . "$plan") search processes planned ($TRIALS trials a study, $lanes lanes: $GPUS GPU(s) × $JOBS)"
 check=$(head -1 "$plan" | sed 's/^mixbench search /search --dry-run /')
 eval python3 -m mixbench.cli "$check" > /dev/null || { echo "the search settings do not compose"; exit 2; }
 [ "${DRY_RUN:-0}" = 1 ] && { cat "$plan"; exit 0; }
-python3 bench/grid_lanes.py "$plan" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee "$OUT/search_lanes.log"
+PHASES=${PHASES:-"search confirm report"}
+[[ $PHASES != *search* ]] || python3 bench/grid_lanes.py "$plan" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee "$OUT/search_lanes.log"
 confirm=$RESULTS/confirm_plan.txt
 : > "$confirm"
 for study in $STUDIES; do
-    python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --dry-run --results-dir "$RESULTS" >> "$confirm"
+    [[ $PHASES != *confirm* ]] || python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --dry-run --results-dir "$RESULTS" >> "$confirm"
 done
-python3 bench/grid_lanes.py "$confirm" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee -a "$OUT/search_lanes.log"
+[ ! -s "$confirm" ] || python3 bench/grid_lanes.py "$confirm" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee -a "$OUT/search_lanes.log"
 for study in $STUDIES; do
-    python3 -m mixbench.cli search --report "$study" --results-dir "$RESULTS" > /dev/null
+    [[ $PHASES != *report* ]] || python3 -m mixbench.cli search --report "$study" --results-dir "$RESULTS" > /dev/null
 done
 echo "$GPUS × $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" >> "$OUT/search_lanes.log"
+find "$RESULTS" \( -name record.json -o -name config.yaml -o -name metrics.csv -o -name study.sqlite3 -o -name report.md \
+    -o -name score_vs_plan.png -o -name '*plan.txt' \) -print0 | tar czf "$OUT/search_runs.tgz" --null -T -

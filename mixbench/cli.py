@@ -146,7 +146,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         sys.stdout.write(open_plan(settings))
         return 0
-    search(args.results_dir, args.study, settings, args.trials)
+    search(args.results_dir, args.study, settings, args.trials, args.max_trials)
     log.info("see mixbench search --report %s%s", args.study, f" --results-dir {args.results_dir}" if args.results_dir != "results" else "")
     return 0
 
@@ -299,6 +299,8 @@ def add_search_command(sub) -> None:
                            "blocks: every per-block list over --kinds (small L)")
     srch.add_argument("--kinds", help="comma-separated block placements, e.g. sandwich,lns,peri (plan) or pre,post (blocks)")
     srch.add_argument("--trials", type=int, default=20, help="trials this process runs (default 20)")
+    srch.add_argument("--max-trials", type=int, help="stop once the study holds this many finished trials (all processes "
+                                                       "together; a re-run after an interruption tops the study up to it)")
     srch.add_argument("--pruner", choices=PRUNERS, default="halving", help="successive halving (default), Hyperband or none")
     srch.add_argument("--min-steps", type=int, help="the first rung in optimizer steps (e.g. the first validation step)")
     srch.add_argument("--reduction-factor", type=int, default=3, help="rungs grow and survivors shrink by this factor (default 3)")

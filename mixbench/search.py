@@ -158,8 +158,9 @@ def repeat_of(study, trial) -> tuple[int, float] | None:
     return None
 
 
-def search(results_dir, name: str, settings: Settings, trials: int) -> None:
-    """Run ``trials`` more trials of study ``name`` in this process (others may run beside it on the same storage)."""
+def search(results_dir, name: str, settings: Settings, trials: int, max_trials: int | None = None) -> None:
+    """Run ``trials`` more trials of study ``name`` in this process (others may run beside it on the same storage),
+    stopping early once the study holds ``max_trials`` finished trials (all processes together)."""
     optuna = optuna_module()
     from .callbacks import TrialPruning
     from .config import compose
@@ -167,8 +168,8 @@ def search(results_dir, name: str, settings: Settings, trials: int) -> None:
     from .tasks import get_task
     from .train import run
 
-    if trials < 1:
-        raise ConfigError(f"--trials must be at least 1, got {trials}")
+    if trials < 1 or (max_trials is not None and max_trials < 1):
+        raise ConfigError(f"--trials and --max-trials must be at least 1, got {trials} and {max_trials}")
     study, settings, space, cfg = open_study(results_dir, name, settings, seed=sampler_seed(results_dir, name))
     metric = get_task(cfg.task.name).primary_metric.name
     folder = study_dir(results_dir, name)
@@ -196,7 +197,12 @@ def search(results_dir, name: str, settings: Settings, trials: int) -> None:
 
     log.info("study %s: %d trial(s) so far; %d more (%s space, %d plans, %s pruner)", name, len(study.trials), trials,
              settings.space, len(space.plans()), settings.pruner)
-    study.optimize(objective, n_trials=trials, catch=(Exception,))  # a crashed trial: recorded failed, the search goes on
+    if max_trials is not None and len([t for t in study.trials if t.state.is_finished()]) >= max_trials:
+        log.info("study %s already holds %d finished trials (--max-trials %d): nothing to do", name, len(study.trials), max_trials)
+        return
+    finished = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL
+    stop = [optuna.study.MaxTrialsCallback(max_trials, states=finished)] if max_trials is not None else []
+    study.optimize(objective, n_trials=trials, catch=(Exception,), callbacks=stop)  # a crashed trial: recorded failed, the search goes on
 
 
 def sampler_seed(results_dir, name: str) -> int:
