@@ -66,6 +66,8 @@ def test_tiny_search_resumes_from_its_sqlite_file(tmp_path):
     assert main([*args, "--trials", "2"]) == 0  # resumes: the 4 finished trials stay, 2 more are added
     again = optuna.load_study(study_name="tiny", storage=storage).trials
     assert len(again) == 6 and [(t.number, t.state, t.value) for t in again[:4]] == [(t.number, t.state, t.value) for t in first]
+    assert main([*args, "--trials", "3", "--max-trials", "6"]) == 0  # the study already holds 6: nothing runs
+    assert len(optuna.load_study(study_name="tiny", storage=storage).trials) == 6
     assert main(["search", "--study", "tiny", "--space", "alpha", "--results-dir", str(tmp_path), *TINY_LM, "--trials", "1"]) == 2
     assert main(["table", "--results-dir", str(tmp_path), "--format", "csv"]) == 0  # trials are ordinary records
     assert main(["search", "--confirm", "tiny", "--seeds", "2", "--dry-run", "--results-dir", str(tmp_path)]) == 0
