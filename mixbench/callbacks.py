@@ -1,4 +1,4 @@
-"""Lightning callbacks: divergence detection, the validation history, and throughput / MFU logging."""
+"""Lightning callbacks: divergence detection, the validation history, search-trial pruning, and throughput / MFU logging."""
 from __future__ import annotations
 
 import math
@@ -102,6 +102,37 @@ class ValidationHistory(Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.validations = list(state_dict.get("validations", []))
+
+
+class TrialPruning(Callback):
+    """A search trial's multi-fidelity hook (``mixbench search``): reports the primary ``metric`` of every validation
+    inside ``fit`` to the Optuna ``trial`` (step = optimizer step) and stops training where its pruner says so — never
+    at the full budget (within ``BUDGET_TOLERANCE`` of it).  :meth:`annotate` then records the run as ``pruned`` at
+    that step (a run that diverged first stays diverged).  Unlike optuna-integration's callback it does not raise
+    inside ``fit`` (``run`` would record a crash), so the run ends normally and writes an ordinary record."""
+
+    def __init__(self, trial, metric: str):
+        self.trial, self.metric = trial, metric
+        self.pruned_at_step: int | None = None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit" or self.pruned_at_step is not None:
+            return
+        value = trainer.callback_metrics.get(self.metric)
+        if value is None or not math.isfinite(float(value)):
+            return
+        step = trainer.global_step
+        self.trial.report(float(value), step)
+        from .results import BUDGET_TOLERANCE  # a validation this close to the end counts as the full budget (table --at)
+
+        if step < (1 - BUDGET_TOLERANCE) * trainer.estimated_stepping_batches and self.trial.should_prune():
+            self.pruned_at_step = step
+            trainer.should_stop = True
+
+    def annotate(self, record: dict) -> None:
+        record.setdefault("search", {})["pruned_at_step"] = self.pruned_at_step
+        if self.pruned_at_step is not None and record["status"] == "completed":
+            record["status"] = "pruned"
 
 
 class ThroughputMonitor(Callback):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
 
@@ -121,6 +122,40 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
     log.info("see `mixbench table%s`", f" --paper {args.table}" if args.scale == "paper" else "")
     return status
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from .search import Settings, confirmation_runs, optuna_module, search
+
+    optuna_module()  # one clear error when Optuna is missing, before anything is written
+    modes = [m for m in ("confirm", "report") if getattr(args, m)]
+    if len(modes) > 1 or (modes and (args.study or args.overrides)):
+        raise ConfigError("give one of --study NAME [key=value ...] (search), --confirm NAME or --report NAME")
+    if args.report:
+        from .search_report import report
+
+        sys.stdout.write(report(args.results_dir, args.report, args.confidence))
+        return 0
+    if args.confirm:
+        from .runner import run_many, summarize
+
+        argvs = confirmation_runs(args.results_dir, args.confirm, args.seeds)
+        if args.dry_run:
+            sys.stdout.write("".join("mixbench run " + shlex.join(argv) + "\n" for argv in argvs))
+            return 0
+        return summarize(run_many(argvs, args.jobs), f"confirmation of {args.confirm}")
+    if not args.study:
+        raise ConfigError("mixbench search needs --study NAME (or --confirm NAME / --report NAME)")
+    kinds = tuple(k for k in (args.kinds or "").split(",") if k)
+    settings = Settings(args.space, kinds, tuple(args.overrides), args.pruner, args.min_steps, args.reduction_factor)
+    if args.dry_run:
+        from .search import open_plan
+
+        sys.stdout.write(open_plan(settings))
+        return 0
+    search(args.results_dir, args.study, settings, args.trials, args.max_trials)
+    log.info("see mixbench search --report %s%s", args.study, f" --results-dir {args.results_dir}" if args.results_dir != "results" else "")
+    return 0
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -253,6 +288,41 @@ def reproduce_epilog() -> str:
             "  mixbench reproduce table1 --launcher slurm --resume slurm.partition=gpu slurm.gpus_per_node=8 trainer.devices=8\n")
 
 
+def add_search_command(sub) -> None:
+    from .search import PRUNERS
+    from .search_space import SPACES
+
+    srch = sub.add_parser("search", help="search per-block norm plans (Optuna, multi-fidelity), confirm the best with fresh seeds",
+                          formatter_class=Raw,
+                          description="mixbench search --study NAME --space alpha|plan|blocks [--trials N] [key=value ...] | "
+                                      "--confirm NAME [--seeds N] | --report NAME",
+                          epilog="examples:\n  mixbench search --study k24 --space alpha --trials 30 --min-steps 190 task=c4_llama_71m "
+                                 "model.num_layers=24 ...\n"
+                                 "  mixbench search --study tails --space plan --kinds sandwich,lns,peri --trials 40 --min-steps 190 ...\n"
+                                 "  mixbench search --confirm k24 --seeds 3 --jobs 3\n  mixbench search --report k24\n"
+                                 "Needs Optuna: pip install -e \".[search]\"\n")
+    srch.add_argument("overrides", nargs="*", metavar="key=value", help="settings of every trial, as for mixbench run")
+    srch.add_argument("--study", help="the study's name: <results-dir>/search/NAME/ (an existing study resumes)")
+    srch.add_argument("--space", choices=SPACES, default="alpha",
+                      help="alpha: Mix-LN's num_post k in 0..L; plan: k post, then pre, the last j of a --kinds kind; "
+                           "blocks: every per-block list over --kinds (small L)")
+    srch.add_argument("--kinds", help="comma-separated block placements, e.g. sandwich,lns,peri (plan) or pre,post (blocks)")
+    srch.add_argument("--trials", type=int, default=20, help="trials this process runs (default 20)")
+    srch.add_argument("--max-trials", type=int, help="stop once the study holds this many finished trials (all processes "
+                                                       "together; a re-run after an interruption tops the study up to it)")
+    srch.add_argument("--pruner", choices=PRUNERS, default="halving", help="successive halving (default), Hyperband or none")
+    srch.add_argument("--min-steps", type=int, help="the first rung in optimizer steps (e.g. the first validation step)")
+    srch.add_argument("--reduction-factor", type=int, default=3, help="rungs grow and survivors shrink by this factor (default 3)")
+    srch.add_argument("--confirm", metavar="NAME", help="re-run the study's best plan, pre and mix(α=0.25) with fresh seeds")
+    srch.add_argument("--seeds", type=int, default=3, help="--confirm: seeds per arm, none of them the search seed (default 3)")
+    srch.add_argument("--jobs", type=int, default=1, help="--confirm: runs at a time, as subprocesses")
+    srch.add_argument("--report", metavar="NAME", help="print the ranked plans and the confirmation table; write report.md and a plot")
+    srch.add_argument("--confidence", type=float, default=0.95, help="--report: level of the Welch intervals")
+    srch.add_argument("--results-dir", default="results", help="where studies live (<results-dir>/search/NAME)")
+    srch.add_argument("--dry-run", action="store_true", help="check the settings, list the space's plans / the confirmation runs, run nothing")
+    srch.set_defaults(func=cmd_search)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -309,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--launcher", choices=LAUNCHERS, default="local", help="local (this machine) or slurm (one SLURM job per "
                                                                            "run through submitit; settings: slurm.*, e.g. slurm.partition=gpu)")
     rep.set_defaults(func=cmd_reproduce)
+    add_search_command(sub)
     ana = sub.add_parser("analyze", help="per-block gradient norms, angular distance, layer-pruning drop", formatter_class=Raw,
                          epilog="examples:\n  mixbench analyze grad-norm task=llama_lm model=llama_71m model.num_layers=24 norm=pre,post,mix\n"
                                 "  mixbench analyze angular --run results/runs/llama_lm/llama_tiny/mix_alpha=0.25/seed0-...\n"

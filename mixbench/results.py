@@ -17,7 +17,7 @@ from .errors import ConfigError, MixbenchError
 
 SCHEMA = "mixbench.result/1"
 REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
-STATUSES = ("completed", "diverged", "stalled", "failed")
+STATUSES = ("completed", "diverged", "stalled", "failed", "pruned")  # pruned: a search trial its pruner stopped early
 
 
 class RecordError(MixbenchError):
@@ -231,7 +231,7 @@ class Cell:
         return sep.join(t for t in (self.summary(digits), self.delta_text(digits)) if t)
 
 
-NOT_FINISHED = ("diverged", "stalled", "failed")
+NOT_FINISHED = ("diverged", "stalled", "failed", "pruned")
 
 
 def _num(x: float, digits: int) -> str:
@@ -383,8 +383,9 @@ def legend(table: Table, best: str = "bold") -> str:
                  "fewer than 2 finished seeds), * = the interval excludes 0. ")
     elif table.baseline:
         text += f"No baseline row {table.baseline!r} in any column: no Δ. "
-    return text + ("k/n diverged (likewise stalled, and failed = crashed) = k of the cell's n seeds ended so (a seed's "
-                   f"latest record decides); the mean is over the finished seeds only. {best} = best mean of the column.")
+    return text + ("k/n diverged (likewise stalled, pruned = a search trial its pruner stopped early, and failed = crashed) "
+                   "= k of the cell's n seeds ended so (a seed's latest record decides); the mean is over the finished seeds "
+                   f"only. {best} = best mean of the column.")
 
 
 def _header(table: Table, col: str) -> str:

@@ -24,6 +24,7 @@ from .analysis.gradnorm import GradNormMonitor
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .config import norm_spec
+from .layers.placements import plan_summary
 from .contracts import BenchDataModule, check_contract
 from .data import get_datamodule_class
 from .errors import ConfigError
@@ -219,9 +220,12 @@ def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) ->
     }
 
 
-def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
+def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = (), record_extra: dict | None = None) -> dict:
     """Train + evaluate ``cfg`` (from :func:`mixbench.config.compose`); returns the record (written by rank 0).
-    ``command``: the command line that asked for it, stored in the record (None from the Python API)."""
+    ``command``: the command line that asked for it, stored in the record (None from the Python API).
+    ``callbacks``: extra Lightning callbacks of this run; one with an ``annotate(record)`` method may amend the record
+    after its status is decided (e.g. a search trial stopped by its pruner).  ``record_extra``: fields added to the
+    record (e.g. ``{"search": {...}}``)."""
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     spec = norm_spec(cfg)
     task = get_task(cfg.task.name)
@@ -229,10 +233,11 @@ def run(cfg: DictConfig, command: list[str] | None = None) -> dict:
     preflight(cfg)
     run_dir = run_directory(cfg, spec.label())
     with nullcontext() if is_child_rank() else RunLock(run_dir):
-        return _run_locked(cfg, command, run_dir, spec, task, started, t0)
+        return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra)
 
 
-def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec, task, started: datetime, t0: float) -> dict:
+def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec, task, started: datetime, t0: float,
+                callbacks: tuple = (), record_extra: dict | None = None) -> dict:
     """:func:`run` in its run folder, whose lock this process holds."""
     done = finished_record(run_dir) if cfg.resume == "auto" else None
     if done is not None:
@@ -247,6 +252,7 @@ def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec,
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     record = new_record(cfg, spec, task, run_dir, started)
     record["command"] = command
+    record.update(record_extra or {})
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build_datamodule(cfg)
@@ -270,7 +276,7 @@ def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec,
             model.compile()
         module = build_lightning_module(cfg, model, datamodule)
         record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
-        trainer = build_trainer(cfg, run_dir, [divergence, throughput, history, *extra], block_class=type(model.blocks[0]))
+        trainer = build_trainer(cfg, run_dir, [divergence, throughput, history, *extra, *callbacks], block_class=type(model.blocks[0]))
         trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint)
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
@@ -304,6 +310,9 @@ def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec,
         elif reason:
             log.warning("%s", reason)
             record.setdefault("warnings", []).append(reason)
+        for callback in callbacks:
+            if hasattr(callback, "annotate"):
+                callback.annotate(record)
         if cfg.save_weights and primary:
             record["weights"] = str(save_weights(model, run_dir, description).name)
         for monitor in extra:
@@ -346,16 +355,3 @@ def model_label(name: str, options: dict) -> str:
 
     changed = {k: v for k, v in options.items() if model_defaults(name).get(k) != v and k not in KERNEL_ONLY_OPTIONS}
     return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + "]" if changed else "")
-
-
-def plan_summary(plan: list[str]) -> str:
-    """['post','post','pre','pre','pre'] → 'post×2 pre×3'."""
-    parts, prev, count = [], None, 0
-    for p in [*plan, None]:
-        if p == prev:
-            count += 1
-            continue
-        if prev is not None:
-            parts.append(f"{prev}×{count}")
-        prev, count = p, 1
-    return " ".join(parts)

@@ -135,7 +135,7 @@ def load_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict | No
 
 
 def _plan_text(plan) -> str:
-    from .train import plan_summary
+    from .layers.placements import plan_summary
 
     return plan_summary(list(plan)) if plan else "?"
 

@@ -69,3 +69,11 @@ def test_print_config_and_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "vit_small" in out and "llama_1b" in out and "deepnorm" in out
+
+
+def test_search_without_optuna_is_one_clear_error(tmp_path, caplog, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna raises ImportError
+    assert main(["search", "--study", "s", "--results-dir", str(tmp_path), "task=llama_lm", "model=llama_debug"]) == 2
+    assert 'pip install -e ".[search]"' in caplog.text and not (tmp_path / "search").exists()

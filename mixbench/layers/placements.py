@@ -336,6 +336,19 @@ class Custom(Placement):
         return list(spec.layers)
 
 
+def plan_summary(plan: list[str]) -> str:
+    """['post','post','pre','pre','pre'] → 'post×2 pre×3'."""
+    parts, prev, count = [], None, 0
+    for p in [*plan, None]:
+        if p == prev:
+            count += 1
+            continue
+        if prev is not None:
+            parts.append(f"{prev}×{count}")
+        prev, count = p, 1
+    return " ".join(parts)
+
+
 # ------------------------------------------------------------------------------------- placements beyond the paper
 # Formulas, inits and official code: /work/shared/notes/beyond-paper-placements.md (summarised in the README).
 @register_placement

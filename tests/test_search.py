@@ -1,0 +1,169 @@
+"""mixbench search: the plan grammar, a tiny multi-fidelity study that resumes from its SQLite file, a pruned trial's
+record, the confirmation runs and the report."""
+import json
+
+import pytest
+
+from mixbench.cli import main
+from mixbench.errors import ConfigError
+from mixbench.layers.placement import NormSpec
+from mixbench.search_space import Space, grammar_plans
+
+optuna = pytest.importorskip("optuna")
+
+TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=4", "trainer.val_check_interval=2",
+           "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false",
+           "save_weights=false"]
+
+
+def test_plan_grammar_for_small_depths():
+    assert grammar_plans(2, ("sandwich",)) == [
+        ("pre", "pre"), ("pre", "sandwich"), ("sandwich", "sandwich"),
+        ("post", "pre"), ("post", "sandwich"), ("post", "post")]
+    for L in (1, 3, 4):
+        plans = grammar_plans(L, ("sandwich", "lns"))
+        assert len(plans) == len(set(plans)) == (L + 1) + 2 * L * (L + 1) // 2  # k = 0..L; j = 1..L-k per kind
+        for plan in plans:
+            k = next((i for i, p in enumerate(plan) if p != "post"), L)
+            rest = plan[k:]
+            assert len(set(rest) - {"pre"}) <= 1 and list(rest) == sorted(rest, key=lambda p: p != "pre")  # pre, then one kind
+            assert NormSpec(placement="custom", layers=plan).plan(L) == list(plan)
+    space = Space("alpha", 3)
+    assert [space.overrides(p) for p in space.plans()][1] == ["norm=mix", "norm.num_post=1"]
+    assert space.spec(space.plans()[3]).plan(3) == ["post"] * 3
+    assert len(Space("blocks", 3, ("pre", "post")).plans()) == 8
+    assert NormSpec(placement="custom", layers=("post", "pre", "pre")).label() == "custom[po,pr,pr]"  # one table row per plan
+    with pytest.raises(ConfigError, match="unknown block placement"):
+        Space("plan", 3, ("sandwhich",))
+    with pytest.raises(ConfigError, match="at most 4096"):
+        Space("blocks", 24, ("pre", "post"))
+
+
+def trial_records(folder):
+    return {r["search"]["trial"]: r for r in map(lambda p: json.loads(p.read_text()), folder.rglob("record.json"))}
+
+
+def test_tiny_search_resumes_from_its_sqlite_file(tmp_path):
+    args = ["search", "--study", "tiny", "--space", "alpha", "--pruner", "halving", "--min-steps", "2", "--reduction-factor", "2",
+            "--results-dir", str(tmp_path), *TINY_LM]
+    assert main([*args, "--trials", "4"]) == 0
+    folder = tmp_path / "search" / "tiny"
+    storage = f"sqlite:///{folder / 'study.sqlite3'}"
+    first = optuna.load_study(study_name="tiny", storage=storage).trials
+    assert len(first) == 4 and all(t.state.is_finished() for t in first)
+    records = trial_records(folder / "trials")
+    for t in first:
+        if "repeat_of" in t.user_attrs:  # the same plan with the search seed: not trained again
+            continue
+        r = records[t.number]
+        assert r["search"]["study"] == "tiny" and r["search"]["params"] == t.params
+        assert r["norm"]["plan"] == ["post"] * t.params["num_post"] + ["pre"] * (len(r["norm"]["plan"]) - t.params["num_post"])
+        if t.state == optuna.trial.TrialState.PRUNED:  # stopped at the first rung, recorded so
+            assert r["status"] == "pruned" and r["steps"] == 2 and r["search"]["pruned_at_step"] == 2
+        else:
+            assert t.state == optuna.trial.TrialState.COMPLETE and r["status"] == "completed" and r["steps"] == 4
+            assert t.value == pytest.approx(r["primary_metric"]["value"]) and t.intermediate_values.keys() <= {2, 4}
+    assert main([*args, "--trials", "2"]) == 0  # resumes: the 4 finished trials stay, 2 more are added
+    again = optuna.load_study(study_name="tiny", storage=storage).trials
+    assert len(again) == 6 and [(t.number, t.state, t.value) for t in again[:4]] == [(t.number, t.state, t.value) for t in first]
+    assert main([*args, "--trials", "3", "--max-trials", "6"]) == 0  # the study already holds 6: nothing runs
+    assert len(optuna.load_study(study_name="tiny", storage=storage).trials) == 6
+    assert main(["search", "--study", "tiny", "--space", "alpha", "--results-dir", str(tmp_path), *TINY_LM, "--trials", "1"]) == 2
+    assert main(["table", "--results-dir", str(tmp_path), "--format", "csv"]) == 0  # trials are ordinary records
+    assert main(["search", "--confirm", "tiny", "--seeds", "2", "--dry-run", "--results-dir", str(tmp_path)]) == 0
+
+
+def test_a_pruned_trial_is_recorded_as_pruned_at_its_step(tmp_path):
+    from mixbench.callbacks import TrialPruning
+    from mixbench.config import compose
+    from mixbench.train import run
+
+    class AlwaysPrune:
+        reported = []
+
+        def report(self, value, step):
+            self.reported.append(step)
+
+        def should_prune(self):
+            return True
+
+    trial = AlwaysPrune()
+    record = run(compose([*TINY_LM, f"results_dir={tmp_path}"]), callbacks=(TrialPruning(trial, "val/loss"),),
+                 record_extra={"search": {"study": "s", "trial": 0}})
+    assert record["status"] == "pruned" and record["steps"] == 2 and record["budget"]["stopped_early"]
+    assert record["search"] == {"study": "s", "trial": 0, "pruned_at_step": 2} and trial.reported == [2]
+    assert json.loads((tmp_path.glob("runs/*/*/*/*/record.json").__next__()).read_text())["status"] == "pruned"
+
+
+def synthetic(folder, norm: dict, label: str, seed: int, value: float):
+    from mixbench.results import SCHEMA, write_record
+
+    run = folder / "confirm" / "runs" / label / f"seed{seed}"
+    write_record({"schema": SCHEMA, "task": "llama_lm", "family": "llama", "model": {"name": "llama_debug"}, "norm": {**norm, "label": label},
+                  "seed": seed, "status": "completed", "metrics": {"val/loss": value}, "scale": "embedded",
+                  "primary_metric": {"name": "val/loss", "higher_is_better": False, "value": value}, "dataset": {"name": "tiny"},
+                  "started_at": "2026-11-27T00:00:00"}, run / "record.json")
+
+
+def test_report_on_synthetic_records(tmp_path, capsys):
+    from mixbench.search import Settings, open_study
+
+    settings = Settings("alpha", (), tuple(TINY_LM), "halving", 2, 2)
+    study, _, space, _ = open_study(tmp_path, "syn", settings)
+    dist = {"num_post": optuna.distributions.IntDistribution(0, space.num_layers)}
+    study.add_trial(optuna.trial.create_trial(params={"num_post": 1}, distributions=dist, value=5.0, intermediate_values={2: 6.0}))
+    study.add_trial(optuna.trial.create_trial(params={"num_post": 0}, distributions=dist, value=5.5))
+    study.add_trial(optuna.trial.create_trial(params={"num_post": 2}, distributions=dist, state=optuna.trial.TrialState.PRUNED,
+                                              intermediate_values={2: 7.0}, user_attrs={"pruned_at_step": 2}))
+    folder = tmp_path / "search" / "syn"
+    for seed, (best, pre, mix) in zip((1, 2, 3), ((5.0, 6.0, 5.05), (5.1, 6.1, 5.0), (4.9, 6.2, 5.1))):
+        synthetic(folder, {"placement": "mix", "num_post": 1}, "mix(post=1)", seed, best)
+        synthetic(folder, {"placement": "pre"}, "pre", seed, pre)
+        synthetic(folder, {"placement": "mix", "num_post": None, "alpha": 0.25}, "mix(α=0.25)", seed, mix)
+    assert main(["search", "--report", "syn", "--results-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    ranked = out.split("## Ranked plans")[1].split("## Confirmation")[0]
+    assert ranked.index("mix(post=1)") < ranked.index("mix(post=0)") < ranked.index("pruned at step 2")
+    assert "- mix(post=1) beats pre: Δ -1.1 [" in out and "the interval excludes 0" in out
+    assert "- mix(post=1) does NOT beat mix(α=0.25) with an interval excluding 0" in out
+    assert (folder / "report.md").read_text() == out and (folder / "score_vs_plan.png").stat().st_size > 10_000
+    assert main(["search", "--confirm", "syn", "--seeds", "3", "--dry-run", "--results-dir", str(tmp_path)]) == 0
+    runs = capsys.readouterr().out.splitlines()
+    assert len(runs) == 9 and {r.split("seed=")[1].split()[0] for r in runs} == {"1", "2", "3"}  # never the search seed 0
+    assert sum("norm.num_post=1" in r for r in runs) == 3 and sum("norm.alpha=0.25" in r for r in runs) == 3
+
+
+def test_proxy_search_script_plans_both_studies(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DRY_RUN": "1", "GPUS": "2", "JOBS": "2", "TRIALS": "8", "RESULTS": str(tmp_path),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(root / "bench" / "search_proxy.sh")], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("mixbench search")]
+    assert len(lines) == 8 and all("--trials 2 " in line and "compile=true" in line for line in lines)  # 4 lanes × 2 studies
+    llama = [line for line in lines if "--study llama24_alpha" in line]
+    assert len(llama) == 4 and "model.num_layers=24 " in llama[0] and "trainer.max_steps=760 " in llama[0] and "--min-steps 380" in llama[0]
+    assert "norm=" not in llama[0] and "seed=" not in llama[0]
+    vit = [line for line in lines if "--study vit_plan" in line]
+    assert "--space plan --kinds hybrid,sandwich --min-steps 464" in vit[0] and "data=cifar10_proxy" in vit[0]
+    assert not (tmp_path / "search").exists()  # a dry run starts no study
+
+
+@pytest.mark.slow
+def test_tiny_search_confirm_and_report_end_to_end(tmp_path, capsys):
+    args = ["--results-dir", str(tmp_path)]
+    assert main(["search", "--study", "e2e", "--space", "alpha", "--pruner", "none", "--trials", "2", *args, *TINY_LM]) == 0
+    assert main(["search", "--confirm", "e2e", "--seeds", "2", *args]) == 0
+    records = [json.loads(p.read_text()) for p in (tmp_path / "search" / "e2e" / "confirm").rglob("record.json")]
+    assert len(records) == 6 and {r["seed"] for r in records} == {1, 2} and {r["status"] for r in records} == {"completed"}
+    assert main(["search", "--confirm", "e2e", "--seeds", "2", *args]) == 0  # finished runs are skipped, none added
+    assert len(list((tmp_path / "search" / "e2e" / "confirm").rglob("record.json"))) == 6
+    capsys.readouterr()
+    assert main(["search", "--report", "e2e", *args]) == 0
+    out = capsys.readouterr().out
+    assert "### against pre" in out and "### against mix(α=0.25)" in out and out.count(" vs ") + out.count("beats") >= 2
