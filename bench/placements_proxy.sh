@@ -10,9 +10,11 @@
 #   .data/cifar/cifar10_bigbench.npz   (../shared/data/cifar10-test: the official CIFAR-10 test set)
 #   .whl/ with the datasets / omegaconf wheels where those are not installed (bench/table2_proxy_wheels.sh)
 # PREPEND / APPEND: files of extra `mixbench run` lines run before / after the grid (diagnoses, ablations).
-# DEADLINE_S: stop what still runs after that many seconds (runs use resume=auto: the next call continues them).
+# DEADLINE_S: stop what still runs that many seconds after this script started — unpacking and tokenising included, so
+# a device call's limit holds (runs use resume=auto: the next call continues them).
 # Output: $OUT/placements_runs.tgz (records, configs, metrics logs; no weights) and $OUT/lanes.log.
 set -uo pipefail
+script_start=$(date +%s)
 cd "$(dirname "$0")/.."
 RESULTS=${RESULTS:-.grid}
 OUT=${OUT:-results/proxy/placements}
@@ -48,7 +50,9 @@ echo "$(grep -c . "$plan") runs planned on $GPUS GPU(s), $JOBS a GPU"
 # tokenize the corpus once, before the runs would each build the same cache
 grep -q task=c4_llama "$plan" && python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
     task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${TEXT[@]}"
-python3 bench/grid_lanes.py "$plan" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee "$OUT/lanes.log"
+deadline=0  # grid_lanes counts from its own start: hand it what is left of DEADLINE_S
+[ "${DEADLINE_S:-0}" -gt 0 ] && deadline=$(( DEADLINE_S - ($(date +%s) - script_start) )) && [ "$deadline" -lt 1 ] && deadline=1
+python3 bench/grid_lanes.py "$plan" --gpus "$GPUS" --jobs "$JOBS" --deadline "$deadline" --logs "$RESULTS/logs" 2>&1 | tee "$OUT/lanes.log"
 status=${PIPESTATUS[0]}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "$GPUS × $gpu" >> "$OUT/lanes.log"
