@@ -10,6 +10,7 @@
 #   .data/cifar/cifar10_bigbench.npz   (../shared/data/cifar10-test: the official CIFAR-10 test set)
 #   .whl/ with the datasets / omegaconf wheels where those are not installed (bench/table2_proxy_wheels.sh)
 # PREPEND / APPEND: files of extra `mixbench run` lines run before / after the grid (diagnoses, ablations).
+# Order: the non-LLaMA lines first (VISION_JOBS a GPU, default JOBS) while the corpus tokenises, then the LLaMA lines.
 # DEADLINE_S: stop what still runs that many seconds after this script started — unpacking and tokenising included, so
 # a device call's limit holds (runs use resume=auto: the next call continues them).
 # Output: $OUT/placements_runs.tgz (records, configs, metrics logs; no weights) and $OUT/lanes.log.
@@ -45,15 +46,32 @@ plan=$RESULTS/plan.txt
       --only task=in1k_vit_tiny $ONLY "${IMAGES[@]}" "${COMMON[@]}"
   [ -z "${APPEND:-}" ] || cat "$APPEND"
 } > "$plan" || { echo "could not plan the grid"; exit 2; }
-echo "$(grep -c . "$plan") runs planned on $GPUS GPU(s), $JOBS a GPU"
+echo "$(grep -c "^mixbench" "$plan") runs planned on $GPUS GPU(s), $JOBS a GPU"
 [ "${DRY_RUN:-0}" = 1 ] && { cat "$plan"; exit 0; }
-# tokenize the corpus once, before the runs would each build the same cache
-grep -q task=c4_llama "$plan" && python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
-    task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${TEXT[@]}"
-deadline=0  # grid_lanes counts from its own start: hand it what is left of DEADLINE_S
-[ "${DEADLINE_S:-0}" -gt 0 ] && deadline=$(( DEADLINE_S - ($(date +%s) - script_start) )) && [ "$deadline" -lt 1 ] && deadline=1
-python3 bench/grid_lanes.py "$plan" --gpus "$GPUS" --jobs "$JOBS" --deadline "$deadline" --logs "$RESULTS/logs" 2>&1 | tee "$OUT/lanes.log"
-status=${PIPESTATUS[0]}
+# LLaMA runs wait for the corpus to be tokenised once (a cache the runs share); the plan's other runs (ViT) go first,
+# while it tokenises in the background (VISION_JOBS of them a GPU)
+grep 'task=c4_llama' "$plan" > "$RESULTS/plan_lm.txt"
+grep -v 'task=c4_llama' "$plan" > "$RESULTS/plan_other.txt"
+tokenizer_pid=
+[ -s "$RESULTS/plan_lm.txt" ] && { python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
+    task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${TEXT[@]}" > "$RESULTS/tokenize.log" 2>&1 & tokenizer_pid=$!; }
+left() {  # what is left of DEADLINE_S (grid_lanes counts from its own start; 0: no deadline)
+    [ "${DEADLINE_S:-0}" -gt 0 ] || { echo 0; return; }
+    local s=$(( DEADLINE_S - ($(date +%s) - script_start) )); [ "$s" -lt 1 ] && s=1; echo "$s"
+}
+status=0
+: > "$OUT/lanes.log"
+if [ -s "$RESULTS/plan_other.txt" ]; then
+    python3 bench/grid_lanes.py "$RESULTS/plan_other.txt" --gpus "$GPUS" --jobs "${VISION_JOBS:-$JOBS}" --deadline "$(left)" \
+        --logs "$RESULTS/logs/other" 2>&1 | tee -a "$OUT/lanes.log"
+    status=${PIPESTATUS[0]}
+fi
+if [ -n "$tokenizer_pid" ]; then
+    wait "$tokenizer_pid" || { echo "tokenising the corpus failed: $RESULTS/tokenize.log"; tail -5 "$RESULTS/tokenize.log"; status=2; }
+    python3 bench/grid_lanes.py "$RESULTS/plan_lm.txt" --gpus "$GPUS" --jobs "$JOBS" --deadline "$(left)" \
+        --logs "$RESULTS/logs/lm" 2>&1 | tee -a "$OUT/lanes.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "$GPUS × $gpu" >> "$OUT/lanes.log"
 find "$RESULTS" \( -name record.json -o -name config.yaml -o -name metrics.csv -o -name 'run*.log' \) -print0 \
