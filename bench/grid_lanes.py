@@ -2,9 +2,10 @@
 them) over the machine's GPUs: ``--jobs`` runs at a time on each GPU, each pinned to its GPU
 (``CUDA_VISIBLE_DEVICES``) and to its own share of the CPU cores (``taskset``), taken from one queue in plan order.
 
-``--deadline S`` stops what still runs S seconds after the start (SIGTERM to each run's process group, then SIGKILL)
-so that a device call with a hard time limit can still pack what finished; runs started with ``resume=auto`` continue
-in their folders next time.  Prints one line per run (start, end, exit status, seconds) and a summary.
+``--deadline S`` stops what still runs S seconds after the start: SIGTERM to each run, which checkpoints at its next
+step boundary and exits 75, then, after ``--grace`` seconds, SIGKILL to what is left of its process group.  A device
+call with a hard time limit can then still pack what finished; runs started with ``resume=auto`` continue from their
+checkpoints next time.  Prints one line per run (start, end, exit status, seconds) and a summary.
 
     python3 bench/grid_lanes.py plan.txt --gpus 4 --jobs 3 --deadline 540 --logs .grid/logs
 """
@@ -29,6 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, required=True, help="GPUs to use (0..N-1)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time on each GPU")
     parser.add_argument("--deadline", type=float, default=0, help="stop every run still going after this many seconds (0: none)")
+    parser.add_argument("--grace", type=float, default=30, help="seconds a stopped run has to checkpoint before it is killed")
     parser.add_argument("--logs", default="grid_logs", help="folder for each run's console")
     parser.add_argument("--python", default=sys.executable, help="python that runs `-m mixbench.cli` (default: this one)")
     return parser.parse_args(argv)
@@ -67,16 +69,20 @@ def main(argv=None) -> int:
     running: dict[int, tuple[subprocess.Popen, int, float]] = {}  # lane → (process, plan index, start)
     results: list[tuple[int, int | None, float]] = []
     start, index, stopped = time.monotonic(), 0, False
-    while queue[index:] or running:
+    while (queue[index:] and not stopped) or running:  # after the deadline: until the stopped runs have ended
         if args.deadline and not stopped and time.monotonic() - start > args.deadline:
             stopped = True
             log.info("deadline of %.0f s reached: stopping %d run(s), %d not started", args.deadline, len(running), len(queue) - index)
+            for proc, _, _ in running.values():  # the run itself: it checkpoints at the step boundary and exits 75
+                proc.send_signal(signal.SIGTERM)  # (its whole group would kill the data workers under it first)
+            grace_end = time.monotonic() + args.grace
+            while time.monotonic() < grace_end and any(proc.poll() is None for proc, _, _ in running.values()):
+                time.sleep(1)
             for proc, _, _ in running.values():
-                os.killpg(proc.pid, signal.SIGTERM)
-            time.sleep(10)
-            for proc, _, _ in running.values():
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # what is left of each run: workers, compile pools
+                except ProcessLookupError:
+                    pass
         while free and index < len(queue) and not stopped:
             lane = free.pop(0)
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(lane // args.jobs)}

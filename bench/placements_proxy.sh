@@ -12,7 +12,8 @@
 # PREPEND / APPEND: files of extra `mixbench run` lines run before / after the grid (diagnoses, ablations).
 # Order: the non-LLaMA lines first (VISION_JOBS a GPU, default JOBS) while the corpus tokenises, then the LLaMA lines.
 # DEADLINE_S: stop what still runs that many seconds after this script started — unpacking and tokenising included, so
-# a device call's limit holds (runs use resume=auto: the next call continues them).
+# a device call's limit holds (runs use resume=auto: the next call continues them).  Leave ~45 s of the call's limit
+# after it: stopped runs get 30 s to checkpoint (grid_lanes.py --grace), then the records are packed.
 # Output: $OUT/placements_runs.tgz (records, configs, metrics logs; no weights) and $OUT/lanes.log.
 set -uo pipefail
 script_start=$(date +%s)
