@@ -27,11 +27,11 @@ from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E40
 from rows import free_device_memory, text_table  # noqa: E402
 
 from mixbench import build_model  # noqa: E402
-from mixbench.callbacks import peak_flops  # noqa: E402
-from mixbench.errors import ConfigError  # noqa: E402
+from mixbench.training.callbacks import peak_flops  # noqa: E402
+from mixbench.core.errors import ConfigError  # noqa: E402
 from mixbench.models.llama import llama_config  # noqa: E402
-from mixbench.precision import FP8_RECIPES, check_fp8_runtime, convert_fp8  # noqa: E402
-from mixbench.provenance import git_commit, package_versions  # noqa: E402
+from mixbench.training.precision import FP8_RECIPES, check_fp8_runtime, convert_fp8  # noqa: E402
+from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
 
 log = logging.getLogger("fp8_throughput")
 

@@ -35,7 +35,7 @@ from PIL import Image
 
 from mixbench.data import ASSETS_DIR
 from mixbench.data.folders import ImageFolderDataModule
-from mixbench.provenance import git_commit, package_versions
+from mixbench.results.provenance import git_commit, package_versions
 
 log = logging.getLogger("image_loader")
 CPUS = len(os.sched_getaffinity(0))  # the cores this process may use (taskset), not the machine's

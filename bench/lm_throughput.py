@@ -37,12 +37,12 @@ import torch.nn.functional as F
 import kernel_profile  # bench/ is this script's directory
 from rows import add_ratios, fmt, free_device_memory, text_table
 from mixbench import build_model
-from mixbench.callbacks import peak_flops
-from mixbench.constants import IGNORE_INDEX
-from mixbench.lit.lm import causal_lm_loss_sum
+from mixbench.training.callbacks import peak_flops
+from mixbench.core.constants import IGNORE_INDEX
+from mixbench.training.lit.lm import causal_lm_loss_sum
 from mixbench.models.llama import SwiGLU, CausalSelfAttention, llama_config
 from mixbench.layers.attention import causal_attention, project_qkv
-from mixbench.provenance import git_commit, package_versions
+from mixbench.results.provenance import git_commit, package_versions
 
 log = logging.getLogger("lm_throughput")
 AUTOTUNE = "max-autotune-no-cudagraphs"

@@ -1,7 +1,7 @@
 """Multi-GPU scaling of ``mixbench run``: DDP on 2 GPUs against 1 for llama_130m and vit_small, and FSDP for llama_1b.
 
 Each row is a short ``mixbench run`` (paper recipe, ``compile=true``, bf16-mixed) in its own process; its speed is
-the trainer's own ``perf/items_per_sec`` (tokens or images per second over all GPUs, :class:`mixbench.callbacks.ThroughputMonitor`):
+the trainer's own ``perf/items_per_sec`` (tokens or images per second over all GPUs, :class:`mixbench.training.callbacks.ThroughputMonitor`):
 the median of the logged windows after the first (which holds compilation).  Peak memory per GPU is ``nvidia-smi``'s
 ``memory.used`` sampled every 0.5 s (CUDA context and the caching allocator's reserve included).  The two 1-GPU rows
 run side by side (one on each GPU of ``--gpus``), then the 2-GPU rows one after the other.  Prints a table with the 2-GPU / 1-GPU
@@ -38,8 +38,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from mixbench.config import compose  # noqa: E402
-from mixbench.provenance import git_commit, package_versions  # noqa: E402
+from mixbench.training.config import compose  # noqa: E402
+from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from image_loader import write_jpegs  # noqa: E402

@@ -7,7 +7,7 @@ One GPU, one model and batch, in this order on the same card:
 2. **trainer rate** — ``mixbench run task=c4_pretrain model=<model>`` on real text (``--text``, packed ``--seq`` tokens, the embedded
    tokenizer) with the same micro-batch and no gradient accumulation (``data.global_batch_size`` = ``--batch``),
    ``compile=true``, bf16-mixed: the median of the ``perf/items_per_sec`` windows the trainer logs after the first
-   (:class:`mixbench.callbacks.ThroughputMonitor`: Lightning's loop, data loading, logging and the learning-rate
+   (:class:`mixbench.training.callbacks.ThroughputMonitor`: Lightning's loop, data loading, logging and the learning-rate
    schedule included; validation excluded).
 
 Prints both and their ratio (the target is ≥ 0.95) and writes JSON (``--out``) with the card, versions and commit.
@@ -31,7 +31,7 @@ from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E40
 from multi_gpu import window_throughputs  # noqa: E402
 from rows import fmt, free_device_memory, text_table  # noqa: E402
 from mixbench import build_model  # noqa: E402
-from mixbench.provenance import git_commit, package_versions  # noqa: E402
+from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
 
 log = logging.getLogger("trainer_rate")
 REPO = Path(__file__).resolve().parents[1]

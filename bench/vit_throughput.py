@@ -44,8 +44,8 @@ from mixbench import build_model
 from kernel_profile import profile_table  # bench/ is this script's directory
 from rows import add_ratios, fmt, free_device_memory, text_table
 from mixbench.models.vit import VIT_PRESETS
-from mixbench.optim import build_optimizer
-from mixbench.provenance import git_commit, package_versions
+from mixbench.training.optim import build_optimizer
+from mixbench.results.provenance import git_commit, package_versions
 
 log = logging.getLogger("vit_throughput")
 

@@ -21,7 +21,7 @@ def compose(args: list[str] | None = None, /, *, project: str | Path | None = No
     line: strings are parsed as YAML, other values formatted as YAML)."""
     from omegaconf import OmegaConf
 
-    from .config import compose as compose_args
+    from .training.config import compose as compose_args
 
     def as_text(value) -> str:
         return value if isinstance(value, str) else OmegaConf.to_yaml(OmegaConf.create({"v": value})).strip()[3:]
@@ -32,7 +32,7 @@ def compose(args: list[str] | None = None, /, *, project: str | Path | None = No
 
 def run(cfg: DictConfig) -> dict:
     """Train and evaluate one composed config; returns its result record (also written to its run folder)."""
-    from .train import run as run_config
+    from .training.run import run as run_config
 
     return run_config(cfg)
 
@@ -40,7 +40,7 @@ def run(cfg: DictConfig) -> dict:
 def load_records(results_dir: str | Path = "results"):
     """Every result record under ``results_dir`` as a pandas DataFrame, one row per run (unreadable records are
     logged and skipped, as ``mixbench table`` does)."""
-    from .results import load_records_frame
+    from .results.table import load_records_frame
 
     frame, problems = load_records_frame(results_dir)
     for problem in problems:

@@ -26,7 +26,7 @@ def _only_run(results: Path) -> Path:
 @pytest.fixture(scope="session")
 def pretrain_run(tmp_path_factory) -> Path:
     if "pretrain" not in _RUNS:
-        from mixbench.cli import main
+        from mixbench.cli.app import main
 
         results = tmp_path_factory.mktemp("pretrain")
         assert main(["run", "task=llama_lm", *TINY, "norm=mix", "norm.alpha=0.5", "trainer.max_steps=2", "trainer.val_check_interval=2",
@@ -38,7 +38,7 @@ def pretrain_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sft_run(tmp_path_factory, pretrain_run) -> Path:
     if "sft" not in _RUNS:
-        from mixbench.cli import main
+        from mixbench.cli.app import main
 
         results = tmp_path_factory.mktemp("sft")
         data = write_records(results / "train.json")

@@ -8,9 +8,9 @@ import sys
 
 from lightning.pytorch.callbacks import Callback
 
-import mixbench.checkpointing as checkpointing
-import mixbench.train as train
-from mixbench.cli import main
+import mixbench.training.checkpointing as checkpointing
+import mixbench.training.run as train
+from mixbench.cli.app import main
 
 moment, _, signame = sys.argv[1].partition(":")
 step, args = int(sys.argv[2]), sys.argv[3:]

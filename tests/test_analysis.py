@@ -10,7 +10,7 @@ import mixbench
 from mixbench.analysis import angular_distance, block_grad_norms
 from mixbench.analysis.angular import AngularAccumulator
 from mixbench.analysis.runner import prune_profile, subject_at_init
-from mixbench.cli import main
+from mixbench.cli.app import main
 
 TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=32", "trainer.precision=32-true",
            "divergence.unigram_floor=false"]  # plumbing runs of a few steps have not learned anything yet

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from mixbench.cli import main
+from mixbench.cli.app import main
 
 TINY_VIT = ["divergence.unigram_floor=false", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=3", "trainer.max_epochs=1",
             "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
-from mixbench.config import compose, norm_spec
-from mixbench.tasks import discover_tasks
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.training.config import compose, norm_spec
+from mixbench.core.tasks import discover_tasks
 
 TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "trainer.val_check_interval=null",
            "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]

@@ -1,7 +1,7 @@
 import pytest
 
-from mixbench.config import ConfigError, compose
-from mixbench.tasks import TaskError
+from mixbench.training.config import ConfigError, compose
+from mixbench.core.tasks import TaskError
 
 
 def test_group_choices_and_dotted_overrides_compose_in_order():
@@ -89,7 +89,7 @@ def test_keys_mixbench_fills_name_the_option_to_use(key, hint):
 
 
 def test_data_modules_declare_their_arguments():
-    from mixbench.config import data_arguments
+    from mixbench.training.config import data_arguments
     from mixbench.data import get_datamodule_class, list_datamodules
 
     for name in list_datamodules():

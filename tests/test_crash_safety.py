@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mixbench.checkpointing import newest_checkpoint
-from mixbench.cli import main
-from mixbench.preemption import PREEMPTED_EXIT
+from mixbench.training.checkpointing import newest_checkpoint
+from mixbench.cli.app import main
+from mixbench.training.preemption import PREEMPTED_EXIT
 
 HERE = Path(__file__).parent
 COMMON = ["task=llama_lm", "norm=mix", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "data.batch_size=4",

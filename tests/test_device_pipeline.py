@@ -131,14 +131,14 @@ def test_decode_batch_reads_jpeg_and_png():
 
 
 def test_unknown_pipeline_is_one_clear_error(tmp_path):
-    from mixbench.errors import ConfigError
+    from mixbench.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.pipeline"):
         ImageFolderDataModule(root=str(tmp_path), pipeline="dali")
 
 
 def test_rand_augment_ops_without_a_batched_version_are_one_clear_error():
-    from mixbench.errors import ConfigError
+    from mixbench.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.pipeline=cpu"):
         ra.BatchRandAugment("rand-m9-t3a", 64, (0.5, 0.5, 0.5))  # timm's '3a' set has Desaturate and GaussianBlur
@@ -221,7 +221,7 @@ def test_device_half_is_deterministic_given_the_workers_draws(tmp_path):
 def test_worker_nice_lowers_the_workers_priority(tmp_path):
     import os
 
-    from mixbench.errors import ConfigError
+    from mixbench.core.errors import ConfigError
 
     from test_images import make_folder
 

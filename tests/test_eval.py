@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
 from mixbench.evaluation.formats import TABLE2_TASKS, TASKS, extract_answer, to_harness, to_instruction
 from mixbench.evaluation.scoring import Scorer
 from mixbench.evaluation.suites import EMBEDDED_DIR, find_task_data
-from mixbench.jsonitems import read_items
+from mixbench.core.jsonitems import read_items
 
 from downstream_fixtures import pretrain_run, sft_run  # noqa: F401  (fixtures)
 

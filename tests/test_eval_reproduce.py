@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
-from mixbench.reproduce import grid
-from mixbench.reproduce_downstream import chains, same_settings, split_overrides
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.grids.reproduce import grid
+from mixbench.grids.downstream import chains, same_settings, split_overrides
 
 from downstream_fixtures import TINY, write_records
 
@@ -105,7 +105,7 @@ def test_floors_are_chance_and_majority_of_the_evaluated_items(tmp_path):
 
 def test_seeds_report_counts_divergence_and_gives_welch_intervals():
     from mixbench.evaluation.report import seeds_report
-    from mixbench.stats import welch_interval
+    from mixbench.results.stats import welch_interval
 
     def rec(acc, status="completed"):
         return {"status": status, "metrics": {"eval/piqa/acc": acc, "eval/piqa/acc_stderr": 0.01}}
@@ -121,7 +121,7 @@ def test_seeds_report_counts_divergence_and_gives_welch_intervals():
 def test_committed_proxy_table2_renders_with_its_pretraining_runs(capsys):
     """The committed proxy records moved from the device's results folder: each SFT record still finds its pretraining
     run (by folder name), and the report counts Post-LN's diverged fine-tuning runs."""
-    from mixbench.reproduce_downstream import main as downstream_main
+    from mixbench.grids.downstream import main as downstream_main
 
     root = Path(__file__).resolve().parents[1] / "results" / "proxy" / "table2"
     assert downstream_main(["--results-dir", str(root), "--scale", "proxy", "--data", "embedded"]) == 0

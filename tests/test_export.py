@@ -14,7 +14,7 @@ from mixbench import build_model
 from mixbench.export.bundle import BundleError, module_closure, rewrite_module
 from mixbench.export.hf import export_hf
 from mixbench.layers import NormSpec, block_placements, list_placements
-from mixbench.weights import describe_model, save_weights
+from mixbench.training.weights import describe_model, save_weights
 
 from conftest import randomize_norms
 from downstream_fixtures import pretrain_run, sft_run  # noqa: F401  (fixtures)
@@ -49,7 +49,7 @@ def make_run(folder: Path, spec: NormSpec, seed: int = 0) -> Path:
 def test_exported_model_gives_our_logits_for_every_placement(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from mixbench.trained import load_trained
+    from mixbench.training.trained import load_trained
 
     ids = torch.randint(0, 8192, (2, 11), generator=torch.Generator().manual_seed(0))
     specs = norm_specs()
@@ -71,7 +71,7 @@ def test_exported_model_gives_our_logits_for_every_placement(tmp_path):
 
 def test_bundle_covers_the_model_code_and_rewrites_only_imports():
     modules = module_closure("mixbench.models.llama")
-    assert {"mixbench.models.llama", "mixbench.layers", "mixbench.layers.placements", "mixbench.errors"} <= set(modules)
+    assert {"mixbench.models.llama", "mixbench.layers", "mixbench.layers.placements", "mixbench.core.errors"} <= set(modules)
     text = rewrite_module("mixbench.models.llama")
     assert "from .mb_layers import" in text and "from ..layers" not in text and "class Llama(" in text
     norm = rewrite_module("mixbench.layers.norm")
@@ -83,7 +83,7 @@ def test_bundle_covers_the_model_code_and_rewrites_only_imports():
 def test_export_cli_tokenizer_and_generation(sft_run, tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     capsys.readouterr()
     assert main(["export", "--format", "hf", str(sft_run), "--out", str(tmp_path / "hf")]) == 0

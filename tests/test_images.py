@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mixbench.cli import main
+from mixbench.cli.app import main
 from mixbench.data.folders import ImageFolderDataModule
 
 
@@ -123,7 +123,7 @@ def test_multi_gpu_benchmark_rows_name_valid_settings_on_the_chosen_gpus(tmp_pat
     import sys
     from pathlib import Path
 
-    from mixbench.config import compose
+    from mixbench.training.config import compose
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     multi_gpu = importlib.import_module("multi_gpu")

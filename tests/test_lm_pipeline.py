@@ -10,11 +10,11 @@ import pytest
 import torch
 from test_data import write_c4_shards
 
-from mixbench.callbacks import DivergenceMonitor
-from mixbench.cli import main
-from mixbench.errors import ConfigError
-from mixbench.reproduce import expand
-from mixbench.train import accumulation_steps
+from mixbench.training.callbacks import DivergenceMonitor
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.grids.reproduce import expand
+from mixbench.training.strategy import accumulation_steps
 
 SHARED_TEXTMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "textmix"
 TINY_LM = ["model=llama_debug", "model.vocab_size=8192", "compile=false", "trainer.precision=32-true", "divergence.unigram_floor=false",
@@ -140,7 +140,7 @@ def test_reproduce_dry_run_and_proxy_grid(capsys):
 
 
 def test_paper_comparison_table(tmp_path, capsys):
-    from mixbench.results import SCHEMA, write_record
+    from mixbench.results.table import SCHEMA, write_record
 
     rec = {"schema": SCHEMA, "task": "c4_llama_71m", "model": {"name": "llama_71m"}, "norm": {"label": "mix(α=0.25)"},
            "seed": 0, "status": "completed", "metrics": {"val/ppl": 33.5}, "scale": "paper", "dataset": {"name": "c4"},
@@ -200,7 +200,7 @@ def test_resumed_run_continues_where_it_stopped(tmp_path):
 
 def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
     """--jobs 2: the table4 proxy grid as concurrent `mixbench run` subprocesses, every record written and counted."""
-    from mixbench.results import load_records
+    from mixbench.results.table import load_records
 
     tiny = ["data.path=embedded", "data.num_workers=0", "data.batch_size=16", "data.eval_batch_size=200", "compile=false",
             "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_epochs=1", "trainer.max_steps=2",
@@ -215,7 +215,7 @@ def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
 
 
 def test_final_validation_is_checked_against_the_last_validation_in_fit():
-    from mixbench.train import check_final_validation
+    from mixbench.training.run import check_final_validation
 
     record = {"metrics": {"val/top1": 61.75}}
     check_final_validation(record, {"step": 3100, "val/top1": 66.4}, "val/top1", 3100)
@@ -246,8 +246,8 @@ def test_a_run_that_never_learns_is_stalled_whether_or_not_it_stopped_improving(
 def test_unigram_entropy_of_the_validation_tokens(tmp_path):
     import numpy as np
 
-    from mixbench.config import compose
-    from mixbench.train import build_datamodule
+    from mixbench.training.config import compose
+    from mixbench.training.builders import build_datamodule
 
     dm = build_datamodule(compose(["task=llama_lm", "data.seq_len=32", "data.max_val_tokens=4096", f"data.cache_dir={tmp_path}"]))
     dm.setup("fit")

@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 import mixbench
-from mixbench.config import compose
-from mixbench.errors import ConfigError
-from mixbench.lit import CausalLMModule, OptimConfig
-from mixbench.lit.lm import causal_lm_loss_sum
-from mixbench.lit.losses import linear_cross_entropy_sum
+from mixbench.training.config import compose
+from mixbench.core.errors import ConfigError
+from mixbench.training.lit import CausalLMModule, OptimConfig
+from mixbench.training.lit.lm import causal_lm_loss_sum
+from mixbench.training.lit.losses import linear_cross_entropy_sum
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

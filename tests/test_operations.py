@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_images import make_folder
 
-from mixbench.cli import main
+from mixbench.cli.app import main
 
 TINY_VIT = ["divergence.unigram_floor=false", "task=vit_tiny", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=2",
             "trainer.max_epochs=1", "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]

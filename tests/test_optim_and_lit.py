@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mixbench import build_model
-from mixbench.lit import CausalLMModule, OptimConfig
-from mixbench.optim import param_groups, warmup_cosine
+from mixbench.training.lit import CausalLMModule, OptimConfig
+from mixbench.training.optim import param_groups, warmup_cosine
 
 
 def test_warmup_then_cosine_to_the_floor():
@@ -49,7 +49,7 @@ def test_gradient_clipping_takes_the_unfused_optimizer(monkeypatch, clip, fused)
     trainer.gradient_clip_val gets foreach Adam(W); without clipping the fused one stays the default on GPU."""
     import types
 
-    import mixbench.lit.base as base
+    import mixbench.training.lit.base as base
 
     seen = {}
     real = base.build_optimizer

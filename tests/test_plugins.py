@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.project import select_project
+from mixbench.cli.app import main
+from mixbench.core.project import select_project
 
 PLUGINS = Path(__file__).parent / "plugins"
 
@@ -40,8 +40,8 @@ def test_a_plugin_family_runs_tables_and_analyzes(toy_project, tmp_path, capsys)
 
 
 def test_the_plugin_family_is_unknown_without_its_project(toy_project):
-    from mixbench.config import compose
-    from mixbench.errors import ConfigError
+    from mixbench.training.config import compose
+    from mixbench.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="unknown task 'toyseq'"):
         compose(["task=toyseq"])

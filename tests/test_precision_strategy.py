@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 import mixbench
-from mixbench.cli import main
-from mixbench.config import compose
-from mixbench.errors import ConfigError
-from mixbench.precision import apply_fp8, check_fp8_runtime, fp8_candidates, lightning_precision
-from mixbench.strategy import fsdp_mixed_precision, make_strategy
+from mixbench.cli.app import main
+from mixbench.training.config import compose
+from mixbench.core.errors import ConfigError
+from mixbench.training.precision import apply_fp8, check_fp8_runtime, fp8_candidates, lightning_precision
+from mixbench.training.strategy import fsdp_mixed_precision, make_strategy
 
 TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=2", "trainer.val_check_interval=null",
            "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
@@ -92,7 +92,7 @@ def test_torchao_converts_the_selected_layers_and_keeps_the_weights():
     pytest.importorskip("torchao.float8")
     from torchao.float8.float8_linear import Float8Linear
 
-    from mixbench.precision import convert_fp8
+    from mixbench.training.precision import convert_fp8
 
     model = llama_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -212,7 +212,7 @@ def test_fsdp_evaluation_after_fit_reuses_the_fits_root_wrapper(monkeypatch):
     from lightning.pytorch.strategies import FSDPStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from mixbench.lit.fsdp import RootKeepingFSDPStrategy
+    from mixbench.training.lit.fsdp import RootKeepingFSDPStrategy
 
     wraps = []
 

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
-from mixbench.results import (SCHEMA, aggregate, cells_frame, find_baseline, load_records, load_records_frame, records_frame, render,
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.results.table import (SCHEMA, aggregate, cells_frame, find_baseline, load_records, load_records_frame, records_frame, render,
                               rich_table, write_record)
 
 
@@ -279,7 +279,7 @@ def with_validations(r, steps_values, total=100, **extra):
 
 
 def test_table_at_budget_fractions_shows_early_speed_and_final_quality_apart():
-    from mixbench.results import budget_views
+    from mixbench.results.table import budget_views
 
     records = [with_validations(record("pre", 60.0 + s, seed=s), [(25, 20.0 + s), (50, 40.0 + s)]) for s in range(3)]
     records += [with_validations(record("mix", 55.0 + s, seed=s), [(25, 30.0 + s), (50, 45.0 + s)]) for s in range(3)]
@@ -299,7 +299,7 @@ def test_table_at_budget_fractions_shows_early_speed_and_final_quality_apart():
 
 
 def test_table_at_rejects_bad_fractions_and_skips_records_without_validations(tmp_path, capsys):
-    from mixbench.results import at_budget
+    from mixbench.results.table import at_budget
 
     assert at_budget(record("pre", 50.0), 0.5) is None           # an older record: no validation at that budget
     assert at_budget(record("pre", 50.0), 1.0)["metrics"] == {"val/top1": 50.0}

@@ -140,7 +140,7 @@ def test_stage_shares_are_disjoint_and_cover_the_source():
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/commonsense is absent")
 def test_commonsense_proxy_pairs_name_a_wrong_option():
-    from mixbench.jsonitems import read_items
+    from mixbench.core.jsonitems import read_items
     from mixbench.rlhf.data import commonsense_pairs
 
     records = read_items(SHARED / "ARC-Challenge" / "train.json")[:50] + read_items(SHARED / "boolq" / "train.json")[:50]
@@ -152,7 +152,7 @@ def test_commonsense_proxy_pairs_name_a_wrong_option():
 
 
 def test_data_errors_name_the_fix(tmp_path):
-    from mixbench.errors import ConfigError
+    from mixbench.core.errors import ConfigError
     from mixbench.rlhf.data import PreferenceDataModule
 
     bad = tmp_path / "bad.json"
@@ -213,7 +213,7 @@ _RM: dict = {}
 @pytest.fixture(scope="module")
 def rm_run(sft_run, tmp_path_factory):
     if "rm" not in _RM:
-        from mixbench.cli import main
+        from mixbench.cli.app import main
 
         results = tmp_path_factory.mktemp("rm")
         assert main(["run", "task=rm_preferences", *CHAIN, f"init_from={sft_run}", "data.batch_size=2", "data.global_batch_size=2",
@@ -226,7 +226,7 @@ def rm_run(sft_run, tmp_path_factory):
 def test_tiny_chain_pretrain_sft_rm_remax_writes_final_reward(sft_run, rm_run, tmp_path):
     import json
 
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     rm = json.loads((rm_run / "record.json").read_text())
     assert rm["status"] == "completed" and rm["init_from"]["source"] == str(sft_run)
@@ -246,7 +246,7 @@ def test_tiny_chain_pretrain_sft_rm_remax_writes_final_reward(sft_run, rm_run, t
 
 
 def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm_run, pretrain_run, tmp_path, caplog):
-    from mixbench.cli import main
+    from mixbench.cli.app import main
     from mixbench.data import ASSETS_DIR
 
     base = ["run", "task=rlhf_remax", *CHAIN, f"results_dir={tmp_path}"]
@@ -266,7 +266,7 @@ def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm
 
 
 def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys):
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     assert main(["reproduce", "table3", "--scale", "proxy", "--seeds", "2", "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -280,7 +280,7 @@ def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys):
 def test_table3_renders_final_reward_rm_accuracy_and_the_paper(sft_run, rm_run, tmp_path):
     import json
 
-    from mixbench.reproduce_rlhf import paper_numbers, rlhf_table
+    from mixbench.grids.rlhf import paper_numbers, rlhf_table
 
     rm = json.loads((rm_run / "record.json").read_text())
     base = {"task": "rlhf_remax", "status": "completed", "model": {"name": "llama_1b", "options": {}}, "scale": "paper",
@@ -320,7 +320,7 @@ def test_binarized_pairs_from_local_parquet(tmp_path):
 def test_remax_task_with_the_rule_reward_needs_no_reward_model(sft_run, tmp_path):
     import json
 
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     assert main(["run", "task=rlhf_remax", *CHAIN, f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.max_new_tokens=4",
                  "data.batch_size=2", "data.global_batch_size=2", f"results_dir={tmp_path}"]) == 0
@@ -335,7 +335,7 @@ def test_reproduce_table3_runs_a_chain_and_reuses_its_finished_stages(tmp_path, 
     run afterwards reuses all four stages and running again makes no new run."""
     import json
 
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     args = ["reproduce", "table3", "--scale", "proxy", "--seeds", "1", "--only", "norm=pre", f"results_dir={tmp_path}", *TINY[1:],
             "model.num_layers=2", "data.tokenizer=embedded", "model.vocab_size=8192", "compile=false", "trainer.max_steps=2",

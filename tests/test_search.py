@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
 from mixbench.layers.placement import NormSpec
-from mixbench.search_space import Space, grammar_plans
+from mixbench.grids.search_space import Space, grammar_plans
 
 optuna = pytest.importorskip("optuna")
 
@@ -74,9 +74,9 @@ def test_tiny_search_resumes_from_its_sqlite_file(tmp_path):
 
 
 def test_a_pruned_trial_is_recorded_as_pruned_at_its_step(tmp_path):
-    from mixbench.callbacks import TrialPruning
-    from mixbench.config import compose
-    from mixbench.train import run
+    from mixbench.training.callbacks import TrialPruning
+    from mixbench.training.config import compose
+    from mixbench.training.run import run
 
     class AlwaysPrune:
         reported = []
@@ -96,7 +96,7 @@ def test_a_pruned_trial_is_recorded_as_pruned_at_its_step(tmp_path):
 
 
 def synthetic(folder, norm: dict, label: str, seed: int, value: float):
-    from mixbench.results import SCHEMA, write_record
+    from mixbench.results.table import SCHEMA, write_record
 
     run = folder / "confirm" / "runs" / label / f"seed{seed}"
     write_record({"schema": SCHEMA, "task": "llama_lm", "family": "llama", "model": {"name": "llama_debug"}, "norm": {**norm, "label": label},
@@ -106,7 +106,7 @@ def synthetic(folder, norm: dict, label: str, seed: int, value: float):
 
 
 def test_report_on_synthetic_records(tmp_path, capsys):
-    from mixbench.search import Settings, open_study
+    from mixbench.grids.search import Settings, open_study
 
     settings = Settings("alpha", (), tuple(TINY_LM), "halving", 2, 2)
     study, _, space, _ = open_study(tmp_path, "syn", settings)

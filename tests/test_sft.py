@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mixbench.constants import IGNORE_INDEX
+from mixbench.core.constants import IGNORE_INDEX
 from mixbench.data.tokens import TokenizerSpec
-from mixbench.errors import ConfigError
+from mixbench.core.errors import ConfigError
 from mixbench.sft.data import InstructionDataModule, encode_examples
 from mixbench.sft.prompt import build_prompt
 
@@ -95,7 +95,7 @@ def test_sft_run_starts_from_the_pretraining_run(sft_run, pretrain_run):
 
 
 def test_sft_needs_the_pretraining_model_and_norm(pretrain_run, tmp_path, caplog):
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     data = write_records(tmp_path / "d.json")
     assert main(["run", "task=sft_commonsense", "model=llama_debug", "norm=pre", f"init_from={pretrain_run}", f"data.path={data}",

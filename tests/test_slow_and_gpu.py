@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import mixbench
-from mixbench.cli import main
+from mixbench.cli.app import main
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from mixbench.stats import excludes_zero, mean_std, t_quantile, welch_dof, welch_interval
+from mixbench.results.stats import excludes_zero, mean_std, t_quantile, welch_dof, welch_interval
 
 
 @pytest.mark.parametrize("p, dof, table_value", [

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.results import write_record
-from mixbench.status import classify, loss_gain
+from mixbench.cli.app import main
+from mixbench.results.table import write_record
+from mixbench.training.status import classify, loss_gain
 
 TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=4", "trainer.val_check_interval=2",
            "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false",

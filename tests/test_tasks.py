@@ -2,7 +2,7 @@ import sys
 
 import pytest
 
-from mixbench.tasks import TaskError, discover_tasks
+from mixbench.core.tasks import TaskError, discover_tasks
 
 
 def write(root, name, text):

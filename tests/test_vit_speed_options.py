@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 import mixbench
-from mixbench.config import compose
-from mixbench.errors import ConfigError
+from mixbench.training.config import compose
+from mixbench.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -191,7 +191,7 @@ def test_bench_cuda_graph_rows_capture_on_gpu(tmp_path):
 def test_a_kernel_choice_does_not_split_a_table_cell(name):
     """Runs that differ only in model.attention_backend compute the same function: same model label (same table
     cell); an architecture option still shows."""
-    from mixbench.train import model_label
+    from mixbench.training.run import model_label
 
     assert model_label(name, {"attention_backend": "cudnn"}) == name
     assert model_label(name, {"attention_backend": "cudnn", "num_layers": 3}) == f"{name}[num_layers=3]"

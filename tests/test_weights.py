@@ -7,8 +7,8 @@ import timm
 import torch
 
 from mixbench import build_model
-from mixbench.cli import main
-from mixbench.weights import WeightsError, describe_model, init_from, load_weights, save_weights
+from mixbench.cli.app import main
+from mixbench.training.weights import WeightsError, describe_model, init_from, load_weights, save_weights
 
 TINY_VIT = ["divergence.unigram_floor=false", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=2", "trainer.max_epochs=1",
             "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]

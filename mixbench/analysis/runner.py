@@ -10,11 +10,11 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import compose, load_run_config, norm_spec
-from ..families import get_family
+from ..training.config import compose, load_run_config, norm_spec
+from ..core.families import get_family
 from ..models import build_model
 from .angular import angular_distance_matrix
-from .gradnorm import block_grad_norms
+from ..training.gradnorm import block_grad_norms
 from .prune import skip_block
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,8 @@ class Subject:
 
 def subject_from_run(run_dir: str | Path) -> Subject:
     """The trained model of a finished run (its ``config.yaml`` and ``model.safetensors``, or a legacy ``model.pt``)."""
-    from ..train import build_datamodule
-    from ..weights import load_weights
+    from ..training.builders import build_datamodule
+    from ..training.weights import load_weights
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -51,7 +51,7 @@ def subject_from_run(run_dir: str | Path) -> Subject:
 
 
 def subject_at_init(args: list[str], out_dir: Path) -> Subject:
-    from ..train import build_datamodule
+    from ..training.builders import build_datamodule
 
     cfg = compose(args)
     datamodule = build_datamodule(cfg)
@@ -59,7 +59,7 @@ def subject_at_init(args: list[str], out_dir: Path) -> Subject:
 
 
 def _build(cfg: DictConfig, datamodule):
-    from ..train import model_options
+    from ..training.builders import model_options
 
     return build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **model_options(cfg, datamodule))
 
@@ -116,8 +116,8 @@ def evaluate(subject: Subject, limit_val_batches=None) -> float:
     """The task's primary metric on the validation data."""
     import lightning as L
 
-    from ..tasks import get_task
-    from ..train import build_lightning_module
+    from ..core.tasks import get_task
+    from ..training.builders import build_lightning_module
 
     module = build_lightning_module(subject.cfg, subject.model, subject.datamodule)
     trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -134,7 +134,7 @@ def prune_profile(subject: Subject, limit_val_batches=None) -> dict:
     for index in range(len(subject.model.blocks)):
         with skip_block(subject.model, index):
             deltas.append(evaluate(subject, limit_val_batches) - original)
-    from ..tasks import get_task
+    from ..core.tasks import get_task
 
     metric = get_task(subject.cfg.task.name).primary_metric
     return {"name": subject.name, "plan": list(subject.model.plan), "metric": metric.name, "higher_is_better": metric.higher_is_better,

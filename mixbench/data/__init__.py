@@ -8,7 +8,7 @@ import difflib
 import importlib
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 

@@ -27,7 +27,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import ASSETS_DIR
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)

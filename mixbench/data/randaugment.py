@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms.v2 import functional as TF
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 def _per_image(arg: torch.Tensor) -> torch.Tensor:

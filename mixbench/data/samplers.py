@@ -87,7 +87,7 @@ class ResumableOrder:
     def load_state_dict(self, state: dict) -> None:
         if state:
             if state.get("seed") != self.seed:
-                from ..errors import ConfigError
+                from ..core.errors import ConfigError
 
                 raise ConfigError(f"the checkpoint was trained with seed {state.get('seed')}, this run has seed {self.seed}")
             self._resume = (state["epoch"], state["consumed"])

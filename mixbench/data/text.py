@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..constants import IGNORE_INDEX
-from ..errors import ConfigError
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import ConfigError
 from . import ASSETS_DIR
 from .samplers import ResumableOrder
 from .tokens import PAD_CANDIDATES, TokenizerSpec, TokenStore, build_cache, special_id
@@ -101,7 +101,7 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
     """Token-cached C4-format text for causal LM training.
 
     ``batch_size`` is the micro-batch per device; ``global_batch_size`` (optional) is reached by
-    gradient accumulation (see :func:`mixbench.train.accumulation_steps`).  Training order is a
+    gradient accumulation (see :func:`mixbench.training.strategy.accumulation_steps`).  Training order is a
     per-epoch permutation from ``seed``; each rank reads a disjoint part, and the position is saved in
     checkpoints (``state_dict``) so a resumed run continues where it stopped.  Validation uses the first
     ``max_val_tokens`` tokens (whole documents) of the validation source, split over ranks without

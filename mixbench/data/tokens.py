@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import ASSETS_DIR
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .formats import TABLE2_TASKS, get_task_format
-from ..jsonitems import read_items
+from ..core.jsonitems import read_items
 from .suites import EMBEDDED_DIR
 
 log = logging.getLogger(__name__)

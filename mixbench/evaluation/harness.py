@@ -45,7 +45,7 @@ class MixbenchLM(TemplateLM):
         if model is None:
             if run is None:
                 raise ValueError("MixbenchLM needs run=<run folder> or model=<module> with tokenizer=<name>")
-            from ..trained import load_trained
+            from ..training.trained import load_trained
 
             trained = load_trained(run, tokenizer)
             model, tokenizer = trained.model, trained.tokenizer

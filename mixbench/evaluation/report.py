@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..stats import mean_std, welch_interval
+from ..results.stats import mean_std, welch_interval
 from .suites import find_task_data
 
 

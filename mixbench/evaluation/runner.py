@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .formats import GENERATE_TASKS, TABLE2_TASKS, extract_answer, get_task_format
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def evaluate(run: str, tasks: list[str] | None = None, protocol: str = "harness"
              precision: str = "auto", max_new_tokens: int = 32, template: str = "alpaca", tokenizer: str | None = None,
              out: str | None = None, update_record: bool = True) -> dict:
     """Evaluate ``run`` (a run folder, ``.safetensors`` or ``.ckpt``); returns the summary (see the module doc)."""
-    from ..trained import load_trained
+    from ..training.trained import load_trained
 
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown --protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
@@ -183,7 +183,7 @@ def metrics_of(summary: dict) -> dict[str, float]:
 
 def add_to_record(path: Path, summary: dict) -> None:
     """Put ``summary`` into the record at ``path`` (written atomically), replacing an earlier one of the same protocol."""
-    from ..results import read_record, write_record
+    from ..results.table import read_record, write_record
 
     record = read_record(path)
     prefix = METRIC_PREFIX[summary["protocol"]] + "/"

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 PRECISIONS = ("auto", "32", "bf16", "16")
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..data import ASSETS_DIR
-from ..errors import ConfigError
-from ..jsonitems import read_items
+from ..core.errors import ConfigError
+from ..core.jsonitems import read_items
 from .formats import get_task_format, to_harness, to_instruction
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ import torch
 
 from ..data import ASSETS_DIR
 from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
-from ..errors import MixbenchError
+from ..core.errors import MixbenchError
 from .bundle import bundle_modules
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "floa
     (default ``<run>/hf``); returns the folder."""
     from safetensors.torch import save_file
 
-    from ..trained import load_trained
+    from ..training.trained import load_trained
 
     if dtype not in DTYPES:
         raise ExportError(f"unknown --dtype {dtype!r}; valid: {', '.join(DTYPES)}")

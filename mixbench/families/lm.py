@@ -5,15 +5,15 @@ import math
 import re
 from functools import partial
 
-from ..constants import IGNORE_INDEX
-from ..errors import ConfigError
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import ConfigError
 from ..models.llama import LLAMA_PRESETS, build_llama, llama_defaults
-from . import Family, register_family
+from ..core.families import Family, register_family
 
 
 def lightning_module(cfg, model, datamodule):
     """Causal LM; a reward model on preference pairs (``data.loader=preferences``); ReMax on prompts (``prompts``)."""
-    from ..lit import CausalLMModule, OptimConfig
+    from ..training.lit import CausalLMModule, OptimConfig
 
     objective = getattr(datamodule, "objective", "lm")
     if objective == "preferences":
@@ -38,7 +38,7 @@ def options_from_data(cfg, options: dict, datamodule) -> dict:
 def data_options(cfg, options: dict) -> dict:
     """A streamed source is cached up to what the run will consume (+1 %)."""
     if options.get("path") is None and options.get("max_train_tokens") is None and cfg.trainer.max_steps > 0:
-        from ..train import world_size
+        from ..training.strategy import world_size
 
         global_batch = options.get("global_batch_size") or options["batch_size"] * world_size(cfg.trainer)
         options = {**options, "max_train_tokens": int(cfg.trainer.max_steps * global_batch * options["seq_len"] * 1.01)}

@@ -7,15 +7,15 @@ import math
 
 import torch.nn.functional as F
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..models.vit import VIT_PRESETS, build_vit, vit_defaults
-from . import Family, register_family
+from ..core.families import Family, register_family
 
 
 def lightning_module(cfg, model, datamodule):
     from omegaconf import OmegaConf
 
-    from ..lit import ImageClassifierModule, OptimConfig
+    from ..training.lit import ImageClassifierModule, OptimConfig
 
     return ImageClassifierModule(model, OptimConfig.from_config(cfg.optim), num_classes=datamodule.num_classes,
                                  label_smoothing=cfg.loss.label_smoothing, mixup=OmegaConf.to_container(cfg.mixup), ema_decay=cfg.ema.decay)

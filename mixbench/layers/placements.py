@@ -58,7 +58,7 @@ from typing import Any, Callable, ClassVar
 import torch
 import torch.nn as nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
 

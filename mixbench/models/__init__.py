@@ -4,8 +4,8 @@
 """
 from __future__ import annotations
 
-from ..contracts import PlacedBlock, PlacedModel, check_contract
-from ..families import family_of_model, list_models
+from ..core.contracts import PlacedBlock, PlacedModel, check_contract
+from ..core.families import family_of_model, list_models
 from ..layers import NormSpec
 
 

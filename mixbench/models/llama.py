@@ -11,8 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..constants import IGNORE_INDEX
-from ..errors import ConfigError
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import ConfigError
 from ..layers import (
     DyT,
     NormSpec,

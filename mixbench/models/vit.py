@@ -22,7 +22,7 @@ import torch
 from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..layers import (
     NormSpec,
     PlacedResidual,

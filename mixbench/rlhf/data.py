@@ -30,15 +30,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..data import ASSETS_DIR
 from ..data.samplers import ResumableOrder
 from ..data.tokens import TokenizerSpec
-from ..errors import ConfigError
-from ..sft.data import read_records, special_ids, stage_share
+from ..core.errors import ConfigError
+from ..sft.data import EMBEDDED_SAMPLE, binarized_triples, files_of, read_records, special_ids, stage_share
 from ..sft.prompt import build_prompt
 
 log = logging.getLogger(__name__)
-EMBEDDED_SAMPLE = ASSETS_DIR / "rlhf" / "preferences_sample.jsonl"
 FORMATS = ("auto", "binarized", "commonsense")
 
 
@@ -51,62 +49,10 @@ class Pair:
     rejected: str
 
 
-def _files(path: str) -> list[Path]:
-    return [Path(f) for part in str(path).split(",") if part.strip() for f in sorted(glob.glob(str(Path(part.strip()).expanduser())))]
-
-
-def _messages_prompt(messages: list, where: str) -> tuple[str, str]:
-    """``(instruction, response)`` of a conversation ending with the assistant's response."""
-    if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
-        raise ConfigError(f"{where}: chosen/rejected must be message lists ending with an assistant message, got {str(messages)[:200]}")
-    context = messages[:-1]
-    if len(context) == 1:
-        instruction = context[0]["content"]
-    else:
-        instruction = "\n\n".join(f"{m['role']}: {m['content']}" for m in context)
-    return instruction, messages[-1]["content"]
-
-
-def binarized_triples(path: str, split: str) -> list[tuple[str, str, str]]:
-    """``(instruction, chosen, rejected)`` of UltraFeedback-binarized records: local parquet / JSON files, or a hub
-    dataset's ``split``."""
-    import datasets
-
-    files = _files(path)
-    if files:
-        kind = "parquet" if files[0].suffix == ".parquet" else "json"
-        rows = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
-    else:
-        try:
-            rows = datasets.load_dataset(path, split=split)
-        except Exception as err:  # offline, unknown name or split
-            raise ConfigError(f"data.path={path}: no such file, and the hub dataset cannot be loaded ({type(err).__name__}: "
-                              f"{str(err)[:200]}); give local parquet/JSON files in the binarized format") from None
-    missing = [k for k in ("chosen", "rejected") if k not in rows.column_names]
-    if missing:
-        raise ConfigError(f"data.path={path}: the records lack {missing}; "
-                          "the binarized format has prompt, chosen and rejected message lists")
-    out = []
-    for i, row in enumerate(rows):
-        instruction, chosen = _messages_prompt(row["chosen"], f"{path} record {i}")
-        _, rejected = _messages_prompt(row["rejected"], f"{path} record {i}")
-        out.append((instruction, chosen, rejected))
-    return out
-
-
 def binarized_pairs(path: str, split: str, template: str) -> list[Pair]:
     """Pairs of UltraFeedback-binarized records, the prompt in ``template``."""
     return [Pair(build_prompt(instruction, None, template), chosen, rejected)
             for instruction, chosen, rejected in binarized_triples(path, split)]
-
-
-def binarized_instructions(path: str, split: str) -> list[dict]:
-    """UltraFeedback-binarized records as SFT instructions (Commonsense170K fields): the prompt and the chosen response
-    (DeepSpeed-Chat step 1 fine-tunes on the chosen responses)."""
-    if path == "embedded":
-        path = str(EMBEDDED_SAMPLE)
-    return [{"instruction": instruction, "input": "", "output": chosen}
-            for instruction, chosen, _ in binarized_triples(path, split)]
 
 
 def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pair]:
@@ -135,10 +81,10 @@ def read_pairs(path: str | None, fmt: str, split: str, template: str, seed: int)
         raise ConfigError(f"data.format={fmt!r}; valid: {', '.join(FORMATS)}")
     if path == "embedded":
         path, fmt = str(EMBEDDED_SAMPLE), "binarized"
-    files = _files(path)
+    files = files_of(path)
     if fmt == "auto":
         if files and files[0].suffix in (".json", ".jsonl"):
-            from ..jsonitems import read_items
+            from ..core.jsonitems import read_items
 
             first = read_items(files[0])[:1]
             fmt = "commonsense" if first and "instruction" in first[0] else "binarized"
@@ -162,7 +108,7 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
                  global_batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0,
                  max_train_pairs: int | None = None, seed: int = 0, name: str | None = None, label: str | None = None):
         super().__init__()
-        from ..trained import tokenizer_of
+        from ..training.trained import tokenizer_of
 
         self.path, self.format, self.split = path, format, split
         self.stage_split, self.stage = stage_split, stage or self.stage_default

@@ -34,17 +34,73 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..constants import IGNORE_INDEX
+from ..core.constants import IGNORE_INDEX
+from ..data import ASSETS_DIR
 from ..data.samplers import ResumableOrder
 from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
-from ..errors import ConfigError
-from ..jsonitems import read_items
+from ..core.errors import ConfigError
+from ..core.jsonitems import read_items
 from .prompt import build_prompt
 
 CHAIN_STAGES = ("sft", "rm", "rl")  # the stages of the RLHF chain that share one source (``stage_split``)
 
 log = logging.getLogger(__name__)
 REQUIRED_FIELDS = ("instruction", "output")
+
+
+EMBEDDED_SAMPLE = ASSETS_DIR / "rlhf" / "preferences_sample.jsonl"  # synthetic binarized preferences (tests)
+
+
+def files_of(path: str) -> list[Path]:
+    return [Path(f) for part in str(path).split(",") if part.strip() for f in sorted(glob.glob(str(Path(part.strip()).expanduser())))]
+
+
+def _messages_prompt(messages: list, where: str) -> tuple[str, str]:
+    """``(instruction, response)`` of a conversation ending with the assistant's response."""
+    if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
+        raise ConfigError(f"{where}: chosen/rejected must be message lists ending with an assistant message, got {str(messages)[:200]}")
+    context = messages[:-1]
+    if len(context) == 1:
+        instruction = context[0]["content"]
+    else:
+        instruction = "\n\n".join(f"{m['role']}: {m['content']}" for m in context)
+    return instruction, messages[-1]["content"]
+
+
+def binarized_triples(path: str, split: str) -> list[tuple[str, str, str]]:
+    """``(instruction, chosen, rejected)`` of UltraFeedback-binarized records: local parquet / JSON files, or a hub
+    dataset's ``split``."""
+    import datasets
+
+    files = files_of(path)
+    if files:
+        kind = "parquet" if files[0].suffix == ".parquet" else "json"
+        rows = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
+    else:
+        try:
+            rows = datasets.load_dataset(path, split=split)
+        except Exception as err:  # offline, unknown name or split
+            raise ConfigError(f"data.path={path}: no such file, and the hub dataset cannot be loaded ({type(err).__name__}: "
+                              f"{str(err)[:200]}); give local parquet/JSON files in the binarized format") from None
+    missing = [k for k in ("chosen", "rejected") if k not in rows.column_names]
+    if missing:
+        raise ConfigError(f"data.path={path}: the records lack {missing}; "
+                          "the binarized format has prompt, chosen and rejected message lists")
+    out = []
+    for i, row in enumerate(rows):
+        instruction, chosen = _messages_prompt(row["chosen"], f"{path} record {i}")
+        _, rejected = _messages_prompt(row["rejected"], f"{path} record {i}")
+        out.append((instruction, chosen, rejected))
+    return out
+
+
+def binarized_instructions(path: str, split: str) -> list[dict]:
+    """UltraFeedback-binarized records as SFT instructions (Commonsense170K fields): the prompt and the chosen response
+    (DeepSpeed-Chat step 1 fine-tunes on the chosen responses)."""
+    if path == "embedded":
+        path = str(EMBEDDED_SAMPLE)
+    return [{"instruction": instruction, "input": "", "output": chosen}
+            for instruction, chosen, _ in binarized_triples(path, split)]
 
 
 def stage_share(n: int, stage_split: str | None, stage: str, seed: int) -> np.ndarray:
@@ -214,7 +270,7 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         super().__init__()
         if mode not in ("pad", "pack"):
             raise ConfigError(f"data.mode must be 'pad' or 'pack', got {mode!r}")
-        from ..trained import tokenizer_of
+        from ..training.trained import tokenizer_of
 
         if format not in ("instruction", "binarized"):
             raise ConfigError(f"data.format={format!r}; valid: instruction (Commonsense170K fields), binarized (UltraFeedback: "
@@ -252,8 +308,6 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         self.vocab_size = tok.get_vocab_size()
         self.eos_id, self.pad_id = special_ids(tok)
         if self.format == "binarized":
-            from ..rlhf.data import binarized_instructions
-
             records = binarized_instructions(str(self.path), self.split)
         else:
             records = read_records(self.files)

@@ -18,7 +18,7 @@ template without those artefacts, identically for training and evaluation.
 """
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 PROMPT_TEMPLATES = {
     "alpaca": (

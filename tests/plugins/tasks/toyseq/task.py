@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from mixbench.data import register_datamodule
-from mixbench.families import Family, register_family
+from mixbench.core.families import Family, register_family
 from mixbench.layers import PlacedResidual, init_placements_, norm_factory
-from mixbench.lit import OptimConfig
-from mixbench.lit.base import OptimizedModule
+from mixbench.training.lit import OptimConfig
+from mixbench.training.lit.base import OptimizedModule
 
 
 class Attention(nn.Module):

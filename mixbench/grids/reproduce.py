@@ -1,0 +1,146 @@
+"""The paper's grids (``configs/paper/mixln_iclr2025.yaml``): expand, run, and compare with the paper.
+
+``mixbench reproduce table1`` runs every (task, norm) of Table 1 at paper scale; ``--scale proxy`` runs
+the same placements with the grid's proxy overrides (small model, short budget) on any C4-format
+corpus given as ``data.path=...``.  The runs go through :mod:`mixbench.runner` (``--jobs``, ``--resume``).
+"""
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ..core.errors import ConfigError
+from ..core.project import config_choices, config_file
+
+log = logging.getLogger(__name__)
+PAPER_FILE = ("paper", "mixln_iclr2025.yaml")  # under configs/ on the project search path
+
+
+@dataclass(frozen=True)
+class PaperRun:
+    task: str
+    norm: str
+    overrides: tuple[str, ...]
+    paper: float | None
+
+
+def load_grids(root=None) -> dict:
+    """The paper's grids, then the suite's own (``configs/grids/*.yaml``, e.g. ``placements``)."""
+    grids = OmegaConf.to_container(OmegaConf.load(config_file(*PAPER_FILE, root=root)))
+    for name in config_choices("grids", root):
+        grids.update(OmegaConf.to_container(OmegaConf.load(config_file("grids", f"{name}.yaml", root=root))))
+    return grids
+
+
+def grid(name: str, root=None) -> dict:
+    grids = load_grids(root)
+    if name not in grids:
+        raise ConfigError(f"unknown paper table {name!r}; valid: {', '.join(grids)}")
+    return grids[name]
+
+
+def paper_runs(name: str, root=None) -> list[PaperRun]:
+    return [PaperRun(r["task"], r["norm"], tuple(r.get("overrides", [])), r.get("paper")) for r in grid(name, root)["runs"]]
+
+
+def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra: tuple[str, ...] = (), root=None) -> list[list[str]]:
+    """The ``mixbench run`` argument lists of a grid."""
+    spec = grid(name, root)
+    runs = paper_runs(name, root)
+    if scale == "paper":
+        combos = [(r.task, r.norm, r.overrides, ()) for r in runs]
+    elif scale == "proxy":  # one proxy block, or a list of them run in order
+        blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]
+        placements = list(dict.fromkeys((r.norm, r.overrides) for r in runs))
+        combos = [(task, norm, overrides, tuple(proxy["overrides"]) + tuple(variant)) for proxy in blocks
+                  for task in proxy["tasks"] for variant in proxy["variants"] for norm, overrides in placements]
+    else:
+        raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
+    return [[f"task={task}", f"norm={norm}", *scale_overrides, *overrides, f"seed={seed}", *extra]
+            for task, norm, overrides, scale_overrides in combos for seed in seeds]
+
+
+def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1,
+              resume: bool = False, only: tuple[str, ...] = (), launcher: str = "local") -> list | None:
+    """Run a paper grid (see :mod:`mixbench.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
+    ``only``: run just the configurations whose arguments include every one of these ``key=value`` items."""
+    if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
+        if launcher != "local":
+            raise ConfigError(f"{name}'s pretrain → fine-tune → evaluate chains run with the local launcher only; "
+                              "submit the chain itself as one job (e.g. sbatch --wrap 'mixbench reproduce ...')")
+        from .downstream import reproduce_downstream
+        return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
+    if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
+        from .rlhf import reproduce_rlhf
+        return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
+    from .runner import run_many
+
+    argvs = [argv for argv in expand(name, scale, seeds, extra) if all(item in argv for item in only)]
+    if not argvs:
+        raise ConfigError(f"--only {' '.join(only)} matches no run of {name}; see mixbench reproduce {name} --dry-run")
+    if dry_run:
+        from ..training.config import compose
+
+        for argv in argvs:  # validate the whole grid
+            compose(argv)
+        sys.stdout.write("".join("mixbench run " + " ".join(shlex.quote(a) for a in argv) + "\n" for argv in argvs))
+        return None
+    return run_many(argvs, jobs, resume, launcher)
+
+
+def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
+    """Rows (norm labels), columns (tasks) and cells {(row, col): (ours, paper)} from the paper-scale records, where
+    ``ours`` is a :class:`mixbench.results.Cell`: counted by seed (repeats of a seed are one sample, see ``Cell``)."""
+    from ..training.config import compose, norm_spec
+    from ..results.table import Cell
+
+    if grid(name, root).get("kind") == "downstream":  # accuracy per downstream task (paper Table 2)
+        from .downstream import paper_comparison as downstream_comparison
+        return downstream_comparison(name, records, root)
+    if grid(name, root).get("kind") == "rlhf":  # final reward (paper Table 3)
+        from .rlhf import paper_comparison as rlhf_comparison
+        return rlhf_comparison(name, records, root)
+    cells, rows, cols = {}, [], []
+    for run in paper_runs(name, root):
+        cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
+        label = norm_spec(cfg).label()
+        matching = [r for r in records if r["scale"] == "paper" and r["task"] == run.task and r["norm"].get("label") == label]
+        if label not in rows:
+            rows.append(label)
+        if run.task not in cols:
+            cols.append(run.task)
+        cells[(label, run.task)] = (Cell.from_records(matching), run.paper)
+    return rows, cols, cells
+
+
+def render_comparison(name: str, rows, cols, cells, fmt: str = "md") -> str:
+    """``ours / paper (Δ = our mean − paper)`` per cell, e.g. ``33.50 ± 0.20 (n=3) / 33.12 (+0.38)``; ``md`` or ``csv``."""
+    import csv
+    import io
+
+    def cell(row, col):
+        if (row, col) not in cells:
+            return ""
+        ours, paper = cells[(row, col)]
+        paper_s = f"{paper:g}" if paper is not None else "–"
+        if not ours.records:
+            return f"not run / {paper_s}"
+        delta = f" ({ours.mean - paper:+.2f})" if paper is not None and ours.mean is not None else ""
+        return f"{ours.summary()} / {paper_s}{delta}"
+
+    title = grid(name)["title"]
+    table = [[row, *[cell(row, c) for c in cols]] for row in rows]
+    if fmt == "csv":
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([["norm", *cols], *table])
+        return buf.getvalue()
+    lines = [f"{title}: ours / paper (Δ)", "| norm | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(values) + " |" for values in table]
+    lines += ["", "ours: mean ± std over seeds, n = seeds that finished (records of the same seed are repeats, averaged "
+                 "into one sample); k/n diverged = k of n seeds diverged (a seed's latest record decides)."]
+    return "\n".join(lines) + "\n"
