@@ -16,6 +16,11 @@ from ..models import build_model
 from .angular import angular_distance_matrix
 from ..training.gradnorm import block_grad_norms
 from .prune import skip_block
+from ..training.builders import build_datamodule
+from ..training.weights import load_weights
+from ..training.builders import model_options
+from ..core.tasks import get_task
+from ..training.builders import build_lightning_module
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +43,6 @@ class Subject:
 
 def subject_from_run(run_dir: str | Path) -> Subject:
     """The trained model of a finished run (its ``config.yaml`` and ``model.safetensors``, or a legacy ``model.pt``)."""
-    from ..training.builders import build_datamodule
-    from ..training.weights import load_weights
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -51,16 +54,12 @@ def subject_from_run(run_dir: str | Path) -> Subject:
 
 
 def subject_at_init(args: list[str], out_dir: Path) -> Subject:
-    from ..training.builders import build_datamodule
-
     cfg = compose(args)
     datamodule = build_datamodule(cfg)
     return Subject(norm_spec(cfg).label(), cfg, _build(cfg, datamodule).to(analysis_device()), datamodule, out_dir)
 
 
 def _build(cfg: DictConfig, datamodule):
-    from ..training.builders import model_options
-
     return build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **model_options(cfg, datamodule))
 
 
@@ -116,8 +115,6 @@ def evaluate(subject: Subject, limit_val_batches=None) -> float:
     """The task's primary metric on the validation data."""
     import lightning as L
 
-    from ..core.tasks import get_task
-    from ..training.builders import build_lightning_module
 
     module = build_lightning_module(subject.cfg, subject.model, subject.datamodule)
     trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -134,7 +131,6 @@ def prune_profile(subject: Subject, limit_val_batches=None) -> dict:
     for index in range(len(subject.model.blocks)):
         with skip_block(subject.model, index):
             deltas.append(evaluate(subject, limit_val_batches) - original)
-    from ..core.tasks import get_task
 
     metric = get_task(subject.cfg.task.name).primary_metric
     return {"name": subject.name, "plan": list(subject.model.plan), "metric": metric.name, "higher_is_better": metric.higher_is_better,

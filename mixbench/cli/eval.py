@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from ..evaluation.runner import evaluate
+from ..export.hf import export_hf
 
 log = logging.getLogger("mixbench")
 
@@ -15,8 +17,6 @@ def _tasks(values: list[str] | None) -> list[str] | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ..evaluation.runner import evaluate
-
     summary = evaluate(args.run, _tasks(args.tasks), args.protocol, args.data, args.num_fewshot, args.limit, args.batch_size,
                        args.device, args.max_length, args.precision, args.max_new_tokens, tokenizer=args.tokenizer, out=args.out,
                        update_record=not args.no_record)
@@ -41,8 +41,6 @@ def render_summary(summary: dict) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..export.hf import export_hf
-
     out = export_hf(args.run, args.out, args.dtype, args.tokenizer)
     sys.stdout.write(f"{out}\n")
     return 0

@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from .errors import ConfigError
 from .project import project_roots
+from .families import list_families
 
 
 class TaskError(ConfigError):
@@ -73,7 +74,6 @@ def _parse_task(path: Path, raw: dict) -> TaskSpec:
     if missing:
         raise TaskError(f"{where}: missing key(s) {missing}")
     if not (path.parent / "task.py").is_file():  # a task.py may register its family when the task runs
-        from .families import list_families
 
         if raw["family"] not in list_families():
             raise TaskError(f"{where}: family must be one of {list_families()} (or one its task.py registers), got {raw['family']!r}")

@@ -1,7 +1,6 @@
 """ImageNet-1K and any folder-per-class dataset, with timm's train / eval transforms.
 
 Layouts read from ``root``:
-
 * ILSVRC folders: ``<root>/train/<class>/*.JPEG`` and ``<root>/val/<class>/*.JPEG``; class index = sorted
   class-folder name (for ImageNet: the sorted wnids, the standard index);
 * the Hugging Face ``imagenet-1k`` parquet files: ``<root>/**/train-*.parquet`` and
@@ -28,6 +27,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..core.errors import ConfigError
+from .device_pipeline import CropGeometry
+from .device_pipeline import collate_cropped, collate_encoded
+from .device_pipeline import CroppedImages, EncodedImages
+from .device_pipeline import DeviceImagePipeline
+from .device_pipeline import WorkerCrop
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +167,11 @@ class ImageFolderDataModule(L.LightningDataModule):
         self.dataset_label = label or f"image folders {self.root}"
 
     def geometry(self):
-        from .device_pipeline import CropGeometry
-
         return CropGeometry(self.img_size, self.crop_pct, self.aug["interpolation"])
 
     def device_pipeline(self):
         """The device half of the ``gpu`` / ``nvjpeg`` pipelines (built once)."""
         if not hasattr(self, "_device_pipeline"):
-            from .device_pipeline import DeviceImagePipeline
-
             self._device_pipeline = DeviceImagePipeline(self.geometry(), self.aug["auto_augment"], self.aug["re_prob"], self.aug["hflip"],
                                                         self.aug["mean"], self.aug["std"], overlap=self.overlap)
         return self._device_pipeline
@@ -181,7 +181,6 @@ class ImageFolderDataModule(L.LightningDataModule):
         if self.pipeline == "nvjpeg":  # the workers only read the files
             return None, None
         if self.pipeline == "gpu":  # the workers decode and crop
-            from .device_pipeline import WorkerCrop
 
             return WorkerCrop(self.geometry(), train=True), WorkerCrop(self.geometry(), train=False)
         from timm.data import create_transform
@@ -228,7 +227,6 @@ class ImageFolderDataModule(L.LightningDataModule):
         pin = {"pin_memory": torch.cuda.is_available()}
         if self.pipeline == "cpu":
             return options | pin
-        from .device_pipeline import collate_cropped, collate_encoded
 
         draw = self.device_pipeline().draw if train else None
         if self.pipeline == "gpu":
@@ -245,7 +243,6 @@ class ImageFolderDataModule(L.LightningDataModule):
 
     def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
         """``gpu`` / ``nvjpeg`` pipelines: finish the recipe on ``device``; otherwise Lightning's default."""
-        from .device_pipeline import CroppedImages, EncodedImages
 
         if isinstance(batch, (CroppedImages, EncodedImages)):
             return self.device_pipeline()(batch, device)

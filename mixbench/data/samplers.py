@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 from torch.utils.data import Sampler
+from ..core.errors import ConfigError
 
 
 class EpochShuffleSampler(Sampler[int]):
@@ -87,7 +88,5 @@ class ResumableOrder:
     def load_state_dict(self, state: dict) -> None:
         if state:
             if state.get("seed") != self.seed:
-                from ..core.errors import ConfigError
-
                 raise ConfigError(f"the checkpoint was trained with seed {state.get('seed')}, this run has seed {self.seed}")
             self._resume = (state["epoch"], state["consumed"])

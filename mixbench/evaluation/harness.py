@@ -2,7 +2,6 @@
 
 :class:`MixbenchLM` implements the harness's three request types on top of :class:`~mixbench.evaluation.scoring.Scorer`
 (batched, on the GPU when there is one):
-
 * ``loglikelihood(context, continuation)``: ``log p(continuation | context)`` and whether greedy decoding would
   produce it (the harness's ``TemplateLM`` splits context/continuation tokens; an empty context is the EOS token,
   as the harness's HF model does for tokenizers without BOS);
@@ -10,7 +9,6 @@
 * ``generate_until(context, {until, max_gen_toks})``: greedy decoding, cut at the first stop string.
 
 Python users can pass it to the harness directly::
-
     lm = MixbenchLM(run="results/runs/.../seed0-...")       # or lm_eval.simple_evaluate(model="mixbench", model_args="run=...")
     lm_eval.simple_evaluate(model=lm, tasks=["arc_easy"])
 
@@ -27,6 +25,7 @@ from tqdm import tqdm
 
 from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
 from .scoring import Scorer
+from ..training.trained import load_trained
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +44,6 @@ class MixbenchLM(TemplateLM):
         if model is None:
             if run is None:
                 raise ValueError("MixbenchLM needs run=<run folder> or model=<module> with tokenizer=<name>")
-            from ..training.trained import load_trained
 
             trained = load_trained(run, tokenizer)
             model, tokenizer = trained.model, trained.tokenizer

@@ -1,7 +1,6 @@
 """``mixbench eval``: score a trained run on downstream tasks and add the result to its record.
 
 Two protocols:
-
 * ``harness`` (default, the paper's): lm-evaluation-harness tasks, log-likelihood of each choice; per task the
   harness's ``acc`` (and ``acc_norm`` where it reports it) with its standard error;
 * ``generate`` (LLM-Adapters' ``commonsense_evaluate.py``): the Alpaca prompt of the instruction, a greedy answer of
@@ -25,6 +24,15 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from .formats import GENERATE_TASKS, TABLE2_TASKS, extract_answer, get_task_format
+from .suites import hub_reachable
+from .harness import MixbenchLM
+from .suites import find_task_data, write_harness_tasks
+from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
+from ..sft.prompt import build_prompt
+from .scoring import Scorer
+from .suites import find_task_data
+from ..training.trained import load_trained
+from ..results.table import read_record, write_record
 
 log = logging.getLogger(__name__)
 PROTOCOLS = ("harness", "generate")
@@ -47,7 +55,6 @@ def mean_stderr(correct: list[float]) -> float:
 
 def resolve_sources(data: list[str] | None) -> list[str]:
     """``auto`` → ``hub`` when the hub can be reached, else ``embedded``."""
-    from .suites import hub_reachable
 
     data = list(data or ["auto"])
     if data == ["auto"]:
@@ -80,8 +87,6 @@ def run_harness(trained, tasks: list[str], sources: list[str], num_fewshot: int,
     lm_eval = require_lm_eval()
     from lm_eval.tasks import TaskManager
 
-    from .harness import MixbenchLM
-    from .suites import find_task_data, write_harness_tasks
 
     lm = MixbenchLM(model=trained.model, tokenizer=trained.tokenizer, **scorer)
     if sources == ["hub"]:
@@ -102,11 +107,6 @@ def run_harness(trained, tasks: list[str], sources: list[str], num_fewshot: int,
 
 def run_generate(trained, tasks: list[str], sources: list[str], limit: int | None, max_new_tokens: int, template: str,
                  batch_size: int, device, max_length, precision: str) -> dict:
-    from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
-    from ..sft.prompt import build_prompt
-    from .scoring import Scorer
-    from .suites import find_task_data
-
     if sources == ["hub"]:
         raise ConfigError("--protocol generate reads instruction-format files: give --data embedded or a folder (e.g. LLM-Adapters' dataset/)")
     tokenizer = TokenizerSpec(trained.tokenizer).load()
@@ -136,7 +136,6 @@ def evaluate(run: str, tasks: list[str] | None = None, protocol: str = "harness"
              precision: str = "auto", max_new_tokens: int = 32, template: str = "alpaca", tokenizer: str | None = None,
              out: str | None = None, update_record: bool = True) -> dict:
     """Evaluate ``run`` (a run folder, ``.safetensors`` or ``.ckpt``); returns the summary (see the module doc)."""
-    from ..training.trained import load_trained
 
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown --protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
@@ -183,7 +182,6 @@ def metrics_of(summary: dict) -> dict[str, float]:
 
 def add_to_record(path: Path, summary: dict) -> None:
     """Put ``summary`` into the record at ``path`` (written atomically), replacing an earlier one of the same protocol."""
-    from ..results.table import read_record, write_record
 
     record = read_record(path)
     prefix = METRIC_PREFIX[summary["protocol"]] + "/"

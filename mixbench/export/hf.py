@@ -2,7 +2,6 @@
 
 The folder loads with ``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`` and therefore runs under
 ``lm_eval --model hf --model_args pretrained=folder,trust_remote_code=True`` and any transformers tool::
-
     config.json                 model_type mixbench_llama, auto_map → the two files below, the run's model description
     configuration_mixbench.py   MixbenchConfig                 (mixbench/assets/hf_remote/)
     modeling_mixbench.py        MixbenchForCausalLM wrapping mixbench's Llama
@@ -27,6 +26,8 @@ from ..data import ASSETS_DIR
 from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
 from ..core.errors import MixbenchError
 from .bundle import bundle_modules
+from ..layers import get_placement
+from ..training.trained import load_trained
 
 log = logging.getLogger(__name__)
 REMOTE_CODE = ASSETS_DIR / "hf_remote"
@@ -39,8 +40,6 @@ class ExportError(MixbenchError):
 
 
 def _check_placements(model) -> None:
-    from ..layers import get_placement
-
     for name in dict.fromkeys([model.norm_spec.placement, *model.plan]):
         module = type(get_placement(name)).__module__
         if not module.startswith("mixbench."):
@@ -82,7 +81,6 @@ def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "floa
     (default ``<run>/hf``); returns the folder."""
     from safetensors.torch import save_file
 
-    from ..training.trained import load_trained
 
     if dtype not in DTYPES:
         raise ExportError(f"unknown --dtype {dtype!r}; valid: {', '.join(DTYPES)}")

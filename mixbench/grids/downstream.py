@@ -1,7 +1,6 @@
 """Downstream grids (``kind: downstream`` in ``configs/paper/mixln_iclr2025.yaml``; paper Table 2): pretrain → SFT → eval.
 
 Each (size task, norm, seed) of the grid is a *chain* of three stages:
-
 1. ``pretrain``: ``mixbench run task=<c4 size task> norm=<norm> ...`` (the Table 1 run);
 2. ``sft``: ``mixbench run task=sft_commonsense model=<same> norm=<same> init_from=<pretrain run> ...``;
 3. ``eval``: ``mixbench eval --run <sft run> ...`` (lm-evaluation-harness; results into the SFT run's record).
@@ -28,7 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from .reproduce import grid, paper_runs
+from .paper import grid, paper_runs
+from ..training.config import compose, norm_spec
+from ..evaluation.formats import GENERATE_TASKS, TABLE2_TASKS
+from ..training.config import compose
+from .runner import run_one
+from ..evaluation.runner import evaluate, resolve_sources
+from ..results.table import load_records
+from ..results.table import Cell
+from ..results.table import model_label
+from ..evaluation.report import seeds_report, task_floors
 
 log = logging.getLogger(__name__)
 STAGES = ("pretrain", "sft", "eval")
@@ -77,7 +85,6 @@ def _inherited(argv: list[str]) -> list[str]:
 
 def chains(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra: tuple[str, ...] = (), root=None) -> list[Chain]:
     """The chains of grid ``name`` at ``scale`` (``paper`` or ``proxy``)."""
-    from ..training.config import compose, norm_spec
 
     spec = grid(name, root)
     common, pre_extra, sft_extra, eval_extra = split_overrides(extra)
@@ -164,7 +171,6 @@ def find_finished(records: list[dict], cfg, init_from: Path | None = None) -> Pa
 
 def evaluated(record: dict, options: dict, sources: list[str]) -> bool:
     """Whether ``record`` already holds an evaluation with these options."""
-    from ..evaluation.formats import GENERATE_TASKS, TABLE2_TASKS
 
     protocol = options.get("protocol", "harness")
     done = (record.get("downstream") or {}).get(protocol)
@@ -186,8 +192,6 @@ def _eval_argv(run: str, options: dict) -> list[str]:
 def _train(argv: list[str], subprocesses: bool, outcomes: list, total: int) -> Path | None:
     """Run one training stage through :mod:`mixbench.runner` (logged as run k of the ``total`` training runs of the
     grid); its run folder if it finished (completed, or diverged with its weights)."""
-    from ..training.config import compose
-    from .runner import run_one
 
     outcomes.append(None)  # reserve this run's number (chains run in threads)
     number = len(outcomes) - 1
@@ -201,8 +205,6 @@ def _train(argv: list[str], subprocesses: bool, outcomes: list, total: int) -> P
 
 def run_chain(chain: Chain, records: list[dict], subprocesses: bool, resume: bool, outcomes: list, total: int) -> dict | None:
     """Run the stages of ``chain`` that are not finished yet; the SFT record (with its evaluation) or None."""
-    from ..training.config import compose
-    from ..evaluation.runner import evaluate, resolve_sources
 
     extra = ["resume=auto"] if resume else []
     pretrain = find_finished(records, compose(chain.pretrain)) or _train([*chain.pretrain, *extra], subprocesses, outcomes, total)
@@ -233,7 +235,6 @@ def run_chain(chain: Chain, records: list[dict], subprocesses: bool, resume: boo
 
 def plan(chain: Chain, records: list[dict]) -> str:
     """The dry-run listing of one chain: each stage's command and whether it is reused."""
-    from ..training.config import compose
 
     pretrain = find_finished(records, compose(chain.pretrain))
     pre_ref = str(pretrain) if pretrain else "<pretrain run>"
@@ -255,8 +256,6 @@ def reproduce_downstream(name: str, scale: str, seeds: tuple[int, ...], extra: t
     time, as subprocesses when more than one; ``only``: the chains whose pretraining arguments include all these
     ``key=value`` items); returns the :class:`mixbench.runner.Outcome` of every training run made, and prints the
     downstream table of the finished chains."""
-    from ..training.config import compose
-    from ..results.table import load_records
 
     if jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
@@ -290,15 +289,12 @@ def _view(record: dict, metric: str, scale: float = 100.0) -> dict | None:
 
 
 def _cells(records: list[dict], columns: list[str]) -> dict:
-    from ..results.table import Cell
-
     return {col: Cell.from_records([v for r in records if (v := _view(r, f"eval/{col}/acc")) is not None]) for col in columns}
 
 
 def paper_rows(name: str, stage: str, records: list[dict], root=None) -> list[tuple[str, str, str, object, list[dict]]]:
     """Per paper run of a chained grid: ``(row "<model> · <norm>", model, norm label, the run, the paper-scale records of
     ``stage``'s task with that model and norm)``."""
-    from ..training.config import compose, norm_spec
 
     task = grid(name, root)["stages"][stage]["task"]
     out = []
@@ -327,7 +323,6 @@ def downstream_table(records: list[dict], tasks: list[str], results_dir: Path | 
     """A Markdown table of SFT records: one row per model label · norm · scale, harness accuracy (%) per task and
     the average (mean ± std over seeds), with the pretraining run's final validation perplexity and status (a
     pretraining run no longer where ``init_from`` says is looked up by its folder name under ``results_dir``)."""
-    from ..results.table import model_label
 
     columns = [*tasks, "avg"]
     groups: dict[str, list[dict]] = {}
@@ -365,8 +360,6 @@ def _pretrain_summary(records: list[dict], results_dir: Path | None = None) -> s
 
 def seeds_text(records: list[dict], tasks: list[str], sources: list[str], baseline: str) -> str:
     """The floors and seed statistics (:mod:`mixbench.evaluation.report`) of each model label · scale of ``records``."""
-    from ..evaluation.report import seeds_report, task_floors
-    from ..results.table import model_label
 
     try:
         floors = {t: task_floors(t, list(sources)) for t in tasks}
@@ -386,7 +379,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m mixbench.reproduce_downstream --results-dir DIR [--grid table2] [--scale proxy] [--out FILE]``: the table."""
     import argparse
 
-    from ..results.table import load_records
 
     parser = argparse.ArgumentParser(description="downstream results (SFT records with their evaluation) as a Markdown table")
     parser.add_argument("--results-dir", default="results")

@@ -10,6 +10,7 @@ its job and exits (:mod:`mixbench.preemption`); the requeued job continues from 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import logging
 import os
 from pathlib import Path
@@ -22,9 +23,27 @@ from ..core.project import project_roots, select_project
 from ..training.config import compose, norm_spec
 from ..training.preemption import PREEMPTED_EXIT
 from ..training.run import finished_record, run_and_report, run_directory
-from .runner import Outcome
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """One configuration of a grid: its arguments, run folder and record (None if the run left none)."""
+
+    argv: list[str]
+    run_dir: Path | None
+    record: dict | None
+    error: str | None = None
+    job: str | None = None  # the SLURM job id (--launcher slurm)
+
+    @property
+    def status(self) -> str:
+        return self.record["status"] if self.record else "failed"
+
+    @property
+    def command(self) -> str:
+        return "mixbench run " + " ".join(shlex.quote(a) for a in self.argv)
 
 
 def slurm_parameters(cfg: DictConfig) -> dict:

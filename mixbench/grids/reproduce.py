@@ -15,39 +15,17 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..core.errors import ConfigError
-from ..core.project import config_choices, config_file
+from .paper import grid, load_grids, paper_runs
+from .runner import run_many
+from ..training.config import compose, norm_spec
+from ..results.table import Cell
+from .downstream import reproduce_downstream
+from .rlhf import reproduce_rlhf
+from ..training.config import compose
+from .downstream import paper_comparison as downstream_comparison
+from .rlhf import paper_comparison as rlhf_comparison
 
 log = logging.getLogger(__name__)
-PAPER_FILE = ("paper", "mixln_iclr2025.yaml")  # under configs/ on the project search path
-
-
-@dataclass(frozen=True)
-class PaperRun:
-    task: str
-    norm: str
-    overrides: tuple[str, ...]
-    paper: float | None
-
-
-def load_grids(root=None) -> dict:
-    """The paper's grids, then the suite's own (``configs/grids/*.yaml``, e.g. ``placements``)."""
-    grids = OmegaConf.to_container(OmegaConf.load(config_file(*PAPER_FILE, root=root)))
-    for name in config_choices("grids", root):
-        grids.update(OmegaConf.to_container(OmegaConf.load(config_file("grids", f"{name}.yaml", root=root))))
-    return grids
-
-
-def grid(name: str, root=None) -> dict:
-    grids = load_grids(root)
-    if name not in grids:
-        raise ConfigError(f"unknown paper table {name!r}; valid: {', '.join(grids)}")
-    return grids[name]
-
-
-def paper_runs(name: str, root=None) -> list[PaperRun]:
-    return [PaperRun(r["task"], r["norm"], tuple(r.get("overrides", [])), r.get("paper")) for r in grid(name, root)["runs"]]
-
-
 def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra: tuple[str, ...] = (), root=None) -> list[list[str]]:
     """The ``mixbench run`` argument lists of a grid."""
     spec = grid(name, root)
@@ -73,19 +51,14 @@ def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, .
         if launcher != "local":
             raise ConfigError(f"{name}'s pretrain → fine-tune → evaluate chains run with the local launcher only; "
                               "submit the chain itself as one job (e.g. sbatch --wrap 'mixbench reproduce ...')")
-        from .downstream import reproduce_downstream
         return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
     if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
-        from .rlhf import reproduce_rlhf
         return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
-    from .runner import run_many
 
     argvs = [argv for argv in expand(name, scale, seeds, extra) if all(item in argv for item in only)]
     if not argvs:
         raise ConfigError(f"--only {' '.join(only)} matches no run of {name}; see mixbench reproduce {name} --dry-run")
     if dry_run:
-        from ..training.config import compose
-
         for argv in argvs:  # validate the whole grid
             compose(argv)
         sys.stdout.write("".join("mixbench run " + " ".join(shlex.quote(a) for a in argv) + "\n" for argv in argvs))
@@ -96,14 +69,10 @@ def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, .
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
     """Rows (norm labels), columns (tasks) and cells {(row, col): (ours, paper)} from the paper-scale records, where
     ``ours`` is a :class:`mixbench.results.Cell`: counted by seed (repeats of a seed are one sample, see ``Cell``)."""
-    from ..training.config import compose, norm_spec
-    from ..results.table import Cell
 
     if grid(name, root).get("kind") == "downstream":  # accuracy per downstream task (paper Table 2)
-        from .downstream import paper_comparison as downstream_comparison
         return downstream_comparison(name, records, root)
     if grid(name, root).get("kind") == "rlhf":  # final reward (paper Table 3)
-        from .rlhf import paper_comparison as rlhf_comparison
         return rlhf_comparison(name, records, root)
     cells, rows, cols = {}, [], []
     for run in paper_runs(name, root):

@@ -1,7 +1,6 @@
 """RLHF grids (``kind: rlhf`` in ``configs/paper/mixln_iclr2025.yaml``; paper Table 3): pretrain → SFT → RM → ReMax.
 
 Each (size task, norm, seed) is a chain of four training runs, each initialised from the one before:
-
 1. ``pretrain``: the Table 1 run;
 2. ``sft``: ``task=sft_commonsense init_from=<pretrain run>``;
 3. ``rm``: ``task=rm_preferences init_from=<sft run>`` (the reward model);
@@ -23,8 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from .reproduce import grid
+from .paper import grid
 from .downstream import _train, _variant, _view, combos, emit, find_finished, follow_up, paper_rows
+from ..training.config import compose, norm_spec
+from ..training.config import compose
+from ..results.table import load_records
+from .downstream import _pretrain_record
+from ..results.stats import mean_std
+from ..results.table import Cell, model_label
+from ..results.stats import welch_interval
+from ..results.table import Cell
 
 log = logging.getLogger(__name__)
 STAGES = ("pretrain", "sft", "rm", "rl")
@@ -54,8 +61,6 @@ def stage_overrides(extra: tuple[str, ...]) -> tuple[list[str], dict[str, list[s
 
 
 def chains(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra: tuple[str, ...] = (), root=None) -> list[RLChain]:
-    from ..training.config import compose, norm_spec
-
     spec = grid(name, root)
     common, own = stage_overrides(extra)
     out = []
@@ -80,7 +85,6 @@ def with_inits(chain: RLChain, dirs: dict) -> dict:
 
 def _finished(stage: str, argv: list[str], dirs: dict, records: list[dict]) -> Path | None:
     """The finished run of a stage whose inputs exist (None when they do not yet)."""
-    from ..training.config import compose
 
     needs = {"pretrain": (), "sft": ("pretrain",), "rm": ("sft",), "rl": ("sft", "rm")}[stage]
     if any(dirs.get(n) is None for n in needs):
@@ -124,8 +128,6 @@ def reproduce_rlhf(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[s
                    resume: bool = False, only: tuple[str, ...] = ()) -> list | None:
     """``mixbench reproduce <rlhf grid>``: list (``dry_run``) or run every chain (``jobs`` at a time, as subprocesses when
     more than one; ``only``: chains whose pretraining arguments include all these items); prints the table."""
-    from ..training.config import compose
-    from ..results.table import load_records
 
     if jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
@@ -159,8 +161,6 @@ def _reward_model_accuracy(records: list[dict], results_dir: Path | None) -> str
     """Held-out pairwise accuracy (%) of the reward models the records optimised (each once), mean ± std over them."""
     import json
 
-    from .downstream import _pretrain_record
-    from ..results.stats import mean_std
 
     values = []
     for source in dict.fromkeys((r.get("reward_model") or {}).get("source") for r in records):  # each reward model once
@@ -178,8 +178,6 @@ def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_
     95 % Welch interval of its difference from the ``baseline`` placement, the same reward before ReMax (the SFT policy),
     the reward models' held-out accuracy, and
     the paper's number where ``paper`` has one (``{(model, norm label): value}``, paper scale only)."""
-    from ..results.table import Cell, model_label
-    from ..results.stats import welch_interval
 
     groups: dict[tuple, list[dict]] = {}
     for r in records:
@@ -202,7 +200,6 @@ def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_
 
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
     """``mixbench table --paper <rlhf grid>``: rows ``<model> · <norm>``, one column (final reward), cells (ours, paper)."""
-    from ..results.table import Cell
 
     rows = paper_rows(name, "rl", records, root)
     return [row for row, *_ in rows], ["final reward"], {(row, "final reward"): (Cell.from_records(matching), run.paper)
@@ -213,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m mixbench.reproduce_rlhf --results-dir DIR [--grid table3] [--scale proxy] [--out FILE]``: the table."""
     import argparse
 
-    from ..results.table import load_records
 
     parser = argparse.ArgumentParser(description="RLHF results (ReMax records) as a Markdown table")
     parser.add_argument("--results-dir", default="results")

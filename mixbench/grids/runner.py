@@ -18,28 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .launchers import Outcome, submit_many
 from ..core.errors import ConfigError
+from ..training.config import compose
+from ..training.preflight import preflight
+from ..training.run import run
+from ..training.config import norm_spec
+from ..training.run import run_directory
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Outcome:
-    """One configuration of a grid: its arguments, run folder and record (None if the run left none)."""
-
-    argv: list[str]
-    run_dir: Path | None
-    record: dict | None
-    error: str | None = None
-    job: str | None = None  # the SLURM job id (--launcher slurm)
-
-    @property
-    def status(self) -> str:
-        return self.record["status"] if self.record else "failed"
-
-    @property
-    def command(self) -> str:
-        return "mixbench run " + " ".join(shlex.quote(a) for a in self.argv)
 
 
 def split_top_level(value: str) -> list[str]:
@@ -76,8 +63,6 @@ def expand_sweep(args: list[str]) -> list[list[str]]:
 def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launcher: str = "local") -> list[Outcome]:
     """Run every configuration: here (``local``, ``jobs`` at a time) or as SLURM jobs (``slurm``, see
     :mod:`mixbench.launchers`)."""
-    from ..training.config import compose
-    from ..training.preflight import preflight
 
     if jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
@@ -88,8 +73,6 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
     for cfg in configs:
         preflight(cfg)
     if launcher == "slurm":
-        from .launchers import submit_many
-
         return submit_many(argvs, configs, resume)
     with ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(lambda i: run_one(i, len(argvs), argvs[i], configs[i], in_subprocess=jobs > 1), range(len(argvs))))
@@ -102,8 +85,6 @@ def run_one(i: int, total: int, argv: list[str], cfg, in_subprocess: bool = Fals
 
 
 def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
-    from ..training.run import run
-
     log.info("[%d/%d] mixbench run %s", i + 1, total, " ".join(argv))
     try:
         record = run(cfg, command=["mixbench", "run", *argv])
@@ -114,9 +95,6 @@ def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
 
 
 def _in_subprocess(i: int, total: int, argv: list[str], cfg) -> Outcome:
-    from ..training.config import norm_spec
-    from ..training.run import run_directory
-
     run_dir = run_directory(cfg, norm_spec(cfg).label())
     log.info("[%d/%d] mixbench run %s  → %s", i + 1, total, " ".join(argv), run_dir)
     with open(run_dir / "console.log", "a") as console:

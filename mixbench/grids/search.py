@@ -19,6 +19,12 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from .search_space import Space
+from ..training.config import compose
+from ..core.tasks import get_task
+from ..training.config import compose, norm_spec
+from ..training.callbacks import TrialPruning
+from ..results.table import primary_value
+from ..training.run import run
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +79,6 @@ class Settings:
 
 def base_config(overrides: tuple[str, ...]):
     """The composed config every trial shares (the plan aside); rejects settings the search owns."""
-    from ..training.config import compose
 
     owned = [o for o in overrides if o.split("=", 1)[0].lstrip("+") in RESERVED]
     if owned:
@@ -100,7 +105,6 @@ def open_study(results_dir, name: str, settings: Settings | None = None, seed: i
     """``(study, settings, space, base config)``: create the study with ``settings`` or load it (``settings`` None:
     it must exist; given for an existing study: they must be the ones it was created with)."""
     optuna = optuna_module()
-    from ..core.tasks import get_task
 
     folder = study_dir(results_dir, name)
     exists = (folder / "study.sqlite3").is_file()
@@ -144,7 +148,6 @@ def stored_study(name: str, folder: Path, wait_s: int = 60):
 
 def plan_label(settings: Settings, space: Space, plan: tuple[str, ...]) -> str:
     """The table row (norm label) of ``plan`` under the study's settings (e.g. with its ``norm.kind``)."""
-    from ..training.config import compose, norm_spec
 
     return norm_spec(compose([*settings.overrides, *space.overrides(plan)])).label()
 
@@ -162,11 +165,6 @@ def search(results_dir, name: str, settings: Settings, trials: int, max_trials: 
     """Run ``trials`` more trials of study ``name`` in this process (others may run beside it on the same storage),
     stopping early once the study holds ``max_trials`` finished trials (all processes together)."""
     optuna = optuna_module()
-    from ..training.callbacks import TrialPruning
-    from ..training.config import compose
-    from ..results.table import primary_value
-    from ..core.tasks import get_task
-    from ..training.run import run
 
     if trials < 1 or (max_trials is not None and max_trials < 1):
         raise ConfigError(f"--trials and --max-trials must be at least 1, got {trials} and {max_trials}")

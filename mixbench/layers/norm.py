@@ -21,7 +21,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .placement import NORM_KINDS, NormConfigError
+from ..core.errors import ConfigError
+
+NORM_KINDS = ("rmsnorm", "layernorm", "groupnorm")
+
+
+class NormConfigError(ConfigError):
+    """A norm setting is invalid; the message says which values are valid."""
 
 # attn / mlp: the input (or, by placement, the post-add / output) norm of a sub-layer; attn_out / mlp_out:
 # Sandwich/Peri output norms; q / k / v: norms inside attention (QK-norm, HybridNorm's QKV-norm);

@@ -16,18 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from .norm import NORM_KINDS, NormConfigError
 from .placements import (
-    NormConfigError,
-    admin_omega_init,  # noqa: F401  (re-exported)
     block_placements,
-    deepnorm_constants,  # noqa: F401  (re-exported)
     get_block_placement,
     get_placement,
     list_placements,
-    num_post_layers,  # noqa: F401  (re-exported)
 )
 
-NORM_KINDS = ("rmsnorm", "layernorm", "groupnorm")
 QK_NORMS = ("none", "head", "full")
 
 

@@ -59,12 +59,14 @@ import torch
 import torch.nn as nn
 
 from ..core.errors import ConfigError
+from .attention import add_qkv_norm
+from .init import deepnorm_constants, init_deepnorm_
+from .norm import NormConfigError, dyt_factory, factory_setting
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
 
 
-class NormConfigError(ConfigError):
-    """A norm setting is invalid; the message says which values are valid."""
+
 
 
 @dataclass(frozen=True)
@@ -265,18 +267,6 @@ class SandwichLN(OutputNormGain):
         return x + getattr(block, f"norm{which}_post")(branch(getattr(block, f"norm{which}")(x)))
 
 
-def deepnorm_constants(num_layers: int, paper_compat: bool = False) -> tuple[float, float]:
-    """DeepNorm residual scale ``a`` and init gain ``b`` for ``num_layers`` blocks.
-
-    DeepNet (decoder-only / encoder-only): ``a = (2L)^(1/4)``, ``b = (8L)^(-1/4)``.
-    ``paper_compat`` returns what the official Mix-LN code uses: ``a = sqrt(8)`` for any depth and
-    a xavier gain of ``(8L)^(+1/4)``.
-    """
-    if paper_compat:
-        return math.sqrt(8.0), (8.0 * num_layers) ** 0.25
-    return (2.0 * num_layers) ** 0.25, (8.0 * num_layers) ** -0.25
-
-
 @register_placement
 class DeepNorm(BlockPlacement):
     name, summary = "deepnorm", "N(a·x + F(x)), a = (2L)^¼; v/out/MLP init × (8L)^-¼ — DeepNorm (DeepNet)"
@@ -288,8 +278,6 @@ class DeepNorm(BlockPlacement):
         return getattr(block, f"norm{which}")(x * block.residual_scale + branch(x))
 
     def init_weights(self, block, ctx):
-        from .init import init_deepnorm_
-
         init_deepnorm_(block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc1.weight, block.mlp.fc2.weight,
                        ctx.dim, block.mlp.fc2.in_features, ctx.num_layers, ctx.spec.paper_compat)
 
@@ -414,8 +402,6 @@ class _QKVNorm(BlockPlacement):
                                   "q, k and v per head itself (norm.qk_norm=none or head)")
 
     def build(self, block, ctx):
-        from .attention import add_qkv_norm
-
         add_qkv_norm(block.attn, ctx.make_norm)
 
 
@@ -484,8 +470,6 @@ class DynamicTanh(BlockPlacement):
             raise NormConfigError(f"norm=dyt replaces every norm by DyT: leave norm.kind unset (got {spec.kind!r})")
 
     def norm_factory(self, spec, make_norm):
-        from .norm import dyt_factory, factory_setting
-
         return dyt_factory(*self.alphas(spec), bias=factory_setting(make_norm, "bias", True))
 
     def sublayer(self, block, which, x, branch):

@@ -4,13 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..training.weights import description_of
+from ..training.trained import tokenizer_of
 
 REWARDS = ("model", "rule")
 
 
 def _description(source: str) -> dict | None:
-    from ..training.weights import description_of
-
     return description_of(Path(source).expanduser())
 
 
@@ -33,7 +33,6 @@ def check_rlhf_config(cfg) -> None:
         raise ConfigError(f"data.seq_len={cfg.data.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; lower data.seq_len")
     if loader != "prompts":
         return
-    from ..training.trained import tokenizer_of
 
     rl = cfg.rlhf
     if cfg.model.get("score_head"):

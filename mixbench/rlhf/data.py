@@ -1,7 +1,6 @@
 """Preference data for the reward model (``data.loader=preferences``) and prompts for ReMax (``data.loader=prompts``).
 
 Sources (``data.path``; ``data.format`` ``auto`` tells them apart by their fields):
-
 * ``binarized``: UltraFeedback as people use it, ``HuggingFaceH4/ultrafeedback_binarized`` — records with ``prompt``
   and ``chosen`` / ``rejected`` message lists (``[{"role": "user", ...}, {"role": "assistant", ...}]``); a hub name
   (with ``data.split``, e.g. ``train_prefs``) or local parquet / JSON / JSON-lines files, read by HF ``datasets``;
@@ -35,6 +34,8 @@ from ..data.tokens import TokenizerSpec
 from ..core.errors import ConfigError
 from ..sft.data import EMBEDDED_SAMPLE, binarized_triples, files_of, read_records, special_ids, stage_share
 from ..sft.prompt import build_prompt
+from ..training.trained import tokenizer_of
+from ..core.jsonitems import read_items
 
 log = logging.getLogger(__name__)
 FORMATS = ("auto", "binarized", "commonsense")
@@ -84,8 +85,6 @@ def read_pairs(path: str | None, fmt: str, split: str, template: str, seed: int)
     files = files_of(path)
     if fmt == "auto":
         if files and files[0].suffix in (".json", ".jsonl"):
-            from ..core.jsonitems import read_items
-
             first = read_items(files[0])[:1]
             fmt = "commonsense" if first and "instruction" in first[0] else "binarized"
         else:
@@ -108,7 +107,6 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
                  global_batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0,
                  max_train_pairs: int | None = None, seed: int = 0, name: str | None = None, label: str | None = None):
         super().__init__()
-        from ..training.trained import tokenizer_of
 
         self.path, self.format, self.split = path, format, split
         self.stage_split, self.stage = stage_split, stage or self.stage_default

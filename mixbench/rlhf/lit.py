@@ -16,6 +16,8 @@ from ..core.errors import ConfigError
 from ..training.lit.base import OptimizedModule
 from .generation import Responses, generate, joined, last_token_index, response_logprobs
 from .objectives import bradley_terry, kl_onestep_returns, remax_loss
+from ..training.trained import load_trained
+from ..training.lit import OptimConfig
 
 
 class RewardModelModule(OptimizedModule):
@@ -185,7 +187,6 @@ def reward_module(cfg, settings: ReMaxSettings, datamodule) -> tuple[nn.Module, 
     """The reward of ``rlhf.reward`` and what the record says about it."""
     if settings.reward == "rule":
         return RuleReward(datamodule.decode, datamodule.eos_id), {"reward": "rule: exact match of the known answer"}
-    from ..training.trained import load_trained
 
     trained = load_trained(settings.reward_model)
     record = {"reward": "model", "reward_model": {"source": str(settings.reward_model), "model": trained.description.get("model"),
@@ -196,7 +197,6 @@ def reward_module(cfg, settings: ReMaxSettings, datamodule) -> tuple[nn.Module, 
 def remax_module(cfg, model, datamodule) -> ReMaxModule:
     from omegaconf import OmegaConf
 
-    from ..training.lit import OptimConfig
 
     settings = ReMaxSettings(**OmegaConf.to_container(cfg.rlhf, resolve=True))
     reward, provenance = reward_module(cfg, settings, datamodule)

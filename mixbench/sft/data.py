@@ -4,13 +4,11 @@ A record is ``{"instruction", "input", "output", "answer"}`` (``input`` and ``an
 arrays or JSON lines.  Each example is ``prompt ‖ output ‖ EOS`` with the prompt of :mod:`mixbench.sft.prompt`,
 tokenized separately so the boundary is exact.  For the ids x_0..x_{n-1} of an example whose prompt is its first
 m tokens, the model reads x_0..x_{n-2} and is scored on the response only::
-
     labels_t = x_{t+1}  if t + 1 >= m   else IGNORE_INDEX (-100)        (t = 0..n-2)
 
 so ``loss = Σ_t CE(logits_t, labels_t) / #{t: labels_t != -100}`` counts response tokens (and EOS) only.
 
 Sequence modes (``mode``):
-
 * ``pad`` (default, LLM-Adapters): one example per row, truncated to ``seq_len + 1`` tokens, right-padded to the
   longest row of the batch (rounded up to a multiple of 8); pad positions are never scored.
 * ``pack`` (OwLore / LMFlow ``group_texts``): examples concatenated and cut into windows of ``seq_len + 1`` tokens,
@@ -41,6 +39,7 @@ from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special
 from ..core.errors import ConfigError
 from ..core.jsonitems import read_items
 from .prompt import build_prompt
+from ..training.trained import tokenizer_of
 
 CHAIN_STAGES = ("sft", "rm", "rl")  # the stages of the RLHF chain that share one source (``stage_split``)
 
@@ -270,7 +269,6 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         super().__init__()
         if mode not in ("pad", "pack"):
             raise ConfigError(f"data.mode must be 'pad' or 'pack', got {mode!r}")
-        from ..training.trained import tokenizer_of
 
         if format not in ("instruction", "binarized"):
             raise ConfigError(f"data.format={format!r}; valid: instruction (Commonsense170K fields), binarized (UltraFeedback: "

@@ -7,6 +7,7 @@ import time
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from ..results.table import BUDGET_TOLERANCE  # a validation this close to the end counts as the full budget (table --at)
 
 # dense bf16 tensor-core peaks (FLOP/s) by GPU name substring; H200 has the H100's tensor cores
 PEAK_BF16_FLOPS = (("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("L40S", 362e12), ("A10G", 70e12), ("4090", 165e12))
@@ -123,7 +124,6 @@ class TrialPruning(Callback):
             return
         step = trainer.global_step
         self.trial.report(float(value), step)
-        from ..results.table import BUDGET_TOLERANCE  # a validation this close to the end counts as the full budget (table --at)
 
         if step < (1 - BUDGET_TOLERANCE) * trainer.estimated_stepping_batches and self.trial.should_prune():
             self.pruned_at_step = step

@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from ..core.errors import ConfigError
+from ..core.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoints"
@@ -73,8 +75,6 @@ def checkpoint_callback(run_dir: Path, every_n_steps: int, keep_last: int | None
     """Checkpoints ``epoch=E-step=S.ckpt`` every ``every_n_steps`` optimizer steps, the newest ``keep_last`` kept
     (None: all), and ``last.ckpt``."""
     if keep_last is not None and keep_last < 1:
-        from ..core.errors import ConfigError
-
         raise ConfigError(f"checkpoint.keep_last must be a positive integer or null (keep all), got {keep_last}")
     return StepCheckpoint(keep_last, dirpath=run_dir / CHECKPOINT_DIR, every_n_train_steps=every_n_steps, save_last=True)
 
@@ -125,8 +125,6 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
     if last_step is not None:
         return last
     if damaged:
-        from ..core.errors import CheckpointError
-
         raise CheckpointError(f"every checkpoint in {folder} is damaged ({', '.join(p.name for p in damaged)}); "
                               "remove them to start the run over, or set resume_from= to an intact checkpoint")
     return None

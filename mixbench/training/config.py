@@ -2,7 +2,6 @@
 
 Merge order (later wins), every layer strict — a key that the layer below does not have fails with a
 did-you-mean naming the file it came from::
-
     configs/defaults.yaml
     < model options of the chosen model (``model=NAME``, default: the task's model; from its family)
     < configs/norm/<norm>.yaml     (``norm=NAME``, default: the task's norm or ``pre``; plus the placement's own options)
@@ -31,6 +30,12 @@ from .optim import OPTIMIZERS
 from .precision import check_fp8_settings
 from ..core.project import config_choices, config_file
 from .strategy import check_strategy_settings
+from ..data import get_datamodule_class
+from ..core.families import family_of_model, get_family
+from ..core.tasks import discover_tasks, get_task
+from .loggers import logger_names
+from ..core.families import get_family
+from ..core.tasks import get_task
 
 GROUPS = ("task", "model", "norm", "data")
 SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -175,7 +180,6 @@ def data_arguments(loader_class) -> dict:
 
 def _data_group(choice: str, root) -> DictConfig:
     """``configs/data/<choice>.yaml`` over the declared arguments (and defaults) of its ``loader``."""
-    from ..data import get_datamodule_class
 
     chosen = load_group("data", choice, root)
     if "loader" not in chosen:
@@ -191,8 +195,6 @@ def _plain(value):
 
 def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     """The resolved, validated config of ``mixbench run ARGS``."""
-    from ..core.families import family_of_model, get_family
-    from ..core.tasks import discover_tasks, get_task
 
     choices, overrides = split_arguments(args)
     if "task" not in choices:
@@ -255,7 +257,6 @@ def check_ranges(cfg: DictConfig) -> None:
             continue
         if value < low or (strict and value == low):
             raise ConfigError(f"{key} must be {'>' if strict else '≥'} {low}, got {value}")
-    from .loggers import logger_names
 
     logger_names(cfg.logger)
     if cfg.resume not in (None, "auto"):
@@ -269,7 +270,6 @@ def validate(cfg: DictConfig) -> None:
     check_strategy_settings(cfg)
     spec = norm_spec(cfg)
     spec.plan(int(cfg.model.num_layers))
-    from ..core.families import get_family
 
     get_family(cfg.task.family).check_config(cfg)
     if cfg.optim.name not in OPTIMIZERS:
@@ -286,7 +286,6 @@ def norm_spec(cfg: DictConfig) -> NormSpec:
 def load_run_config(run_dir: str | Path) -> DictConfig:
     """A finished run's ``config.yaml`` (settings added to defaults.yaml after the run was made take their defaults),
     with its task's plugin code loaded (a plugin task needs its project: ``mixbench --project DIR``)."""
-    from ..core.tasks import get_task
 
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():

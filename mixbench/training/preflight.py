@@ -8,6 +8,8 @@ from omegaconf import DictConfig, OmegaConf
 from .config import norm_spec
 from ..core.errors import ConfigError
 from .weights import WeightsError, check_compatible, load_description
+from .builders import make_datamodule
+from .strategy import accumulation_steps, world_size
 
 # model options that decide tensor shapes: weights that differ in one cannot load (the load's own check would say so
 # only after the run folder exists); other options (init scales, drop-path, RoPE base, kernels) may differ
@@ -40,8 +42,6 @@ def check_init_from(cfg: DictConfig) -> None:
 
 def preflight(cfg: DictConfig) -> None:
     """Raise the errors ``cfg`` alone decides (:class:`mixbench.errors.ConfigError`), before anything is written."""
-    from .builders import make_datamodule
-    from .strategy import accumulation_steps, world_size
 
     if int(cfg.trainer.num_nodes) > 1 and cfg.run_dir is None:
         raise ConfigError(f"trainer.num_nodes={cfg.trainer.num_nodes}: set run_dir= to a folder on storage every node shares "

@@ -42,6 +42,7 @@ from .status import classify
 from .strategy import accumulation_steps, make_strategy, world_size
 from ..core.tasks import get_task
 from .weights import describe_model, init_from, save_weights
+from ..models import model_defaults
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +318,6 @@ KERNEL_ONLY_OPTIONS = ("attention_backend",)
 def model_label(name: str, options: dict) -> str:
     """``llama_71m[num_layers=24]``: the preset name plus every architecture option changed from it (kernel choices,
     :data:`KERNEL_ONLY_OPTIONS`, left out)."""
-    from ..models import model_defaults
 
     changed = {k: v for k, v in options.items() if model_defaults(name).get(k) != v and k not in KERNEL_ONLY_OPTIONS}
     return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + "]" if changed else "")

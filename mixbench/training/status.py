@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from ..results.curves import read_metrics
+from ..core.families import get_family
+from ..results.table import load_records, write_record
 
 
 def loss_gain(history: list[tuple[float, float]]) -> float | None:
@@ -54,7 +57,6 @@ def history_of(record: dict) -> list[tuple[float, float]]:
         return [tuple(point) for point in record["train_loss_history"]]
     from pathlib import Path
 
-    from ..results.curves import read_metrics
 
     try:
         return read_metrics(Path(record["run_dir"])).get("train/loss", [])
@@ -66,7 +68,6 @@ def reclassify(record: dict) -> tuple[str, str | None]:
     """The status of a finished record under the current rules (failed records keep theirs).  The learning check is
     re-run by the record's family on its metrics, against the floor stored in the record (``learning_floor``) or,
     for records written before floors were stored, the one the family derives from the record."""
-    from ..core.families import get_family
 
     if record["status"] not in ("completed", "diverged", "stalled"):
         return record["status"], (record.get("divergence") or {}).get("reason")
@@ -82,7 +83,6 @@ def reclassify(record: dict) -> tuple[str, str | None]:
 
 def reclassify_records(results_dir, dry_run: bool = False) -> list[tuple[str, str, str]]:
     """Re-derive the status of every readable record under ``results_dir`` (rewritten atomically); returns the changes."""
-    from ..results.table import load_records, write_record
 
     changes = []
     records, _ = load_records(results_dir)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.errors import ConfigError
 from .precision import lightning_precision
+from .lit.fsdp import RootKeepingFSDPStrategy
 
 FSDP = "fsdp"
 DDP = "ddp"
@@ -67,7 +68,6 @@ def make_strategy(cfg: DictConfig, block_class: type | None, precision: str | No
         return cfg.trainer.strategy
     if block_class is None:
         raise ConfigError("trainer.strategy=fsdp needs the model's transformer block class to shard by")
-    from .lit.fsdp import RootKeepingFSDPStrategy
 
     return RootKeepingFSDPStrategy(
         auto_wrap_policy={block_class},

@@ -13,6 +13,9 @@ from pathlib import Path
 import torch
 
 from ..core.errors import ConfigError
+from ..layers import NormSpec
+from ..models import build_model
+from .weights import load_weights
 
 log = logging.getLogger(__name__)
 WEIGHT_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth")
@@ -78,9 +81,6 @@ def _recorded_tokenizer(run_dir: Path) -> str | None:
 
 def load_trained(source: str | Path, tokenizer: str | None = None) -> Trained:
     """Rebuild the model of ``source`` (run folder, ``.safetensors``, ``.ckpt``) and load its weights (strict)."""
-    from ..layers import NormSpec
-    from ..models import build_model
-    from .weights import load_weights
 
     path = Path(source).expanduser()
     if not path.exists():

@@ -3,7 +3,6 @@ from trained weights (``init_from=``).
 
 A run folder holds ``model.safetensors`` (the model's ``state_dict``; for ViTs the same keys as timm's
 models, so timm loads the file) and ``model_config.json``::
-
     {"family": "lm", "model": "llama_71m", "options": {...architecture...}, "norm": {...norm group...},
      "norm_label": "mix(α=0.25)", "plan": ["post", ..., "pre"]}
 
@@ -20,6 +19,8 @@ from pathlib import Path
 import torch
 
 from ..core.errors import ConfigError
+from ..layers.placements import plan_summary
+from ..layers import NormSpec
 
 log = logging.getLogger(__name__)
 WEIGHTS_FILE = "model.safetensors"
@@ -135,8 +136,6 @@ def load_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict | No
 
 
 def _plan_text(plan) -> str:
-    from ..layers.placements import plan_summary
-
     return plan_summary(list(plan)) if plan else "?"
 
 
@@ -148,7 +147,6 @@ def check_compatible(source: str, theirs: dict | None, ours: dict) -> None:
     if theirs.get("family") != ours["family"]:
         raise WeightsError(f"init_from={source} holds a {theirs.get('family')} model ({theirs.get('model')}) but this run builds a "
                            f"{ours['family']} model ({ours['model']})")
-    from ..layers import NormSpec
 
     their_norm = NormSpec.from_dict(theirs["norm"]) if "norm" in theirs else None
     their_label = theirs.get("norm_label") or (their_norm.label() if their_norm else "?")
