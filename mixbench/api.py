@@ -1,18 +1,20 @@
 """The Python API for notebooks — the same steps as the command line::
-    import mixbench
-    cfg = mixbench.compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5, "trainer.max_epochs": 1})
-    record = mixbench.run(cfg)                       # trains, evaluates, writes and returns the result record
-    df = mixbench.load_records("results")            # one row per run, numeric metric columns (what `mixbench table` reads)
+import mixbench
+cfg = mixbench.compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5, "trainer.max_epochs": 1})
+record = mixbench.run(cfg)                       # trains, evaluates, writes and returns the result record
+df = mixbench.load_records("results")            # one row per run, numeric metric columns (what `mixbench table` reads)
 """
+
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
+
+from .results.table import load_records_frame
 from .training.config import compose as compose_args
 from .training.run import run as run_config
-from .results.table import load_records_frame
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +24,6 @@ def compose(args: list[str] | None = None, /, *, project: str | Path | None = No
     ``compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5})`` (keyword values are written as on the command
     line: strings are parsed as YAML, other values formatted as YAML)."""
     from omegaconf import OmegaConf
-
 
     def as_text(value) -> str:
         return value if isinstance(value, str) else OmegaConf.to_yaml(OmegaConf.create({"v": value})).strip()[3:]

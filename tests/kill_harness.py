@@ -2,6 +2,7 @@
 process at MOMENT of optimizer step STEP: ``step`` (between forward and backward), ``validation`` (after the first
 validation batch) or ``write`` (half-way through writing the checkpoint of that step).  ``MOMENT:SIGNAL`` (e.g.
 ``step:SIGTERM``) sends that signal instead of SIGKILL."""
+
 import os
 import signal
 import sys

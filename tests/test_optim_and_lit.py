@@ -38,7 +38,7 @@ def test_validation_loss_is_token_weighted_whatever_the_batch_size():
     for batch_size in (1, 2, 3, 6):
         module = CausalLMModule(model, OptimConfig())
         for start in range(0, 6, batch_size):
-            module.validation_step({"input_ids": ids[start:start + batch_size], "labels": labels[start:start + batch_size]}, 0)
+            module.validation_step({"input_ids": ids[start : start + batch_size], "labels": labels[start : start + batch_size]}, 0)
         assert module.val_loss.compute().item() == pytest.approx(expected.item(), rel=1e-5)
         assert math.isfinite(expected.item())
 
@@ -55,8 +55,14 @@ def test_gradient_clipping_takes_the_unfused_optimizer(monkeypatch, clip, fused)
     real = base.build_optimizer
     monkeypatch.setattr(base, "build_optimizer", lambda *a, **k: seen.update(k) or real(*a, **k))
     module = CausalLMModule(build_model("llama_debug", seed=0), OptimConfig())
-    trainer = types.SimpleNamespace(gradient_clip_val=clip, estimated_stepping_batches=10, max_epochs=None, world_size=1,
-                                    accumulate_grad_batches=1, datamodule=types.SimpleNamespace(batch_size=4))
+    trainer = types.SimpleNamespace(
+        gradient_clip_val=clip,
+        estimated_stepping_batches=10,
+        max_epochs=None,
+        world_size=1,
+        accumulate_grad_batches=1,
+        datamodule=types.SimpleNamespace(batch_size=4),
+    )
     monkeypatch.setattr(type(module), "trainer", property(lambda self: trainer))
     module.configure_optimizers()
     assert seen["fused"] is fused

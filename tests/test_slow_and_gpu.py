@@ -1,4 +1,5 @@
 """Deselected by default: ``python -m pytest -m slow`` (minutes on a CPU) and ``-m gpu`` (needs CUDA)."""
+
 import json
 
 import pytest

@@ -1,5 +1,6 @@
 """``mixbench analyze grad-norm | angular | prune``: load a run (or build a model at initialization), measure,
 and write ``<name>.json`` + ``<name>.png`` into the run folder (or ``--out``)."""
+
 from __future__ import annotations
 
 import json
@@ -8,19 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from ..training.config import compose, load_run_config, norm_spec
 from ..core.families import get_family
-from ..models import build_model
-from .angular import angular_distance_matrix
-from ..training.gradnorm import block_grad_norms
-from .prune import skip_block
-from ..training.builders import build_datamodule
-from ..training.weights import load_weights
-from ..training.builders import model_options
 from ..core.tasks import get_task
-from ..training.builders import build_lightning_module
+from ..models import build_model
+from ..training.builders import build_datamodule, build_lightning_module, model_options
+from ..training.config import compose, load_run_config, norm_spec
+from ..training.gradnorm import block_grad_norms
+from ..training.weights import load_weights
+from .angular import angular_distance_matrix
+from .prune import skip_block
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +74,12 @@ def grad_norm_profile(subject: Subject, num_batches: int = 8) -> dict:
         norms = block_grad_norms(model.blocks)
         sums = norms if sums is None else [{k: s[k] + n[k] for k in s} for s, n in zip(sums, norms)]
     model.zero_grad(set_to_none=True)
-    return {"name": subject.name, "plan": list(model.plan), "batches": num_batches,
-            "blocks": [{k: v / num_batches for k, v in s.items()} for s in sums]}
+    return {
+        "name": subject.name,
+        "plan": list(model.plan),
+        "batches": num_batches,
+        "blocks": [{k: v / num_batches for k, v in s.items()} for s in sums],
+    }
 
 
 def training_grad_norms(run_dir: str | Path, steps: list[int]) -> dict:
@@ -106,20 +109,30 @@ def _token_batches(subject: Subject):
 
 def angular_profile(subject: Subject, token_budget: int = 262_144) -> dict:
     matrix, tokens = angular_distance_matrix(subject.model.eval(), _token_batches(subject), token_budget)
-    return {"name": subject.name, "plan": list(subject.model.plan), "tokens": tokens, "token_budget": token_budget,
-            "layout": "distance[n-1][l] = mean d(x^l, x^(l+n)); null where l+n > L",
-            "distance": [[None if v != v else round(float(v), 6) for v in row] for row in matrix]}
+    return {
+        "name": subject.name,
+        "plan": list(subject.model.plan),
+        "tokens": tokens,
+        "token_budget": token_budget,
+        "layout": "distance[n-1][l] = mean d(x^l, x^(l+n)); null where l+n > L",
+        "distance": [[None if v != v else round(float(v), 6) for v in row] for row in matrix],
+    }
 
 
 def evaluate(subject: Subject, limit_val_batches=None) -> float:
     """The task's primary metric on the validation data."""
     import lightning as L
 
-
     module = build_lightning_module(subject.cfg, subject.model, subject.datamodule)
-    trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=limit_val_batches,
-                        use_distributed_sampler=get_family(subject.cfg.task.family).distributed_sampler)
+    trainer = L.Trainer(
+        accelerator="auto",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=limit_val_batches,
+        use_distributed_sampler=get_family(subject.cfg.task.family).distributed_sampler,
+    )
     metrics = trainer.validate(module, datamodule=subject.datamodule, verbose=False)[0]
     return float(metrics[get_task(subject.cfg.task.name).primary_metric.name])
 
@@ -133,8 +146,14 @@ def prune_profile(subject: Subject, limit_val_batches=None) -> dict:
             deltas.append(evaluate(subject, limit_val_batches) - original)
 
     metric = get_task(subject.cfg.task.name).primary_metric
-    return {"name": subject.name, "plan": list(subject.model.plan), "metric": metric.name, "higher_is_better": metric.higher_is_better,
-            "original": original, "delta": deltas}
+    return {
+        "name": subject.name,
+        "plan": list(subject.model.plan),
+        "metric": metric.name,
+        "higher_is_better": metric.higher_is_better,
+        "original": original,
+        "delta": deltas,
+    }
 
 
 def describe_data(subject: Subject) -> dict:

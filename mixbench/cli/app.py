@@ -1,4 +1,5 @@
 """Command line: ``mixbench run | table | list``."""
+
 from __future__ import annotations
 
 import argparse
@@ -106,8 +107,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from ..grids.reproduce import reproduce
     from ..grids.runner import summarize
 
-    outcomes = reproduce(args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only),
-                         args.launcher)
+    outcomes = reproduce(
+        args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher
+    )
     if outcomes is None:  # --dry-run
         return 0
     status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
@@ -213,12 +215,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..training.config import group_choices, load_group
-    from ..data import list_datamodules
     from ..core.families import get_family, list_families
-    from ..layers import get_placement
     from ..core.project import project_roots
     from ..core.tasks import discover_tasks
+    from ..data import list_datamodules
+    from ..layers import get_placement
+    from ..training.config import group_choices, load_group
 
     console = Console()
     tasks = Table(title="tasks (task=...)")
@@ -252,19 +254,23 @@ Raw = argparse.RawDescriptionHelpFormatter
 def run_epilog() -> str:
     """The choices of every group, and examples (shown by ``mixbench run --help``)."""
     try:
-        from ..training.config import group_choices
         from ..core.families import list_models
         from ..core.tasks import discover_tasks
+        from ..training.config import group_choices
 
-        choices = (f"choices:\n  task:  {', '.join(discover_tasks())}\n  norm:  {', '.join(group_choices('norm'))}\n"
-                   f"  model: {', '.join(list_models())}\n  data:  {', '.join(group_choices('data'))}\n")
+        choices = (
+            f"choices:\n  task:  {', '.join(discover_tasks())}\n  norm:  {', '.join(group_choices('norm'))}\n"
+            f"  model: {', '.join(list_models())}\n  data:  {', '.join(group_choices('data'))}\n"
+        )
     except Exception as err:  # help must still print when the project folder is broken
         choices = f"(choices unavailable: {err})\n"
-    return (choices + "\nexamples:\n  mixbench run task=vit_small norm=mix norm.alpha=0.5 seed=1\n"
-            "  mixbench run -m task=llama_lm norm=pre,post,mix seed=0,1,2 --jobs 3\n"
-            "  mixbench run --config results/runs/.../config.yaml trainer.max_steps=500\n"
-            "  mixbench run task=llama_lm run_dir=runs/a resume=auto      # continue after a crash\n"
-            "  mixbench run -m task=vit_small seed=0,1,2 --launcher slurm slurm.partition=gpu slurm.gpus_per_node=1\n")
+    return (
+        choices + "\nexamples:\n  mixbench run task=vit_small norm=mix norm.alpha=0.5 seed=1\n"
+        "  mixbench run -m task=llama_lm norm=pre,post,mix seed=0,1,2 --jobs 3\n"
+        "  mixbench run --config results/runs/.../config.yaml trainer.max_steps=500\n"
+        "  mixbench run task=llama_lm run_dir=runs/a resume=auto      # continue after a crash\n"
+        "  mixbench run -m task=vit_small seed=0,1,2 --launcher slurm slurm.partition=gpu slurm.gpus_per_node=1\n"
+    )
 
 
 def reproduce_epilog() -> str:
@@ -274,33 +280,46 @@ def reproduce_epilog() -> str:
         tables = ", ".join(load_grids())
     except Exception as err:  # help must still print when the project folder is broken
         tables = f"(unavailable: {err})"
-    return (f"tables: {tables}\n\nexamples:\n  mixbench reproduce table1 --dry-run\n"
-            "  mixbench reproduce table4 --scale proxy --seeds 3 --jobs 6 --resume data.path=cifar10_bigbench.npz\n"
-            "  mixbench reproduce table1 --launcher slurm --resume slurm.partition=gpu slurm.gpus_per_node=8 trainer.devices=8\n")
+    return (
+        f"tables: {tables}\n\nexamples:\n  mixbench reproduce table1 --dry-run\n"
+        "  mixbench reproduce table4 --scale proxy --seeds 3 --jobs 6 --resume data.path=cifar10_bigbench.npz\n"
+        "  mixbench reproduce table1 --launcher slurm --resume slurm.partition=gpu slurm.gpus_per_node=8 trainer.devices=8\n"
+    )
 
 
 def add_search_command(sub) -> None:
     from ..grids.search import PRUNERS
     from ..grids.search_space import SPACES
 
-    srch = sub.add_parser("search", help="search per-block norm plans (Optuna, multi-fidelity), confirm the best with fresh seeds",
-                          formatter_class=Raw,
-                          description="mixbench search --study NAME --space alpha|plan|blocks [--trials N] [key=value ...] | "
-                                      "--confirm NAME [--seeds N] | --report NAME",
-                          epilog="examples:\n  mixbench search --study k24 --space alpha --trials 30 --min-steps 190 task=c4_llama_71m "
-                                 "model.num_layers=24 ...\n"
-                                 "  mixbench search --study tails --space plan --kinds sandwich,lns,peri --trials 40 --min-steps 190 ...\n"
-                                 "  mixbench search --confirm k24 --seeds 3 --jobs 3\n  mixbench search --report k24\n"
-                                 "Needs Optuna: pip install -e \".[search]\"\n")
+    srch = sub.add_parser(
+        "search",
+        help="search per-block norm plans (Optuna, multi-fidelity), confirm the best with fresh seeds",
+        formatter_class=Raw,
+        description="mixbench search --study NAME --space alpha|plan|blocks [--trials N] [key=value ...] | "
+        "--confirm NAME [--seeds N] | --report NAME",
+        epilog="examples:\n  mixbench search --study k24 --space alpha --trials 30 --min-steps 190 task=c4_llama_71m "
+        "model.num_layers=24 ...\n"
+        "  mixbench search --study tails --space plan --kinds sandwich,lns,peri --trials 40 --min-steps 190 ...\n"
+        "  mixbench search --confirm k24 --seeds 3 --jobs 3\n  mixbench search --report k24\n"
+        'Needs Optuna: pip install -e ".[search]"\n',
+    )
     srch.add_argument("overrides", nargs="*", metavar="key=value", help="settings of every trial, as for mixbench run")
     srch.add_argument("--study", help="the study's name: <results-dir>/search/NAME/ (an existing study resumes)")
-    srch.add_argument("--space", choices=SPACES, default="alpha",
-                      help="alpha: Mix-LN's num_post k in 0..L; plan: k post, then pre, the last j of a --kinds kind; "
-                           "blocks: every per-block list over --kinds (small L)")
+    srch.add_argument(
+        "--space",
+        choices=SPACES,
+        default="alpha",
+        help="alpha: Mix-LN's num_post k in 0..L; plan: k post, then pre, the last j of a --kinds kind; "
+        "blocks: every per-block list over --kinds (small L)",
+    )
     srch.add_argument("--kinds", help="comma-separated block placements, e.g. sandwich,lns,peri (plan) or pre,post (blocks)")
     srch.add_argument("--trials", type=int, default=20, help="trials this process runs (default 20)")
-    srch.add_argument("--max-trials", type=int, help="stop once the study holds this many finished trials (all processes "
-                                                       "together; a re-run after an interruption tops the study up to it)")
+    srch.add_argument(
+        "--max-trials",
+        type=int,
+        help="stop once the study holds this many finished trials (all processes "
+        "together; a re-run after an interruption tops the study up to it)",
+    )
     srch.add_argument("--pruner", choices=PRUNERS, default="halving", help="successive halving (default), Hyperband or none")
     srch.add_argument("--min-steps", type=int, help="the first rung in optimizer steps (e.g. the first validation step)")
     srch.add_argument("--reduction-factor", type=int, default=3, help="rungs grow and survivors shrink by this factor (default 3)")
@@ -310,100 +329,179 @@ def add_search_command(sub) -> None:
     srch.add_argument("--report", metavar="NAME", help="print the ranked plans and the confirmation table; write report.md and a plot")
     srch.add_argument("--confidence", type=float, default=0.95, help="--report: level of the Welch intervals")
     srch.add_argument("--results-dir", default="results", help="where studies live (<results-dir>/search/NAME)")
-    srch.add_argument("--dry-run", action="store_true", help="check the settings, list the space's plans / the confirmation runs, run nothing")
+    srch.add_argument(
+        "--dry-run", action="store_true", help="check the settings, list the space's plans / the confirmation runs, run nothing"
+    )
     srch.set_defaults(func=cmd_search)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mixbench", description="Where should the normalization sit in a transformer block?")
     parser.add_argument("--version", action="version", version=f"mixbench {VERSION}")
-    parser.add_argument("--project", metavar="DIR", help="a project folder whose configs/ and tasks/ override and extend the shipped ones "
-                                                         "(default: the working directory when it has configs/ or tasks/)")
+    parser.add_argument(
+        "--project",
+        metavar="DIR",
+        help="a project folder whose configs/ and tasks/ override and extend the shipped ones "
+        "(default: the working directory when it has configs/ or tasks/)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train + evaluate one configuration, write one result record", formatter_class=Raw,
-                         description="mixbench run task=NAME [norm=NAME] [model=NAME] [data=NAME] [key=value ...]",
-                         epilog=run_epilog())
+    run = sub.add_parser(
+        "run",
+        help="train + evaluate one configuration, write one result record",
+        formatter_class=Raw,
+        description="mixbench run task=NAME [norm=NAME] [model=NAME] [data=NAME] [key=value ...]",
+        epilog=run_epilog(),
+    )
     run.add_argument("overrides", nargs="*", metavar="key=value")
     run.add_argument("--print-config", action="store_true", help="print the composed config and exit")
-    run.add_argument("-m", "--multirun", action="store_true", help="sweep: comma-separated values are axes of a product, "
-                                                                   "e.g. norm=pre,post,mix seed=0,1,2")
+    run.add_argument(
+        "-m",
+        "--multirun",
+        action="store_true",
+        help="sweep: comma-separated values are axes of a product, e.g. norm=pre,post,mix seed=0,1,2",
+    )
     run.add_argument("--jobs", type=int, default=1, help="-m: runs at a time, as subprocesses sharing the machine")
     run.add_argument("--resume", action="store_true", help="-m: skip finished runs, continue interrupted ones (resume=auto)")
-    run.add_argument("--launcher", choices=LAUNCHERS, default="local", help="-m: local (this machine) or slurm (one SLURM job "
-                                                                           "per run through submitit; settings: slurm.*)")
+    run.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="-m: local (this machine) or slurm (one SLURM job per run through submitit; settings: slurm.*)",
+    )
     run.add_argument("--config", metavar="RUN/config.yaml", help="replay a run's resolved config (key=value overrides apply on top)")
     run.set_defaults(func=cmd_run)
-    table = sub.add_parser("table", help="aggregate all result records into a comparison table", formatter_class=Raw,
-                           epilog="examples:\n  mixbench table --results-dir results/proxy/placements --baseline pre\n"
-                                  "  mixbench table --format csv > table.csv      # numbers only on stdout; logs go to stderr\n"
-                                  "  mixbench table --paper table1                # ours next to the paper's numbers\n")
+    table = sub.add_parser(
+        "table",
+        help="aggregate all result records into a comparison table",
+        formatter_class=Raw,
+        epilog="examples:\n  mixbench table --results-dir results/proxy/placements --baseline pre\n"
+        "  mixbench table --format csv > table.csv      # numbers only on stdout; logs go to stderr\n"
+        "  mixbench table --paper table1                # ours next to the paper's numbers\n",
+    )
     table.add_argument("--results-dir", default="results")
-    table.add_argument("--format", choices=("rich", "md", "csv", "latex", "tidy"), default="rich",
-                       help="rich/md/latex: text cells with a legend; csv: one row per cell, numeric columns "
-                            "(mean, std, n, n_seeds, diverged, delta, ci_low, ci_high, significant, ...); tidy: one row per run and metric")
-    table.add_argument("--baseline", default="pre", metavar="NORM",
-                       help="the row each cell is compared with (Δ and Welch's interval): its norm label, or the label "
-                            "without its parameters (mix → mix(α=0.25)); default: pre")
+    table.add_argument(
+        "--format",
+        choices=("rich", "md", "csv", "latex", "tidy"),
+        default="rich",
+        help="rich/md/latex: text cells with a legend; csv: one row per cell, numeric columns "
+        "(mean, std, n, n_seeds, diverged, delta, ci_low, ci_high, significant, ...); tidy: one row per run and metric",
+    )
+    table.add_argument(
+        "--baseline",
+        default="pre",
+        metavar="NORM",
+        help="the row each cell is compared with (Δ and Welch's interval): its norm label, or the label "
+        "without its parameters (mix → mix(α=0.25)); default: pre",
+    )
     table.add_argument("--confidence", type=float, default=0.95, help="level of the Δ confidence intervals (default 0.95)")
-    table.add_argument("--at", type=budget_fractions, metavar="F,F,...",
-                       help="one column per budget fraction: the metric at these fractions of each run's training budget "
-                            "(validations inside fit, e.g. --at 0.25,0.5,1.0; 1 = the final validation)")
+    table.add_argument(
+        "--at",
+        type=budget_fractions,
+        metavar="F,F,...",
+        help="one column per budget fraction: the metric at these fractions of each run's training budget "
+        "(validations inside fit, e.g. --at 0.25,0.5,1.0; 1 = the final validation)",
+    )
     table.add_argument("--out", help="write the table to this file")
     table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")
     table.set_defaults(func=cmd_table)
-    rep = sub.add_parser("reproduce", help="run one of the paper's grids (table1-table6)", formatter_class=Raw,
-                         description="mixbench reproduce TABLE [--scale paper|proxy] [--dry-run] [--seeds N] [key=value ...]",
-                         epilog=reproduce_epilog())
+    rep = sub.add_parser(
+        "reproduce",
+        help="run one of the paper's grids (table1-table6)",
+        formatter_class=Raw,
+        description="mixbench reproduce TABLE [--scale paper|proxy] [--dry-run] [--seeds N] [key=value ...]",
+        epilog=reproduce_epilog(),
+    )
     rep.add_argument("table")
     rep.add_argument("overrides", nargs="*", metavar="key=value", help="applied to every run, e.g. data.path=... results_dir=...")
     rep.add_argument("--scale", choices=("paper", "proxy"), default="paper")
-    rep.add_argument("--seeds", type=seed_list, default=(0,), metavar="N|S,S,...",
-                     help="N: run seeds 0..N-1; a comma-separated list: run those seeds (0,2: seeds 0 and 2; 2,: seed 2 alone)")
+    rep.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=(0,),
+        metavar="N|S,S,...",
+        help="N: run seeds 0..N-1; a comma-separated list: run those seeds (0,2: seeds 0 and 2; 2,: seed 2 alone)",
+    )
     rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
-    rep.add_argument("--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)")
-    rep.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
-                     help="run only the grid's runs with this argument (repeatable), e.g. --only model.num_layers=24")
-    rep.add_argument("--resume", action="store_true", help="skip runs whose record is finished, continue interrupted ones from "
-                                                           "their newest checkpoint; the exit status is 1 if any run failed")
-    rep.add_argument("--launcher", choices=LAUNCHERS, default="local", help="local (this machine) or slurm (one SLURM job per "
-                                                                           "run through submitit; settings: slurm.*, e.g. slurm.partition=gpu)")
+    rep.add_argument(
+        "--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)"
+    )
+    rep.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="run only the grid's runs with this argument (repeatable), e.g. --only model.num_layers=24",
+    )
+    rep.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip runs whose record is finished, continue interrupted ones from "
+        "their newest checkpoint; the exit status is 1 if any run failed",
+    )
+    rep.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="local (this machine) or slurm (one SLURM job per run through submitit; settings: slurm.*, e.g. slurm.partition=gpu)",
+    )
     rep.set_defaults(func=cmd_reproduce)
     add_search_command(sub)
-    ana = sub.add_parser("analyze", help="per-block gradient norms, angular distance, layer-pruning drop", formatter_class=Raw,
-                         epilog="examples:\n  mixbench analyze grad-norm task=llama_lm model=llama_71m model.num_layers=24 norm=pre,post,mix\n"
-                                "  mixbench analyze angular --run results/runs/llama_lm/llama_tiny/mix_alpha=0.25/seed0-...\n"
-                                "  mixbench analyze prune --compare RUN_A RUN_B --out results/analysis\n",
-                         description="mixbench analyze {grad-norm,angular,prune} (--run DIR | --compare DIR... | task=... norm=pre,post,mix ...); "
-                                     "mixbench analyze training-grad-norm (--run DIR | --compare DIR...) [--steps 0 100 1000 -1]")
+    ana = sub.add_parser(
+        "analyze",
+        help="per-block gradient norms, angular distance, layer-pruning drop",
+        formatter_class=Raw,
+        epilog="examples:\n  mixbench analyze grad-norm task=llama_lm model=llama_71m model.num_layers=24 norm=pre,post,mix\n"
+        "  mixbench analyze angular --run results/runs/llama_lm/llama_tiny/mix_alpha=0.25/seed0-...\n"
+        "  mixbench analyze prune --compare RUN_A RUN_B --out results/analysis\n",
+        description="mixbench analyze {grad-norm,angular,prune} (--run DIR | --compare DIR... | task=... norm=pre,post,mix ...); "
+        "mixbench analyze training-grad-norm (--run DIR | --compare DIR...) [--steps 0 100 1000 -1]",
+    )
     ana.add_argument("what", choices=("grad-norm", "angular", "prune", "training-grad-norm"))
     ana.add_argument("overrides", nargs="*", metavar="key=value", help="a model at initialization: task=..., norm=a,b,c, ...")
     ana.add_argument("--run", help="a finished run folder (writes into <run>/analysis)")
     ana.add_argument("--compare", nargs="+", metavar="DIR", help="several run folders, overlaid in one figure")
     ana.add_argument("--out", default="results/analysis", help="output folder for --compare and initialization analyses")
     ana.add_argument("--batches", type=int, default=8, help="grad-norm: batches averaged")
-    ana.add_argument("--steps", type=int, nargs="+", default=[0, 100, 1000, -1],
-                     help="training-grad-norm: the logged steps to show (nearest recorded; -1 = last)")
+    ana.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=[0, 100, 1000, -1],
+        help="training-grad-norm: the logged steps to show (nearest recorded; -1 = last)",
+    )
     ana.add_argument("--tokens", type=int, default=262_144, help="angular: token budget (the paper: 256K)")
     ana.add_argument("--limit-val-batches", type=int, default=None, help="prune: evaluate on this many validation batches")
     ana.set_defaults(func=cmd_analyze)
-    plot = sub.add_parser("plot", help="training and validation curves of several runs on one figure", formatter_class=Raw,
-                          description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]",
-                          epilog="example:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n")
+    plot = sub.add_parser(
+        "plot",
+        help="training and validation curves of several runs on one figure",
+        formatter_class=Raw,
+        description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]",
+        epilog="example:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n",
+    )
     plot.add_argument("what", choices=("curves",))
     plot.add_argument("--compare", nargs="+", required=True, metavar="RUN", help="run folders (their logs/metrics.csv)")
     plot.add_argument("--metric", default=None, help="validation metric of the right panel (default: the runs' primary metric)")
     plot.add_argument("--out", default="results/analysis/curves.png", help="PNG file to write")
     plot.set_defaults(func=cmd_plot)
-    recl = sub.add_parser("reclassify", help="re-derive the status of existing records under the current rules", formatter_class=Raw,
-                          description="mixbench reclassify [--results-dir DIR] [--dry-run]",
-                          epilog="example:\n  mixbench reclassify --results-dir results --dry-run   # e.g. runs recorded as diverged because they "
-                                 "ended above the unigram floor become stalled or completed\n")
+    recl = sub.add_parser(
+        "reclassify",
+        help="re-derive the status of existing records under the current rules",
+        formatter_class=Raw,
+        description="mixbench reclassify [--results-dir DIR] [--dry-run]",
+        epilog="example:\n  mixbench reclassify --results-dir results --dry-run   # e.g. runs recorded as diverged because they "
+        "ended above the unigram floor become stalled or completed\n",
+    )
     recl.add_argument("--results-dir", default="results")
     recl.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
     recl.set_defaults(func=cmd_reclassify)
     add_eval_commands(sub)
-    lst = sub.add_parser("list", help="show tasks, norms, models and datasets", formatter_class=Raw,
-                         epilog="example:\n  mixbench --project my_project list    # shipped choices plus my_project's configs/ and tasks/\n")
+    lst = sub.add_parser(
+        "list",
+        help="show tasks, norms, models and datasets",
+        formatter_class=Raw,
+        epilog="example:\n  mixbench --project my_project list    # shipped choices plus my_project's configs/ and tasks/\n",
+    )
     lst.set_defaults(func=cmd_list)
     return parser
 
@@ -425,4 +523,3 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:
         log.error("%s", one_line(err))
         return 2
-

@@ -3,6 +3,7 @@
 :func:`check_contract` lists every missing member at once, so a plugin author sees one clear error
 (``build_model`` and the data-module factory call it).
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
@@ -69,5 +70,7 @@ def check_contract(obj: Any, protocol: type, what: str, extra: tuple[str, ...] =
     """Raise :class:`ContractError` naming every member of ``protocol`` (plus ``extra`` names) that ``obj`` lacks."""
     missing = [name for name in (*protocol_members(protocol), *extra) if not hasattr(obj, name)]
     if missing:
-        raise ContractError(f"{what} ({type(obj).__module__}.{type(obj).__qualname__}) lacks {', '.join(missing)} "
-                            f"required by {protocol.__name__} (see mixbench/contracts.py)")
+        raise ContractError(
+            f"{what} ({type(obj).__module__}.{type(obj).__qualname__}) lacks {', '.join(missing)} "
+            f"required by {protocol.__name__} (see mixbench/contracts.py)"
+        )

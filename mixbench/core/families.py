@@ -9,12 +9,14 @@ torchtitan's train specs).  The core never branches on a family's name.
 Built in: ``lm`` (LLaMA causal language models, :mod:`mixbench.families.lm`) and ``vision`` (timm ViTs,
 :mod:`mixbench.families.vision`).
 """
+
 from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ConfigError
 
@@ -111,9 +113,12 @@ def get_family(name: str) -> Family:
     _load_builtin()
     if name not in _FAMILIES:
         hint = difflib.get_close_matches(name, _FAMILIES, n=1)
-        raise ConfigError(f"unknown model family {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "")
-                          + f"; registered: {', '.join(_FAMILIES)} (a task's task.py may register one with "
-                          "mixbench.families.register_family)")
+        raise ConfigError(
+            f"unknown model family {name!r}"
+            + (f" — did you mean {hint[0]!r}?" if hint else "")
+            + f"; registered: {', '.join(_FAMILIES)} (a task's task.py may register one with "
+            "mixbench.families.register_family)"
+        )
     return _FAMILIES[name]
 
 
@@ -128,5 +133,6 @@ def family_of_model(preset: str) -> Family:
         if preset in family.models:
             return family
     hint = difflib.get_close_matches(preset, list_models(), n=1)
-    raise ConfigError(f"unknown model {preset!r}" + (f" — did you mean {hint[0]!r}?" if hint else "")
-                      + f" Valid: {', '.join(list_models())}")
+    raise ConfigError(
+        f"unknown model {preset!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(list_models())}"
+    )

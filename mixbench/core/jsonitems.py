@@ -1,4 +1,5 @@
 """Reading item files: a JSON array or JSON lines of objects (instruction data, evaluation items)."""
+
 from __future__ import annotations
 
 import json

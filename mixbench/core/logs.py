@@ -1,4 +1,5 @@
 """Logging of the ``mixbench`` process: logs go to stderr, data (tables, configs) to stdout."""
+
 from __future__ import annotations
 
 import logging

@@ -6,6 +6,7 @@ project folder — ``--project DIR``, else the working directory when it has ``c
 comes first: its files override shipped ones of the same name and its tasks, norms and datasets extend
 them.
 """
+
 from __future__ import annotations
 
 import importlib.resources

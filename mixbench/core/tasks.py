@@ -14,6 +14,7 @@ model), ``data`` (default ``configs/data/<choice>.yaml``), optional ``norm`` (de
 Tasks are looked up along the project search path (:func:`mixbench.project.project_roots`): a project's
 task of the same name as a shipped one replaces it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -25,8 +26,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from .errors import ConfigError
-from .project import project_roots
 from .families import list_families
+from .project import project_roots
 
 
 class TaskError(ConfigError):
@@ -74,7 +75,6 @@ def _parse_task(path: Path, raw: dict) -> TaskSpec:
     if missing:
         raise TaskError(f"{where}: missing key(s) {missing}")
     if not (path.parent / "task.py").is_file():  # a task.py may register its family when the task runs
-
         if raw["family"] not in list_families():
             raise TaskError(f"{where}: family must be one of {list_families()} (or one its task.py registers), got {raw['family']!r}")
     metrics = []
@@ -88,8 +88,15 @@ def _parse_task(path: Path, raw: dict) -> TaskSpec:
     if unknown:
         raise TaskError(f"{where}: unknown key(s) {unknown}")
     return TaskSpec(
-        name=raw["name"], path=path.parent, family=raw["family"], model=raw["model"], data=raw["data"],
-        description=raw.get("description", ""), norm=raw.get("norm", "pre"), metrics=tuple(metrics), recipe=raw.get("recipe") or {},
+        name=raw["name"],
+        path=path.parent,
+        family=raw["family"],
+        model=raw["model"],
+        data=raw["data"],
+        description=raw.get("description", ""),
+        norm=raw.get("norm", "pre"),
+        metrics=tuple(metrics),
+        recipe=raw.get("recipe") or {},
     )
 
 
@@ -127,7 +134,5 @@ def get_task(name: str, root: str | Path | None = None) -> TaskSpec:
     tasks = discover_tasks(root)
     if name not in tasks:
         hint = difflib.get_close_matches(name, tasks, n=1)
-        raise TaskError(
-            f"unknown task {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(tasks)}"
-        )
+        raise TaskError(f"unknown task {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(tasks)}")
     return tasks[name]

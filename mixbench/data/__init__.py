@@ -2,6 +2,7 @@
 
 A task plugin may add its own with :func:`register_datamodule`.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -37,8 +38,7 @@ def get_datamodule_class(name: str):
     if name not in _DATAMODULES:
         hint = difflib.get_close_matches(name, _DATAMODULES, n=1)
         raise ConfigError(
-            f"unknown data loader {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "")
-            + f" Valid: {', '.join(list_datamodules())}"
+            f"unknown data loader {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(list_datamodules())}"
         )
     module, attr = _DATAMODULES[name].split(":")
     return getattr(importlib.import_module(module), attr)

@@ -2,10 +2,12 @@
 
 DataLoader workers then split a rank's batches among themselves, so every sample is read once.
 """
+
 from __future__ import annotations
 
 import torch
 from torch.utils.data import Sampler
+
 from ..core.errors import ConfigError
 
 
@@ -28,7 +30,11 @@ class EpochShuffleSampler(Sampler[int]):
         self.epoch, self.start = epoch, start
 
     def indices(self) -> list[int]:
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)) if self.shuffle else torch.arange(self.n)
+        order = (
+            torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            if self.shuffle
+            else torch.arange(self.n)
+        )
         usable = self.n - self.n % self.world_size
         return order[self.rank : usable : self.world_size].tolist()
 

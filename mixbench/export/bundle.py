@@ -12,6 +12,7 @@ Imports of other packages inside functions (e.g. timm, used only for ViTs) are w
 raise`` — same behaviour, but not a load-time requirement for transformers; a module-level import of a package other
 than the standard library and torch cannot be exported and fails here, naming it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -139,12 +140,20 @@ def rewrite_module(module: str) -> str:
             edits.append((start, end, _rewrite_import(node, internal[id(node)])))
         elif (package := _third_party(node)) is not None:
             if id(node) in top_level:
-                raise BundleError(f"{module} imports {package} at module level: an exported model would need it installed; "
-                                  "import it inside the function that uses it")
+                raise BundleError(
+                    f"{module} imports {package} at module level: an exported model would need it installed; "
+                    "import it inside the function that uses it"
+                )
             indent = " " * node.col_offset
             statement = text[start:end]
-            edits.append((start, end, f"try:  # needed only on a code path the exported model does not take\n"
-                                      f"{indent}    {statement}\n{indent}except ImportError:\n{indent}    raise"))
+            edits.append(
+                (
+                    start,
+                    end,
+                    f"try:  # needed only on a code path the exported model does not take\n"
+                    f"{indent}    {statement}\n{indent}except ImportError:\n{indent}    raise",
+                )
+            )
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return text

@@ -15,6 +15,7 @@ Command-line settings go to both training stages; ``pretrain:KEY=VALUE`` / ``sft
 ``eval:KEY=VALUE`` sets an evaluation option (``tasks``, ``data``, ``num_fewshot``, ``limit``, ``batch_size``,
 ``protocol``, ``device``, ``max_length``, ``precision``, ``max_new_tokens``; lists comma separated).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,23 +28,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from .paper import grid, paper_runs
-from ..training.config import compose, norm_spec
 from ..evaluation.formats import GENERATE_TASKS, TABLE2_TASKS
-from ..training.config import compose
-from .runner import run_one
-from ..evaluation.runner import evaluate, resolve_sources
-from ..results.table import load_records
-from ..results.table import Cell
-from ..results.table import model_label
 from ..evaluation.report import seeds_report, task_floors
+from ..evaluation.runner import evaluate, resolve_sources
+from ..results.table import Cell, load_records, model_label
+from ..training.config import compose, norm_spec
+from .paper import grid, paper_runs
+from .runner import run_one
 
 log = logging.getLogger(__name__)
 STAGES = ("pretrain", "sft", "eval")
-EVAL_OPTIONS = {"tasks": list, "data": list, "num_fewshot": int, "limit": int, "batch_size": int, "protocol": str,
-                "device": str, "max_length": int, "precision": str, "max_new_tokens": int}
-VOLATILE = ("run_dir", "results_dir", "init_from", "resume", "resume_from", "trainer.enable_progress_bar", "data.num_workers",
-            "data.cache_dir", "data.num_proc")
+EVAL_OPTIONS = {
+    "tasks": list,
+    "data": list,
+    "num_fewshot": int,
+    "limit": int,
+    "batch_size": int,
+    "protocol": str,
+    "device": str,
+    "max_length": int,
+    "precision": str,
+    "max_new_tokens": int,
+}
+VOLATILE = (
+    "run_dir",
+    "results_dir",
+    "init_from",
+    "resume",
+    "resume_from",
+    "trainer.enable_progress_bar",
+    "data.num_workers",
+    "data.cache_dir",
+    "data.num_proc",
+)
 FINISHED = ("completed", "diverged")
 
 
@@ -113,10 +130,17 @@ def combos(name: str, scale: str, root=None) -> list[tuple]:
     blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]  # one proxy block, or several
     out = []
     for proxy in blocks:
-        placements = ([(n, ()) for n in proxy["norms"]] if "norms" in proxy
-                      else list(dict.fromkeys((r.norm, tuple(r.overrides)) for r in paper_runs(name, root))))
-        out += [(task, norm, list(overrides), [*proxy.get("overrides", []), *variant], proxy, None)
-                for task in proxy["tasks"] for variant in proxy["variants"] for norm, overrides in placements]
+        placements = (
+            [(n, ()) for n in proxy["norms"]]
+            if "norms" in proxy
+            else list(dict.fromkeys((r.norm, tuple(r.overrides)) for r in paper_runs(name, root)))
+        )
+        out += [
+            (task, norm, list(overrides), [*proxy.get("overrides", []), *variant], proxy, None)
+            for task in proxy["tasks"]
+            for variant in proxy["variants"]
+            for norm, overrides in placements
+        ]
     return out
 
 
@@ -135,6 +159,7 @@ def _variant(args: list[str]) -> str:
 
 
 # --------------------------------------------------------------------------- finding finished stages
+
 
 def _flat(tree, prefix: str = "") -> dict:
     if isinstance(tree, dict):
@@ -159,8 +184,13 @@ def find_finished(records: list[dict], cfg, init_from: Path | None = None) -> Pa
     composed = OmegaConf.to_container(cfg, resolve=True)
     for r in sorted(records, key=lambda r: str(r.get("started_at")), reverse=True):
         run_dir = Path(r.get("run_dir", ""))
-        if (r["task"] != cfg.task.name or r["seed"] != cfg.seed or r["scale"] != cfg.scale or r["status"] not in FINISHED
-                or not (run_dir / "model.safetensors").is_file()):
+        if (
+            r["task"] != cfg.task.name
+            or r["seed"] != cfg.seed
+            or r["scale"] != cfg.scale
+            or r["status"] not in FINISHED
+            or not (run_dir / "model.safetensors").is_file()
+        ):
             continue
         if init_from is not None and Path((r.get("init_from") or {}).get("source", "")).resolve() != init_from.resolve():
             continue
@@ -175,11 +205,17 @@ def evaluated(record: dict, options: dict, sources: list[str]) -> bool:
     protocol = options.get("protocol", "harness")
     done = (record.get("downstream") or {}).get(protocol)
     tasks = options.get("tasks") or (TABLE2_TASKS if protocol == "harness" else GENERATE_TASKS)
-    return bool(done) and set(done["tasks"]) == set(tasks) and done.get("data") == sources and \
-        done.get("num_fewshot") == options.get("num_fewshot", 0) and done.get("limit") == options.get("limit")
+    return (
+        bool(done)
+        and set(done["tasks"]) == set(tasks)
+        and done.get("data") == sources
+        and done.get("num_fewshot") == options.get("num_fewshot", 0)
+        and done.get("limit") == options.get("limit")
+    )
 
 
 # --------------------------------------------------------------------------- running
+
 
 def _eval_argv(run: str, options: dict) -> list[str]:
     argv = ["eval", "--run", run]
@@ -241,17 +277,27 @@ def plan(chain: Chain, records: list[dict]) -> str:
     sft_argv = [*chain.sft, f"init_from={pre_ref}"]
     sft = find_finished(records, compose(sft_argv), pretrain) if pretrain else None
     q = lambda argv: " ".join(shlex.quote(a) for a in argv)  # noqa: E731
-    lines = [f"# {chain.label}",
-             f"[pretrain] mixbench run {q(chain.pretrain)}" + (f"   # reuse {pretrain}" if pretrain else ""),
-             f"[sft]      mixbench run {q(sft_argv)}" + (f"   # reuse {sft}" if sft else "   # after [pretrain]"),
-             f"[eval]     mixbench {q(_eval_argv(str(sft) if sft else '<sft run>', chain.eval))}   # after [sft]"]
+    lines = [
+        f"# {chain.label}",
+        f"[pretrain] mixbench run {q(chain.pretrain)}" + (f"   # reuse {pretrain}" if pretrain else ""),
+        f"[sft]      mixbench run {q(sft_argv)}" + (f"   # reuse {sft}" if sft else "   # after [pretrain]"),
+        f"[eval]     mixbench {q(_eval_argv(str(sft) if sft else '<sft run>', chain.eval))}   # after [sft]",
+    ]
     if compose(sft_argv).data.get("path") is None:
         lines.append("           !! the sft stage needs its data: add sft:data.path=<Commonsense170K-format JSON>")
     return "\n".join(lines) + "\n"
 
 
-def reproduce_downstream(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1,
-                         resume: bool = False, only: tuple[str, ...] = ()) -> list | None:
+def reproduce_downstream(
+    name: str,
+    scale: str,
+    seeds: tuple[int, ...],
+    extra: tuple[str, ...],
+    dry_run: bool,
+    jobs: int = 1,
+    resume: bool = False,
+    only: tuple[str, ...] = (),
+) -> list | None:
     """``mixbench reproduce <downstream grid>``: list (``dry_run``, returns None) or run every chain (``jobs`` chains at a
     time, as subprocesses when more than one; ``only``: the chains whose pretraining arguments include all these
     ``key=value`` items); returns the :class:`mixbench.runner.Outcome` of every training run made, and prints the
@@ -269,8 +315,10 @@ def reproduce_downstream(name: str, scale: str, seeds: tuple[int, ...], extra: t
         return None
     missing = [c.label for c in todo if compose([*c.sft, "init_from=<pretrain run>"]).data.get("path") is None]
     if missing:
-        raise ConfigError("the sft stage needs its data: add sft:data.path=<Commonsense170K-format JSON> "
-                          f"(e.g. LLM-Adapters' commonsense_170k.json); missing for {len(missing)} chain(s)")
+        raise ConfigError(
+            "the sft stage needs its data: add sft:data.path=<Commonsense170K-format JSON> "
+            f"(e.g. LLM-Adapters' commonsense_170k.json); missing for {len(missing)} chain(s)"
+        )
     outcomes: list = []
     with ThreadPoolExecutor(jobs) as pool:
         done = list(pool.map(lambda c: run_chain(c, records, jobs > 1, resume, outcomes, 2 * len(todo)), todo))
@@ -280,12 +328,17 @@ def reproduce_downstream(name: str, scale: str, seeds: tuple[int, ...], extra: t
 
 # --------------------------------------------------------------------------- tables
 
+
 def _view(record: dict, metric: str, scale: float = 100.0) -> dict | None:
     """``record`` seen through one downstream metric (×``scale``) as its primary metric; None if it lacks it."""
     value = record.get("metrics", {}).get(metric)
     if value is None:
         return None
-    return {**record, "metrics": {metric: scale * value}, "primary_metric": {"name": metric, "higher_is_better": True, "value": scale * value}}
+    return {
+        **record,
+        "metrics": {metric: scale * value},
+        "primary_metric": {"name": metric, "higher_is_better": True, "value": scale * value},
+    }
 
 
 def _cells(records: list[dict], columns: list[str]) -> dict:
@@ -301,8 +354,11 @@ def paper_rows(name: str, stage: str, records: list[dict], root=None) -> list[tu
     for run in paper_runs(name, root):
         cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
         model, label = cfg.model.name, norm_spec(cfg).label()
-        matching = [r for r in records if r["scale"] == "paper" and r["task"] == task
-                    and r["model"]["name"] == model and r["norm"].get("label") == label]
+        matching = [
+            r
+            for r in records
+            if r["scale"] == "paper" and r["task"] == task and r["model"]["name"] == model and r["norm"].get("label") == label
+        ]
         out.append((f"{model} · {label}", model, label, run, matching))
     return out
 
@@ -371,14 +427,15 @@ def seeds_text(records: list[dict], tasks: list[str], sources: list[str], baseli
     for r in records:
         model = f"{model_label(r)} · {r['scale']}"
         models.setdefault(model, {}).setdefault(r["norm"]["label"], []).append(r)
-    return "".join(f"### {model}: floors and what the seeds support\n\n{missing}" + seeds_report(groups, [*tasks, "avg"], floors, baseline)
-                   for model, groups in models.items())
+    return "".join(
+        f"### {model}: floors and what the seeds support\n\n{missing}" + seeds_report(groups, [*tasks, "avg"], floors, baseline)
+        for model, groups in models.items()
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mixbench.reproduce_downstream --results-dir DIR [--grid table2] [--scale proxy] [--out FILE]``: the table."""
     import argparse
-
 
     parser = argparse.ArgumentParser(description="downstream results (SFT records with their evaluation) as a Markdown table")
     parser.add_argument("--results-dir", default="results")
@@ -386,13 +443,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default=None, help="only records of this scale (paper, proxy, embedded)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--baseline", default="pre", help="placement label the others are compared with (Welch 95 %% intervals)")
-    parser.add_argument("--data", nargs="+", default=None,
-                        help="where the evaluated items are, for the chance and majority levels (default: as the evaluations recorded)")
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        default=None,
+        help="where the evaluated items are, for the chance and majority levels (default: as the evaluations recorded)",
+    )
     args = parser.parse_args(argv)
     spec = grid(args.grid)
-    records = [r for r in load_records(args.results_dir)[0] if r["task"] == spec["stages"]["sft"]["task"]
-               and (args.scale is None or r["scale"] == args.scale) and (r.get("downstream") or {}).get("harness")]
-    text = f"{spec['title']}: ours, harness accuracy (%), mean ± std over seeds\n\n" + downstream_table(records, spec["tasks"], Path(args.results_dir))
+    records = [
+        r
+        for r in load_records(args.results_dir)[0]
+        if r["task"] == spec["stages"]["sft"]["task"]
+        and (args.scale is None or r["scale"] == args.scale)
+        and (r.get("downstream") or {}).get("harness")
+    ]
+    text = f"{spec['title']}: ours, harness accuracy (%), mean ± std over seeds\n\n" + downstream_table(
+        records, spec["tasks"], Path(args.results_dir)
+    )
     sources = args.data or next((r["downstream"]["harness"].get("data") for r in records if r["downstream"]["harness"].get("data")), None)
     if records and sources:
         text += "\n" + seeds_text(records, spec["tasks"], sources, args.baseline)

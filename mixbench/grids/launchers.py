@@ -7,12 +7,14 @@ run.  The job asks for ``--signal=USR1@<slurm.signal_delay_s>``: before the time
 its job and exits (:mod:`mixbench.preemption`); the requeued job continues from that checkpoint.  Settings: the
 ``slurm:`` group (``configs/defaults.yaml``).  With ``--resume`` a run whose record is finished is not submitted.
 """
+
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 import logging
 import os
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -51,12 +53,21 @@ def slurm_parameters(cfg: DictConfig) -> dict:
     slurm = OmegaConf.to_container(cfg.slurm, resolve=True)
     devices = cfg.trainer.devices
     if not isinstance(devices, int) or devices < 1:
-        raise ConfigError(f"--launcher slurm needs trainer.devices as a number of devices per node, got {devices!r} "
-                          "(one SLURM task per device)")
-    parameters = {"slurm_partition": slurm["partition"], "slurm_account": slurm["account"], "timeout_min": slurm["time_min"],
-                  "nodes": int(cfg.trainer.num_nodes), "tasks_per_node": devices, "gpus_per_node": slurm["gpus_per_node"],
-                  "cpus_per_task": slurm["cpus_per_task"], "mem_gb": slurm["mem_gb"], "name": f"mixbench-{cfg.task.name}",
-                  "slurm_additional_parameters": {"signal": f"USR1@{slurm['signal_delay_s']}", **(slurm["sbatch"] or {})}}
+        raise ConfigError(
+            f"--launcher slurm needs trainer.devices as a number of devices per node, got {devices!r} (one SLURM task per device)"
+        )
+    parameters = {
+        "slurm_partition": slurm["partition"],
+        "slurm_account": slurm["account"],
+        "timeout_min": slurm["time_min"],
+        "nodes": int(cfg.trainer.num_nodes),
+        "tasks_per_node": devices,
+        "gpus_per_node": slurm["gpus_per_node"],
+        "cpus_per_task": slurm["cpus_per_task"],
+        "mem_gb": slurm["mem_gb"],
+        "name": f"mixbench-{cfg.task.name}",
+        "slurm_additional_parameters": {"signal": f"USR1@{slurm['signal_delay_s']}", **(slurm["sbatch"] or {})},
+    }
     return {k: v for k, v in parameters.items() if v is not None}
 
 

@@ -1,5 +1,6 @@
 """The grids a reproduction runs: the paper's (``configs/paper/mixln_iclr2025.yaml``, with its numbers) and the suite's
 own (``configs/grids/*.yaml``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

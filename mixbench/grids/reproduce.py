@@ -4,28 +4,26 @@
 the same placements with the grid's proxy overrides (small model, short budget) on any C4-format
 corpus given as ``data.path=...``.  The runs go through :mod:`mixbench.runner` (``--jobs``, ``--resume``).
 """
+
 from __future__ import annotations
 
 import logging
 import shlex
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-
-from omegaconf import OmegaConf
 
 from ..core.errors import ConfigError
-from .paper import grid, load_grids, paper_runs
-from .runner import run_many
-from ..training.config import compose, norm_spec
 from ..results.table import Cell
-from .downstream import reproduce_downstream
-from .rlhf import reproduce_rlhf
-from ..training.config import compose
+from ..training.config import compose, norm_spec
 from .downstream import paper_comparison as downstream_comparison
+from .downstream import reproduce_downstream
+from .paper import grid, paper_runs
 from .rlhf import paper_comparison as rlhf_comparison
+from .rlhf import reproduce_rlhf
+from .runner import run_many
 
 log = logging.getLogger(__name__)
+
+
 def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra: tuple[str, ...] = (), root=None) -> list[list[str]]:
     """The ``mixbench run`` argument lists of a grid."""
     spec = grid(name, root)
@@ -35,22 +33,41 @@ def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
     elif scale == "proxy":  # one proxy block, or a list of them run in order
         blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]
         placements = list(dict.fromkeys((r.norm, r.overrides) for r in runs))
-        combos = [(task, norm, overrides, tuple(proxy["overrides"]) + tuple(variant)) for proxy in blocks
-                  for task in proxy["tasks"] for variant in proxy["variants"] for norm, overrides in placements]
+        combos = [
+            (task, norm, overrides, tuple(proxy["overrides"]) + tuple(variant))
+            for proxy in blocks
+            for task in proxy["tasks"]
+            for variant in proxy["variants"]
+            for norm, overrides in placements
+        ]
     else:
         raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
-    return [[f"task={task}", f"norm={norm}", *scale_overrides, *overrides, f"seed={seed}", *extra]
-            for task, norm, overrides, scale_overrides in combos for seed in seeds]
+    return [
+        [f"task={task}", f"norm={norm}", *scale_overrides, *overrides, f"seed={seed}", *extra]
+        for task, norm, overrides, scale_overrides in combos
+        for seed in seeds
+    ]
 
 
-def reproduce(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1,
-              resume: bool = False, only: tuple[str, ...] = (), launcher: str = "local") -> list | None:
+def reproduce(
+    name: str,
+    scale: str,
+    seeds: tuple[int, ...],
+    extra: tuple[str, ...],
+    dry_run: bool,
+    jobs: int = 1,
+    resume: bool = False,
+    only: tuple[str, ...] = (),
+    launcher: str = "local",
+) -> list | None:
     """Run a paper grid (see :mod:`mixbench.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
     ``only``: run just the configurations whose arguments include every one of these ``key=value`` items."""
     if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
         if launcher != "local":
-            raise ConfigError(f"{name}'s pretrain → fine-tune → evaluate chains run with the local launcher only; "
-                              "submit the chain itself as one job (e.g. sbatch --wrap 'mixbench reproduce ...')")
+            raise ConfigError(
+                f"{name}'s pretrain → fine-tune → evaluate chains run with the local launcher only; "
+                "submit the chain itself as one job (e.g. sbatch --wrap 'mixbench reproduce ...')"
+            )
         return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
     if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
         return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
@@ -110,6 +127,9 @@ def render_comparison(name: str, rows, cols, cells, fmt: str = "md") -> str:
         return buf.getvalue()
     lines = [f"{title}: ours / paper (Δ)", "| norm | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(values) + " |" for values in table]
-    lines += ["", "ours: mean ± std over seeds, n = seeds that finished (records of the same seed are repeats, averaged "
-                 "into one sample); k/n diverged = k of n seeds diverged (a seed's latest record decides)."]
+    lines += [
+        "",
+        "ours: mean ± std over seeds, n = seeds that finished (records of the same seed are repeats, averaged "
+        "into one sample); k/n diverged = k of n seeds diverged (a seed's latest record decides).",
+    ]
     return "\n".join(lines) + "\n"

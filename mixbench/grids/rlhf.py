@@ -12,6 +12,7 @@ Finished stages are reused as in :mod:`mixbench.reproduce_downstream` (same task
 data: ``sft:data.path=... rm:data.path=... rl:data.path=...``, e.g. the same commonsense files with the same
 ``data.stage_split``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,16 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from .paper import grid
-from .downstream import _train, _variant, _view, combos, emit, find_finished, follow_up, paper_rows
+from ..results.stats import mean_std, welch_interval
+from ..results.table import Cell, load_records, model_label
 from ..training.config import compose, norm_spec
-from ..training.config import compose
-from ..results.table import load_records
-from .downstream import _pretrain_record
-from ..results.stats import mean_std
-from ..results.table import Cell, model_label
-from ..results.stats import welch_interval
-from ..results.table import Cell
+from .downstream import _pretrain_record, _train, _variant, _view, combos, emit, find_finished, follow_up, paper_rows
+from .paper import grid
 
 log = logging.getLogger(__name__)
 STAGES = ("pretrain", "sft", "rm", "rl")
@@ -78,9 +74,12 @@ def chains(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
 def with_inits(chain: RLChain, dirs: dict) -> dict:
     """Each stage's arguments with the runs it starts from (``<stage run>`` placeholders where not made yet)."""
     ref = lambda stage: str(dirs[stage]) if dirs.get(stage) else f"<{stage} run>"  # noqa: E731
-    return {"pretrain": chain.argv["pretrain"], "sft": [*chain.argv["sft"], f"init_from={ref('pretrain')}"],
-            "rm": [*chain.argv["rm"], f"init_from={ref('sft')}"],
-            "rl": [*chain.argv["rl"], f"init_from={ref('sft')}", f"rlhf.reward_model={ref('rm')}"]}
+    return {
+        "pretrain": chain.argv["pretrain"],
+        "sft": [*chain.argv["sft"], f"init_from={ref('pretrain')}"],
+        "rm": [*chain.argv["rm"], f"init_from={ref('sft')}"],
+        "rl": [*chain.argv["rl"], f"init_from={ref('sft')}", f"rlhf.reward_model={ref('rm')}"],
+    }
 
 
 def _finished(stage: str, argv: list[str], dirs: dict, records: list[dict]) -> Path | None:
@@ -124,8 +123,16 @@ def run_chain(chain: RLChain, records: list[dict], subprocesses: bool, resume: b
     return json.loads((chain.dirs["rl"] / "record.json").read_text())
 
 
-def reproduce_rlhf(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int = 1,
-                   resume: bool = False, only: tuple[str, ...] = ()) -> list | None:
+def reproduce_rlhf(
+    name: str,
+    scale: str,
+    seeds: tuple[int, ...],
+    extra: tuple[str, ...],
+    dry_run: bool,
+    jobs: int = 1,
+    resume: bool = False,
+    only: tuple[str, ...] = (),
+) -> list | None:
     """``mixbench reproduce <rlhf grid>``: list (``dry_run``) or run every chain (``jobs`` at a time, as subprocesses when
     more than one; ``only``: chains whose pretraining arguments include all these items); prints the table."""
 
@@ -141,8 +148,11 @@ def reproduce_rlhf(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[s
         return None
     missing = sorted({s for c in todo for s in missing_data(c)})
     if missing:
-        raise ConfigError("the RLHF stages need their data: add " + " ".join(f"{s}:data.path=..." for s in missing)
-                          + " (e.g. the commonsense train sets with data.stage_split=4,3,3 for each)")
+        raise ConfigError(
+            "the RLHF stages need their data: add "
+            + " ".join(f"{s}:data.path=..." for s in missing)
+            + " (e.g. the commonsense train sets with data.stage_split=4,3,3 for each)"
+        )
     outcomes: list = []
     with ThreadPoolExecutor(jobs) as pool:
         done = list(pool.map(lambda c: run_chain(c, records, jobs > 1, resume, outcomes, len(STAGES) * len(todo)), todo))
@@ -152,6 +162,7 @@ def reproduce_rlhf(name: str, scale: str, seeds: tuple[int, ...], extra: tuple[s
 
 # --------------------------------------------------------------------------- tables
 
+
 def paper_numbers(name: str, root=None) -> dict:
     """``{(model, norm label): paper value}`` of a grid's paper runs."""
     return {(model, label): run.paper for _, model, label, run, _ in paper_rows(name, "rl", [], root)}
@@ -160,7 +171,6 @@ def paper_numbers(name: str, root=None) -> dict:
 def _reward_model_accuracy(records: list[dict], results_dir: Path | None) -> str:
     """Held-out pairwise accuracy (%) of the reward models the records optimised (each once), mean ± std over them."""
     import json
-
 
     values = []
     for source in dict.fromkeys((r.get("reward_model") or {}).get("source") for r in records):  # each reward model once
@@ -183,8 +193,11 @@ def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_
     for r in records:
         groups.setdefault((model_label(r), r["norm"]["label"], r["scale"]), []).append(r)
     cells = {key: Cell.from_records(recs) for key, recs in groups.items()}
-    lines = [f"| model · norm · scale | final reward | Δ vs {baseline} (95 % Welch CI) | reward before ReMax | "
-             "RM held-out accuracy (%) | paper |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"| model · norm · scale | final reward | Δ vs {baseline} (95 % Welch CI) | reward before ReMax | "
+        "RM held-out accuracy (%) | paper |",
+        "|---|---|---|---|---|---|",
+    ]
     for (model, norm, scale), cell in cells.items():
         base = next((c for (m, n, s), c in cells.items() if m == model and s == scale and n.startswith(baseline)), None)
         delta = "–"
@@ -193,8 +206,10 @@ def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_
             delta = f"{i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
         value = paper.get((groups[(model, norm, scale)][0]["model"]["name"], norm)) if scale == "paper" else None
         initial = Cell.from_records([v for r in groups[(model, norm, scale)] if (v := _view(r, "val/initial_reward", 1.0)) is not None])
-        lines.append(f"| {model} · {norm} · {scale} | {cell.summary(3) or '–'} | {delta} | {initial.summary(3) or '–'} | "
-                     f"{_reward_model_accuracy(groups[(model, norm, scale)], results_dir)} | {value if value is not None else '–'} |")
+        lines.append(
+            f"| {model} · {norm} · {scale} | {cell.summary(3) or '–'} | {delta} | {initial.summary(3) or '–'} | "
+            f"{_reward_model_accuracy(groups[(model, norm, scale)], results_dir)} | {value if value is not None else '–'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -202,14 +217,16 @@ def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[st
     """``mixbench table --paper <rlhf grid>``: rows ``<model> · <norm>``, one column (final reward), cells (ours, paper)."""
 
     rows = paper_rows(name, "rl", records, root)
-    return [row for row, *_ in rows], ["final reward"], {(row, "final reward"): (Cell.from_records(matching), run.paper)
-                                                        for row, _, _, run, matching in rows}
+    return (
+        [row for row, *_ in rows],
+        ["final reward"],
+        {(row, "final reward"): (Cell.from_records(matching), run.paper) for row, _, _, run, matching in rows},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mixbench.reproduce_rlhf --results-dir DIR [--grid table3] [--scale proxy] [--out FILE]``: the table."""
     import argparse
-
 
     parser = argparse.ArgumentParser(description="RLHF results (ReMax records) as a Markdown table")
     parser.add_argument("--results-dir", default="results")
@@ -219,10 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     spec = grid(args.grid)
-    records = [r for r in load_records(args.results_dir)[0] if r["task"] == spec["stages"]["rl"]["task"]
-               and (args.scale is None or r["scale"] == args.scale)]
-    text = (f"{spec['title']}: ours, val/final_reward (mean ± std over seeds)\n\n"
-            + rlhf_table(records, paper_numbers(args.grid), args.baseline, Path(args.results_dir)))
+    records = [
+        r
+        for r in load_records(args.results_dir)[0]
+        if r["task"] == spec["stages"]["rl"]["task"] and (args.scale is None or r["scale"] == args.scale)
+    ]
+    text = f"{spec['title']}: ours, val/final_reward (mean ± std over seeds)\n\n" + rlhf_table(
+        records, paper_numbers(args.grid), args.baseline, Path(args.results_dir)
+    )
     emit(text, args.out)
     return 0
 

@@ -6,25 +6,22 @@ GPU idle), each logging to ``<run>/console.log``.  With ``resume=True`` every ru
 configuration whose record is finished is skipped, an interrupted one continues from its newest checkpoint.  A
 failed run is recorded and the grid goes on; :func:`summarize` says which failed.
 """
+
 from __future__ import annotations
 
 import itertools
 import json
 import logging
-import shlex
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-from .launchers import Outcome, submit_many
 from ..core.errors import ConfigError
-from ..training.config import compose
+from ..training.config import compose, norm_spec
 from ..training.preflight import preflight
-from ..training.run import run
-from ..training.config import norm_spec
-from ..training.run import run_directory
+from ..training.run import run, run_directory
+from .launchers import Outcome, submit_many
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +95,9 @@ def _in_subprocess(i: int, total: int, argv: list[str], cfg) -> Outcome:
     run_dir = run_directory(cfg, norm_spec(cfg).label())
     log.info("[%d/%d] mixbench run %s  → %s", i + 1, total, " ".join(argv), run_dir)
     with open(run_dir / "console.log", "a") as console:
-        done = subprocess.run([sys.executable, "-m", "mixbench.cli", "run", *argv, f"run_dir={run_dir}"],
-                              stdout=console, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [sys.executable, "-m", "mixbench.cli", "run", *argv, f"run_dir={run_dir}"], stdout=console, stderr=subprocess.STDOUT
+        )
     try:
         record = json.loads((run_dir / "record.json").read_text())
     except (OSError, ValueError):

@@ -7,6 +7,7 @@ pruner (successive halving or Hyperband over optimizer steps) sees the primary m
 ``fit`` (:class:`mixbench.callbacks.TrialPruning`); a trial that is not pruned runs the full budget.  ``--confirm``
 re-runs the best plan and the baselines ``pre`` and ``mix`` (α=0.25) with seeds the search never used.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from .search_space import Space
-from ..training.config import compose
 from ..core.tasks import get_task
-from ..training.config import compose, norm_spec
-from ..training.callbacks import TrialPruning
 from ..results.table import primary_value
+from ..training.callbacks import TrialPruning
+from ..training.config import compose, norm_spec
 from ..training.run import run
+from .search_space import Space
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +68,20 @@ class Settings:
     reduction_factor: int = 3
 
     def as_attrs(self) -> dict:
-        return {"space": self.space, "kinds": list(self.kinds), "overrides": list(self.overrides), "pruner": self.pruner,
-                "min_steps": self.min_steps, "reduction_factor": self.reduction_factor}
+        return {
+            "space": self.space,
+            "kinds": list(self.kinds),
+            "overrides": list(self.overrides),
+            "pruner": self.pruner,
+            "min_steps": self.min_steps,
+            "reduction_factor": self.reduction_factor,
+        }
 
     @classmethod
-    def from_attrs(cls, attrs: dict) -> "Settings":
-        return cls(attrs["space"], tuple(attrs["kinds"]), tuple(attrs["overrides"]), attrs["pruner"], attrs["min_steps"],
-                   attrs["reduction_factor"])
+    def from_attrs(cls, attrs: dict) -> Settings:
+        return cls(
+            attrs["space"], tuple(attrs["kinds"]), tuple(attrs["overrides"]), attrs["pruner"], attrs["min_steps"], attrs["reduction_factor"]
+        )
 
 
 def base_config(overrides: tuple[str, ...]):
@@ -82,8 +89,10 @@ def base_config(overrides: tuple[str, ...]):
 
     owned = [o for o in overrides if o.split("=", 1)[0].lstrip("+") in RESERVED]
     if owned:
-        raise ConfigError(f"mixbench search sets {', '.join(owned)} itself (the plan comes from --space; runs go to "
-                          "<--results-dir>/search/<study>/); leave them out")
+        raise ConfigError(
+            f"mixbench search sets {', '.join(owned)} itself (the plan comes from --space; runs go to "
+            "<--results-dir>/search/<study>/); leave them out"
+        )
     return compose(list(overrides))
 
 
@@ -97,8 +106,9 @@ def make_pruner(settings: Settings, max_steps: int):
         raise ConfigError(f"--reduction-factor must be at least 2, got {settings.reduction_factor}")
     if settings.pruner == "halving":
         return optuna.pruners.SuccessiveHalvingPruner(min_resource=settings.min_steps, reduction_factor=settings.reduction_factor)
-    return optuna.pruners.HyperbandPruner(min_resource=settings.min_steps, max_resource=max_steps if max_steps > 0 else "auto",
-                                          reduction_factor=settings.reduction_factor)
+    return optuna.pruners.HyperbandPruner(
+        min_resource=settings.min_steps, max_resource=max_steps if max_steps > 0 else "auto", reduction_factor=settings.reduction_factor
+    )
 
 
 def open_study(results_dir, name: str, settings: Settings | None = None, seed: int = 0):
@@ -113,17 +123,24 @@ def open_study(results_dir, name: str, settings: Settings | None = None, seed: i
     if exists:
         stored = Settings.from_attrs(stored_study(name, folder).user_attrs)
         if settings is not None and settings != stored:
-            raise ConfigError(f"study {name!r} was created with {stored.as_attrs()}; resume it with the same settings "
-                              f"(given: {settings.as_attrs()}) or start another --study")
+            raise ConfigError(
+                f"study {name!r} was created with {stored.as_attrs()}; resume it with the same settings "
+                f"(given: {settings.as_attrs()}) or start another --study"
+            )
         settings = stored
     cfg = base_config(settings.overrides)
     space = Space(settings.space, int(cfg.model.num_layers), settings.kinds)
     pruner = make_pruner(settings, int(cfg.trainer.max_steps))
     higher = get_task(cfg.task.name).primary_metric.higher_is_better
     folder.mkdir(parents=True, exist_ok=True)
-    study = optuna.create_study(study_name=name, storage=storage(folder), load_if_exists=True, pruner=pruner,
-                                direction="maximize" if higher else "minimize",
-                                sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage(folder),
+        load_if_exists=True,
+        pruner=pruner,
+        direction="maximize" if higher else "minimize",
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
+    )
     if not exists:
         for key, value in settings.as_attrs().items():
             study.set_user_attr(key, value)
@@ -142,8 +159,9 @@ def stored_study(name: str, folder: Path, wait_s: int = 60):
         except KeyError:  # the storage exists, the study not yet
             pass
         time.sleep(1)
-    raise ConfigError(f"{folder / 'study.sqlite3'} holds no study {name!r} with mixbench's settings; "
-                      "remove the file or choose another --study")
+    raise ConfigError(
+        f"{folder / 'study.sqlite3'} holds no study {name!r} with mixbench's settings; remove the file or choose another --study"
+    )
 
 
 def plan_label(settings: Settings, space: Space, plan: tuple[str, ...]) -> str:
@@ -193,8 +211,15 @@ def search(results_dir, name: str, settings: Settings, trials: int, max_trials: 
             return float("nan")  # Optuna records a NaN objective as a failed trial
         return float(value)
 
-    log.info("study %s: %d trial(s) so far; %d more (%s space, %d plans, %s pruner)", name, len(study.trials), trials,
-             settings.space, len(space.plans()), settings.pruner)
+    log.info(
+        "study %s: %d trial(s) so far; %d more (%s space, %d plans, %s pruner)",
+        name,
+        len(study.trials),
+        trials,
+        settings.space,
+        len(space.plans()),
+        settings.pruner,
+    )
     if max_trials is not None and len([t for t in study.trials if t.state.is_finished()]) >= max_trials:
         log.info("study %s already holds %d finished trials (--max-trials %d): nothing to do", name, len(study.trials), max_trials)
         return
@@ -214,8 +239,11 @@ def sampler_seed(results_dir, name: str) -> int:
 
 def best_trial(study):
     optuna = optuna_module()
-    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if t.value is not None
-            and math.isfinite(t.value)]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if t.value is not None and math.isfinite(t.value)
+    ]
     if not done:
         raise ConfigError(f"study {study.study_name!r} has no completed full-budget trial yet; run more trials first")
     return (max if study.direction.name == "MAXIMIZE" else min)(done, key=lambda t: t.value)
@@ -235,10 +263,12 @@ def confirmation_runs(results_dir, name: str, seeds: int) -> list[list[str]]:
     best = best_trial(study)
     arms = {"best": space.overrides(space.plan_of(best.params)), **BASELINES}
     folder = study_dir(results_dir, name) / "confirm"
-    log.info("confirming trial %d (%s) against pre and mix(α=0.25)", best.number,
-             plan_label(settings, space, space.plan_of(best.params)))
-    return [[*settings.overrides, *arm, f"seed={seed}", f"results_dir={folder}", "resume=auto"]
-            for seed in confirmation_seeds(int(cfg.seed), seeds) for arm in arms.values()]
+    log.info("confirming trial %d (%s) against pre and mix(α=0.25)", best.number, plan_label(settings, space, space.plan_of(best.params)))
+    return [
+        [*settings.overrides, *arm, f"seed={seed}", f"results_dir={folder}", "resume=auto"]
+        for seed in confirmation_seeds(int(cfg.seed), seeds)
+        for arm in arms.values()
+    ]
 
 
 def open_plan(settings: Settings) -> str:

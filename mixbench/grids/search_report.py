@@ -1,12 +1,14 @@
 """``mixbench search --report STUDY``: the study's ranked plans, its confirmation table (Welch intervals of the best
 plan against ``pre`` and ``mix``, from :func:`mixbench.results.aggregate`) and a plot of score against plan."""
+
 from __future__ import annotations
 
 import logging
+
 from ..core.errors import ConfigError
+from ..core.tasks import get_task
 from ..results.table import aggregate, load_records, render, row_key
 from .search import best_trial, open_study, plan_label, study_dir
-from ..core.tasks import get_task
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +28,16 @@ def trial_rows(study, settings, space) -> list[dict]:
             budget, value, rank = f"pruned at step {t.user_attrs.get('pruned_at_step', last)}", t.intermediate_values.get(last), 1
         else:
             budget, value, rank = t.user_attrs.get("status", state), None, 2
-        rows.append({"trial": t.number, "plan": plan_label(settings, space, plan) if plan else "?", "budget": budget,
-                     "value": value, "params": t.params, "_key": (rank, sign * value if value is not None else 0.0, t.number)})
+        rows.append(
+            {
+                "trial": t.number,
+                "plan": plan_label(settings, space, plan) if plan else "?",
+                "budget": budget,
+                "value": value,
+                "params": t.params,
+                "_key": (rank, sign * value if value is not None else 0.0, t.number),
+            }
+        )
     return sorted(rows, key=lambda r: r["_key"])
 
 
@@ -90,8 +100,13 @@ def score_figure(rows: list[dict], space, records: list[dict], best: str | None,
                 cell = table.cells.get((row, col))
                 if cell is None or cell.mean is None:
                     continue
-                ax.axhline(cell.mean, ls="--" if row != best else "-", lw=1, color=None if row != best else "black",
-                           label=f"{row}: confirmation mean (n={cell.n})")
+                ax.axhline(
+                    cell.mean,
+                    ls="--" if row != best else "-",
+                    lw=1,
+                    color=None if row != best else "black",
+                    label=f"{row}: confirmation mean (n={cell.n})",
+                )
     ax.set_ylabel(metric)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -100,8 +115,14 @@ def score_figure(rows: list[dict], space, records: list[dict], best: str | None,
 
 def baseline_label(records: list[dict], placement: str) -> str:
     """The table row of a baseline arm (``pre``; ``mix`` by α, not a searched ``mix(post=k)``)."""
-    return next((row_key(r) for r in records if isinstance(r["norm"], dict) and r["norm"].get("placement") == placement
-                 and r["norm"].get("num_post") is None), placement)
+    return next(
+        (
+            row_key(r)
+            for r in records
+            if isinstance(r["norm"], dict) and r["norm"].get("placement") == placement and r["norm"].get("num_post") is None
+        ),
+        placement,
+    )
 
 
 def report(results_dir, name: str, confidence: float = 0.95) -> str:
@@ -114,10 +135,17 @@ def report(results_dir, name: str, confidence: float = 0.95) -> str:
     for problem in problems:
         log.warning("skipped unreadable record: %s", problem)
     counts = {s: sum(1 for r in rows if r["budget"].startswith(s)) for s in ("full", "pruned", "repeat")}
-    text = [f"# Study {name}: {settings.space} space, {len(space.plans())} plans, {len(rows)} trials "
-            f"({counts['full']} at the full budget, {counts['pruned']} pruned, {counts['repeat']} repeats), "
-            f"{settings.pruner} pruner", "", f"Settings of every run: {' '.join(settings.overrides)}", "",
-            "## Ranked plans (search seed; pruned trials by their value at the step they stopped)", "", ranked_text(rows, metric)]
+    text = [
+        f"# Study {name}: {settings.space} space, {len(space.plans())} plans, {len(rows)} trials "
+        f"({counts['full']} at the full budget, {counts['pruned']} pruned, {counts['repeat']} repeats), "
+        f"{settings.pruner} pruner",
+        "",
+        f"Settings of every run: {' '.join(settings.overrides)}",
+        "",
+        "## Ranked plans (search seed; pruned trials by their value at the step they stopped)",
+        "",
+        ranked_text(rows, metric),
+    ]
     best = None
     try:
         trial = best_trial(study)
@@ -129,8 +157,12 @@ def report(results_dir, name: str, confidence: float = 0.95) -> str:
         baselines = [baseline_label(records, placement) for placement in ("pre", "mix")]
         for baseline in baselines:
             text += [f"### against {baseline}", "", render(aggregate(records, baseline=baseline, confidence=confidence), "md")]
-        text += [f"Best plan of the search: **{best}** (trial {trial.number}).", "",
-                 *(verdict(records, best, baseline, confidence) for baseline in baselines), ""]
+        text += [
+            f"Best plan of the search: **{best}** (trial {trial.number}).",
+            "",
+            *(verdict(records, best, baseline, confidence) for baseline in baselines),
+            "",
+        ]
     elif best:
         text.append(f"No confirmation runs yet: mixbench search --confirm {name} --seeds 3")
     markdown = "\n".join(text) + "\n"
@@ -139,4 +171,3 @@ def report(results_dir, name: str, confidence: float = 0.95) -> str:
     figure.savefig(folder / "score_vs_plan.png", dpi=120)
     log.info("wrote %s and %s", folder / "report.md", folder / "score_vs_plan.png")
     return markdown
-

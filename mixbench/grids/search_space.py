@@ -7,6 +7,7 @@
 
 Every plan is checked by :class:`mixbench.layers.NormSpec` before a study starts.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -35,8 +36,10 @@ def grammar_plans(num_layers: int, tail_kinds: tuple[str, ...]) -> list[tuple[st
 def block_plans(num_layers: int, kinds: tuple[str, ...]) -> list[tuple[str, ...]]:
     """Every per-block list over ``kinds`` (``len(kinds) ** num_layers`` plans, at most :data:`MAX_PLANS`)."""
     if len(kinds) ** num_layers > MAX_PLANS:
-        raise ConfigError(f"--space blocks with {len(kinds)} kinds and {num_layers} blocks has {len(kinds) ** num_layers} plans "
-                          f"(at most {MAX_PLANS}); use --space plan, fewer kinds or fewer blocks")
+        raise ConfigError(
+            f"--space blocks with {len(kinds)} kinds and {num_layers} blocks has {len(kinds) ** num_layers} plans "
+            f"(at most {MAX_PLANS}); use --space plan, fewer kinds or fewer blocks"
+        )
     return list(itertools.product(kinds, repeat=num_layers))
 
 

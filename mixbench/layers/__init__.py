@@ -1,5 +1,6 @@
 """Layers shared by every model family: the placement registry, the norm switch, norm factories, residual wiring,
 norms inside attention (QK-norm, QKV-norm)."""
+
 from .attention import add_qk_norm, add_qkv_norm, project_qkv
 from .init import deepnorm_constants, init_deepnorm_, scaled_init_
 from .norm import NORM_KINDS, NORM_POSITIONS, DyT, NormConfigError, by_position, dyt_factory, norm_factory

@@ -1,10 +1,10 @@
 """Placement-specific weight initialization (only DeepNorm defines its own)."""
+
 from __future__ import annotations
 
 import math
 
 import torch
-
 
 
 @torch.no_grad()

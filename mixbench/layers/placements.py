@@ -48,25 +48,23 @@ DyT replaces every norm), and every norm is made with its *position* (``attn``, 
 ``mlp_out``, ``q``, ``k``, ``v``, ``final``, ``embed``; :mod:`mixbench.layers.norm`) so a factory may
 depend on it (DyT's α0 per position).
 """
+
 from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
 
-from ..core.errors import ConfigError
 from .attention import add_qkv_norm
 from .init import deepnorm_constants, init_deepnorm_
 from .norm import NormConfigError, dyt_factory, factory_setting
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
-
-
-
 
 
 @dataclass(frozen=True)
@@ -179,8 +177,9 @@ def block_placements() -> list[str]:
 def get_placement(name: str) -> Placement:
     if name not in _PLACEMENTS:
         hint = difflib.get_close_matches(name, _PLACEMENTS, n=1)
-        raise NormConfigError(f"unknown norm placement {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "")
-                              + f"; valid: {', '.join(_PLACEMENTS)}")
+        raise NormConfigError(
+            f"unknown norm placement {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f"; valid: {', '.join(_PLACEMENTS)}"
+        )
     return _PLACEMENTS[name]
 
 
@@ -278,8 +277,16 @@ class DeepNorm(BlockPlacement):
         return getattr(block, f"norm{which}")(x * block.residual_scale + branch(x))
 
     def init_weights(self, block, ctx):
-        init_deepnorm_(block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc1.weight, block.mlp.fc2.weight,
-                       ctx.dim, block.mlp.fc2.in_features, ctx.num_layers, ctx.spec.paper_compat)
+        init_deepnorm_(
+            block.attn.qkv.weight,
+            block.attn.proj.weight,
+            block.mlp.fc1.weight,
+            block.mlp.fc2.weight,
+            ctx.dim,
+            block.mlp.fc2.in_features,
+            ctx.num_layers,
+            ctx.spec.paper_compat,
+        )
 
     def label(self, spec):
         return self.name + ("[paper-compat]" if spec.paper_compat else "")
@@ -398,8 +405,10 @@ class _QKVNorm(BlockPlacement):
 
     def validate_block(self, spec):
         if spec.qk_norm == "full":
-            raise NormConfigError(f"norm.qk_norm=full cannot be combined with {self.name!r} blocks: HybridNorm normalises "
-                                  "q, k and v per head itself (norm.qk_norm=none or head)")
+            raise NormConfigError(
+                f"norm.qk_norm=full cannot be combined with {self.name!r} blocks: HybridNorm normalises "
+                "q, k and v per head itself (norm.qk_norm=none or head)"
+            )
 
     def build(self, block, ctx):
         add_qkv_norm(block.attn, ctx.make_norm)

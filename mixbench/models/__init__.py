@@ -2,6 +2,7 @@
 
 ``mixbench.build_model("llama_71m", norm="mix", num_layers=24)`` works for every registered family.
 """
+
 from __future__ import annotations
 
 from ..core.contracts import PlacedBlock, PlacedModel, check_contract

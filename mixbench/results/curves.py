@@ -3,6 +3,7 @@
 Each run's ``logs/metrics.csv`` (the CSV logger is always on) gives the training loss per logged step and the
 validation metrics; the curves are labelled by the run's norm placement (and seed).
 """
+
 from __future__ import annotations
 
 import csv

@@ -4,6 +4,7 @@ The source digest names the code itself: a copy of the checkout whose ``.git`` i
 the working tree but not the history) still records what ran, and ``python -m mixbench.provenance which-commit DIGEST``
 finds the commits whose files hash the same.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,13 @@ def _is_source(path: str) -> bool:
 def source_digest(root: Path = PACKAGE_ROOT) -> str | None:
     """The digest of the ``.py`` and ``.yaml`` files under ``mixbench/``, ``configs/`` and ``tasks/`` of ``root`` as
     they are on disk (None when there are none)."""
-    files = [(p.relative_to(root).as_posix(), p.read_bytes()) for d in SOURCE_DIRS if (root / d).is_dir()
-             for p in (root / d).rglob("*") if p.is_file() and _is_source(p.relative_to(root).as_posix())]
+    files = [
+        (p.relative_to(root).as_posix(), p.read_bytes())
+        for d in SOURCE_DIRS
+        if (root / d).is_dir()
+        for p in (root / d).rglob("*")
+        if p.is_file() and _is_source(p.relative_to(root).as_posix())
+    ]
     return _digest(files) if files else None
 
 
@@ -74,7 +80,7 @@ def digest_at(commit: str, root: Path = PACKAGE_ROOT) -> str | None:
     for _, path in blobs:  # each answer: "<sha> blob <size>\n<content>\n"
         header_end = raw.index(b"\n", pos)
         size = int(raw[pos:header_end].split()[2])
-        files.append((path, raw[header_end + 1:header_end + 1 + size]))
+        files.append((path, raw[header_end + 1 : header_end + 1 + size]))
         pos = header_end + 1 + size + 1
     return _digest(files)
 
@@ -96,8 +102,14 @@ def git_commit() -> dict:
 def hardware() -> dict:
     import torch
 
-    info = {"platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(), "gpus": []}
+    info = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+        "gpus": [],
+    }
     if torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         info["cuda_version"] = torch.version.cuda

@@ -4,11 +4,13 @@ Welch's confidence interval for a difference of two means.
 Every sample here is one number per seed (see :func:`mixbench.results.Cell`: repeats of a seed are averaged into
 one sample before they get here), so ``n`` is a number of seeds.
 """
+
 from __future__ import annotations
 
 import math
 import statistics
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 
 def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -64,8 +66,8 @@ def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     (mean_a, sd_a), (mean_b, sd_b) = mean_std(a), mean_std(b)
     diff = mean_a - mean_b
-    se = math.sqrt(sd_a ** 2 / len(a) + sd_b ** 2 / len(b))
-    dof = welch_dof(sd_a ** 2, len(a), sd_b ** 2, len(b))
+    se = math.sqrt(sd_a**2 / len(a) + sd_b**2 / len(b))
+    dof = welch_dof(sd_a**2, len(a), sd_b**2, len(b))
     half = t_quantile((1.0 + confidence) / 2.0, dof) * se if se > 0 else 0.0
     return Interval(diff, diff - half, diff + half, dof)
 

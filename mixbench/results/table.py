@@ -1,5 +1,6 @@
 """Result records (one JSON per run, written atomically), their aggregation into comparison tables (counted by seed,
 with differences from a baseline row and Welch confidence intervals) and pandas views of them."""
+
 from __future__ import annotations
 
 import csv
@@ -12,8 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import stats
 from ..core.errors import ConfigError, MixbenchError
+from . import stats
 
 SCHEMA = "mixbench.result/1"
 REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
@@ -84,6 +85,7 @@ def load_records_frame(results_dir: str | Path):
 
 # ---------------------------------------------------------------- one record → its outcome and value
 
+
 def primary_value(record: dict):
     """The record's primary metric as stored in ``metrics`` (else ``primary_metric.value``); may be None or NaN."""
     name = record["primary_metric"]["name"]
@@ -119,10 +121,12 @@ def _time_order(record: dict) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- one table cell: the records of one norm × column
 
+
 @dataclass
 class Delta:
     """``diff = mean(cell) − mean(baseline)``; ``low``/``high``/``dof``: Welch's interval (None when either cell
     has fewer than 2 finished seeds)."""
+
     baseline: str
     diff: float
     low: float | None = None
@@ -144,13 +148,14 @@ class Cell:
     outcome is ``completed`` contributes one sample: the mean primary metric of its completed records.  ``mean`` /
     ``std`` are over those samples, i.e. over the finished seeds only.
     """
-    samples: dict = field(default_factory=dict)   # seed → value (finished seeds; repeats averaged)
+
+    samples: dict = field(default_factory=dict)  # seed → value (finished seeds; repeats averaged)
     outcomes: dict = field(default_factory=dict)  # seed → completed | diverged | stalled | failed
     records: int = 0
     delta: Delta | None = None
 
     @classmethod
-    def from_records(cls, records: list[dict]) -> "Cell":
+    def from_records(cls, records: list[dict]) -> Cell:
         by_seed: dict = {}
         for r in sorted(records, key=_time_order):
             by_seed.setdefault(_seed_key(r["seed"]), []).append(r)
@@ -244,6 +249,7 @@ def _repeats(k: int) -> str:
 
 # ---------------------------------------------------------------- the table: rows = norm, columns = task · model · dataset [scale]
 
+
 @dataclass
 class Table:
     columns: list[str]
@@ -274,8 +280,9 @@ def dataset_name(record: dict) -> str:
 
 def column_key(record: dict) -> str:
     budget = record.get("_at_budget")
-    return (f"{record['task']} · {model_label(record)} · {dataset_name(record)} [{record['scale']}]"
-            + (f" @{budget:.2f}" if budget is not None else ""))
+    return f"{record['task']} · {model_label(record)} · {dataset_name(record)} [{record['scale']}]" + (
+        f" @{budget:.2f}" if budget is not None else ""
+    )
 
 
 BUDGET_TOLERANCE = 0.02  # a validation counts as "at fraction f of the budget" within ±2 % of the budget
@@ -296,13 +303,19 @@ def at_budget(record: dict, fraction: float) -> dict | None:
         return view
     if record["status"] in ("stalled", "failed"):
         return view
-    nearby = [v for v in record.get("validations") or [] if v.get("fraction") is not None
-              and abs(v["fraction"] - fraction) <= BUDGET_TOLERANCE]
+    nearby = [
+        v for v in record.get("validations") or [] if v.get("fraction") is not None and abs(v["fraction"] - fraction) <= BUDGET_TOLERANCE
+    ]
     validation = min(nearby, key=lambda v: abs(v["fraction"] - fraction)) if nearby else None
     value = validation["metrics"].get(record["primary_metric"]["name"]) if validation else None
     diverged_at = (record.get("divergence") or {}).get("step")
     if _finite(value) and (record["status"] != "diverged" or diverged_at is None or validation["step"] <= diverged_at):
-        return {**view, "status": "completed", "metrics": validation["metrics"], "primary_metric": {**record["primary_metric"], "value": value}}
+        return {
+            **view,
+            "status": "completed",
+            "metrics": validation["metrics"],
+            "primary_metric": {**record["primary_metric"], "value": value},
+        }
     return view if record["status"] == "diverged" else None  # diverged before this budget; else no validation here
 
 
@@ -341,8 +354,16 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
         col = column_key(r)
         metric_of.setdefault(col, r["primary_metric"]["name"])
         hib.setdefault(col, bool(r["primary_metric"]["higher_is_better"]))
-        info.setdefault(col, {"task": r["task"], "model": model_label(r), "dataset": dataset_name(r), "scale": r["scale"],
-                              **({"budget": r["_at_budget"]} if r.get("_at_budget") is not None else {})})
+        info.setdefault(
+            col,
+            {
+                "task": r["task"],
+                "model": model_label(r),
+                "dataset": dataset_name(r),
+                "scale": r["scale"],
+                **({"budget": r["_at_budget"]} if r.get("_at_budget") is not None else {}),
+            },
+        )
         groups.setdefault((row_key(r), col), []).append(r)
     cells = {key: Cell.from_records(recs) for key, recs in groups.items()}
     columns = sorted(metric_of)
@@ -372,20 +393,24 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
 
 # ---------------------------------------------------------------- outputs
 
+
 def legend(table: Table, best: str = "bold") -> str:
     """What the cells say, for under the table (``best``: how the best cell of a column is marked)."""
     used = sorted({b for b in table.baseline_of.values() if b})
-    text = ("mean ± std over seeds, n = seeds that finished (records of one seed are repeats, averaged into one "
-            "sample). ")
+    text = "mean ± std over seeds, n = seeds that finished (records of one seed are repeats, averaged into one sample). "
     if used:
-        text += (f"Δ = mean − mean of the baseline row ({' / '.join(used)}) of the column, [low, high] = its Welch "
-                 f"{100 * table.confidence:g} % confidence interval (Welch–Satterthwaite dof; none when either cell has "
-                 "fewer than 2 finished seeds), * = the interval excludes 0. ")
+        text += (
+            f"Δ = mean − mean of the baseline row ({' / '.join(used)}) of the column, [low, high] = its Welch "
+            f"{100 * table.confidence:g} % confidence interval (Welch–Satterthwaite dof; none when either cell has "
+            "fewer than 2 finished seeds), * = the interval excludes 0. "
+        )
     elif table.baseline:
         text += f"No baseline row {table.baseline!r} in any column: no Δ. "
-    return text + ("k/n diverged (likewise stalled, pruned = a search trial its pruner stopped early, and failed = crashed) "
-                   "= k of the cell's n seeds ended so (a seed's latest record decides); the mean is over the finished seeds "
-                   f"only. {best} = best mean of the column.")
+    return text + (
+        "k/n diverged (likewise stalled, pruned = a search trial its pruner stopped early, and failed = crashed) "
+        "= k of the cell's n seeds ended so (a seed's latest record decides); the mean is over the finished seeds "
+        f"only. {best} = best mean of the column."
+    )
 
 
 def _header(table: Table, col: str) -> str:
@@ -398,9 +423,33 @@ def _cell_text(table: Table, row: str, col: str) -> str:
     return "" if cell is None else cell.text()
 
 
-CELL_FIELDS = ("norm", "task", "model", "dataset", "scale", "budget", "metric", "higher_is_better", "mean", "std", "n", "n_seeds",
-               "records", "repeats", "diverged", "stalled", "failed", "baseline", "delta", "ci_low", "ci_high", "dof",
-               "confidence", "significant", "best")
+CELL_FIELDS = (
+    "norm",
+    "task",
+    "model",
+    "dataset",
+    "scale",
+    "budget",
+    "metric",
+    "higher_is_better",
+    "mean",
+    "std",
+    "n",
+    "n_seeds",
+    "records",
+    "repeats",
+    "diverged",
+    "stalled",
+    "failed",
+    "baseline",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "dof",
+    "confidence",
+    "significant",
+    "best",
+)
 
 
 def cell_rows(table: Table) -> list[dict]:
@@ -412,15 +461,31 @@ def cell_rows(table: Table) -> list[dict]:
             if cell is None:
                 continue
             d = cell.delta
-            out.append({
-                "norm": row, **table.info.get(col, {}), "metric": table.metric_of[col], "higher_is_better": table.higher_is_better[col],
-                "mean": cell.mean, "std": cell.std, "n": cell.n, "n_seeds": cell.n_seeds, "records": cell.records,
-                "repeats": cell.repeats, "diverged": cell.diverged, "stalled": cell.stalled, "failed": cell.failed,
-                "baseline": table.baseline_of.get(col), "delta": d.diff if d else None, "ci_low": d.low if d else None,
-                "ci_high": d.high if d else None, "dof": d.dof if d else None,
-                "confidence": table.confidence if d and d.low is not None else None,
-                "significant": d.significant if d else None, "best": table.best.get(col) == row,
-            })
+            out.append(
+                {
+                    "norm": row,
+                    **table.info.get(col, {}),
+                    "metric": table.metric_of[col],
+                    "higher_is_better": table.higher_is_better[col],
+                    "mean": cell.mean,
+                    "std": cell.std,
+                    "n": cell.n,
+                    "n_seeds": cell.n_seeds,
+                    "records": cell.records,
+                    "repeats": cell.repeats,
+                    "diverged": cell.diverged,
+                    "stalled": cell.stalled,
+                    "failed": cell.failed,
+                    "baseline": table.baseline_of.get(col),
+                    "delta": d.diff if d else None,
+                    "ci_low": d.low if d else None,
+                    "ci_high": d.high if d else None,
+                    "dof": d.dof if d else None,
+                    "confidence": table.confidence if d and d.low is not None else None,
+                    "significant": d.significant if d else None,
+                    "best": table.best.get(col) == row,
+                }
+            )
     return out
 
 
@@ -439,8 +504,12 @@ def _csv(rows: list[dict], fields) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(fields)
     for row in rows:
-        writer.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) if isinstance(v, bool) else v
-                         for v in (row.get(f) for f in fields)])
+        writer.writerow(
+            [
+                "" if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) if isinstance(v, bool) else v
+                for v in (row.get(f) for f in fields)
+            ]
+        )
     return buf.getvalue()
 
 
@@ -450,15 +519,18 @@ def render(table: Table, fmt: str = "md") -> str:
     if fmt == "csv":
         return _csv(cell_rows(table), CELL_FIELDS)
     if fmt == "latex":
-        lines = [r"\begin{tabular}{l" + "c" * len(table.columns) + "}", r"\toprule",
-                 " & ".join(["norm", *[_latex(_header(table, c)) for c in table.columns]]) + r" \\", r"\midrule"]
+        lines = [
+            r"\begin{tabular}{l" + "c" * len(table.columns) + "}",
+            r"\toprule",
+            " & ".join(["norm", *[_latex(_header(table, c)) for c in table.columns]]) + r" \\",
+            r"\midrule",
+        ]
         for row in table.rows:
             lines.append(" & ".join([_latex(row), *[_latex_cell(table, row, c) for c in table.columns]]) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}", r"{\footnotesize " + _latex(legend(table, best="Bold")) + r"\par}"]
         return "\n".join(lines) + "\n"
     if fmt == "md":
-        lines = ["| norm | " + " | ".join(_header(table, c) for c in table.columns) + " |",
-                 "|---|" + "---|" * len(table.columns)]
+        lines = ["| norm | " + " | ".join(_header(table, c) for c in table.columns) + " |", "|---|" + "---|" * len(table.columns)]
         for row in table.rows:
             lines.append(f"| {_md_escape(row)} | " + " | ".join(_md_cell(table, row, c) for c in table.columns) + " |")
         lines += ["", _md_escape(legend(table, best="Bold"))]
@@ -481,9 +553,24 @@ def _latex_cell(table: Table, row: str, col: str) -> str:
     return rf"\textbf{{{text}}}" if text and table.best.get(col) == row else text
 
 
-_LATEX = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
-          "±": r"$\pm$", "α": r"$\alpha$", "·": r"$\cdot$", "↑": r"$\uparrow$", "↓": r"$\downarrow$", "−": r"$-$",
-          "Δ": r"$\Delta$", "–": "--"}
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "_": r"\_",
+    "%": r"\%",
+    "&": r"\&",
+    "#": r"\#",
+    "$": r"\$",
+    "{": r"\{",
+    "}": r"\}",
+    "±": r"$\pm$",
+    "α": r"$\alpha$",
+    "·": r"$\cdot$",
+    "↑": r"$\uparrow$",
+    "↓": r"$\downarrow$",
+    "−": r"$-$",
+    "Δ": r"$\Delta$",
+    "–": "--",
+}
 
 
 def _latex(s: str) -> str:
@@ -495,8 +582,9 @@ def rich_table(table: Table):
     from rich.table import Table as RichTable
     from rich.text import Text
 
-    out = RichTable(title="mixbench results (primary metric over seeds)", caption=Text(legend(table, best="★")), caption_justify="left",
-                    show_lines=True)
+    out = RichTable(
+        title="mixbench results (primary metric over seeds)", caption=Text(legend(table, best="★")), caption_justify="left", show_lines=True
+    )
     out.add_column("norm", style="bold")
     for col in table.columns:  # Text, not markup: "[proxy]" is no style tag; one part of the column name per line
         info = table.info.get(col)
@@ -519,8 +607,22 @@ def rich_table(table: Table):
 
 # ---------------------------------------------------------------- pandas views: one row per run (wide) or per run × metric (tidy)
 
-RUN_FIELDS = ("task", "family", "model", "dataset", "scale", "norm", "seed", "repeat", "status", "primary_metric",
-              "primary_value", "higher_is_better", "wall_time_s", "run_dir")
+RUN_FIELDS = (
+    "task",
+    "family",
+    "model",
+    "dataset",
+    "scale",
+    "norm",
+    "seed",
+    "repeat",
+    "status",
+    "primary_metric",
+    "primary_value",
+    "higher_is_better",
+    "wall_time_s",
+    "run_dir",
+)
 
 
 def _repeat_index(records: list[dict]) -> list[int]:
@@ -540,9 +642,18 @@ def _run_fields(record: dict, repeat: int) -> dict:
     value = primary_value(record)
     path = record.get("_path")
     return {
-        "task": record["task"], "family": record.get("family"), "model": model_label(record), "dataset": dataset_name(record),
-        "scale": record["scale"], "norm": row_key(record), "seed": record["seed"], "repeat": repeat, "status": record["status"],
-        "primary_metric": pm["name"], "primary_value": _float(value), "higher_is_better": bool(pm["higher_is_better"]),
+        "task": record["task"],
+        "family": record.get("family"),
+        "model": model_label(record),
+        "dataset": dataset_name(record),
+        "scale": record["scale"],
+        "norm": row_key(record),
+        "seed": record["seed"],
+        "repeat": repeat,
+        "status": record["status"],
+        "primary_metric": pm["name"],
+        "primary_value": _float(value),
+        "higher_is_better": bool(pm["higher_is_better"]),
         "wall_time_s": _float(record.get("wall_time_s")),
         "run_dir": str(Path(path).parent) if path else record.get("run_dir"),
     }
@@ -599,8 +710,15 @@ def tidy_frame(records: list[dict]):
         metrics = dict(r["metrics"]) if isinstance(r["metrics"], dict) and r["metrics"] else {primary: None}
         for name, value in metrics.items():
             hib = specs.get(name)
-            rows.append({**base, "metric": name, "value": _float(value), "primary": name == primary,
-                         "higher_is_better": None if hib is None else bool(hib)})
+            rows.append(
+                {
+                    **base,
+                    "metric": name,
+                    "value": _float(value),
+                    "primary": name == primary,
+                    "higher_is_better": None if hib is None else bool(hib),
+                }
+            )
     frame = pd.DataFrame(rows, columns=list(TIDY_FIELDS))
     frame["primary"] = frame["primary"].astype("bool")
     return _typed(frame, ("value", "wall_time_s"))

@@ -16,9 +16,9 @@ Every prompt is put in the SFT template (:mod:`mixbench.sft.prompt`): the policy
 (``"4,3,3"``: 40 % to ``sft``, 30 % to ``rm``, 30 % to ``rl``); ``task=sft_commonsense`` takes the same options.
 Within a stage's share, ``val_size`` records are held out (the same for every run, placement and seed).
 """
+
 from __future__ import annotations
 
-import glob
 import logging
 import re
 from dataclasses import dataclass
@@ -29,13 +29,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from ..core.errors import ConfigError
+from ..core.jsonitems import read_items
 from ..data.samplers import ResumableOrder
 from ..data.tokens import TokenizerSpec
-from ..core.errors import ConfigError
 from ..sft.data import EMBEDDED_SAMPLE, binarized_triples, files_of, read_records, special_ids, stage_share
 from ..sft.prompt import build_prompt
 from ..training.trained import tokenizer_of
-from ..core.jsonitems import read_items
 
 log = logging.getLogger(__name__)
 FORMATS = ("auto", "binarized", "commonsense")
@@ -52,8 +52,10 @@ class Pair:
 
 def binarized_pairs(path: str, split: str, template: str) -> list[Pair]:
     """Pairs of UltraFeedback-binarized records, the prompt in ``template``."""
-    return [Pair(build_prompt(instruction, None, template), chosen, rejected)
-            for instruction, chosen, rejected in binarized_triples(path, split)]
+    return [
+        Pair(build_prompt(instruction, None, template), chosen, rejected)
+        for instruction, chosen, rejected in binarized_triples(path, split)
+    ]
 
 
 def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pair]:
@@ -65,10 +67,12 @@ def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pai
         options = [o for o in match.group(1).split("/") if o != answer] if match else []
         at = output.rfind(answer) if answer else -1
         if not options or at < 0:
-            raise ConfigError(f"record {i} has no 'Answer format: a/b/...' line or its output does not name its answer "
-                              f"{answer!r}: {r['instruction'][-120:]!r}; the commonsense format needs both")
+            raise ConfigError(
+                f"record {i} has no 'Answer format: a/b/...' line or its output does not name its answer "
+                f"{answer!r}: {r['instruction'][-120:]!r}; the commonsense format needs both"
+            )
         wrong = options[int(np.random.default_rng([seed, i]).integers(len(options)))]
-        rejected = output[:at] + wrong + output[at + len(answer):]
+        rejected = output[:at] + wrong + output[at + len(answer) :]
         pairs.append(Pair(build_prompt(r["instruction"], r.get("input"), template), output, rejected))
     return pairs
 
@@ -76,8 +80,10 @@ def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pai
 def read_pairs(path: str | None, fmt: str, split: str, template: str, seed: int) -> tuple[list[Pair], str]:
     """``(pairs, format read)`` of ``data.path``."""
     if path is None:
-        raise ConfigError("set data.path: UltraFeedback-binarized parquet/JSON files or a hub name, Commonsense170K-format "
-                          "JSON (the offline proxy), or 'embedded' (a tiny synthetic sample)")
+        raise ConfigError(
+            "set data.path: UltraFeedback-binarized parquet/JSON files or a hub name, Commonsense170K-format "
+            "JSON (the offline proxy), or 'embedded' (a tiny synthetic sample)"
+        )
     if fmt not in FORMATS:
         raise ConfigError(f"data.format={fmt!r}; valid: {', '.join(FORMATS)}")
     if path == "embedded":
@@ -101,11 +107,28 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
 
     stage_default = "rm"
 
-    def __init__(self, path: str | None = None, format: str = "auto", split: str = "train_prefs", stage_split: str | None = None,
-                 stage: str | None = None, val_size: int = 64, split_seed: int = 42, tokenizer: str | None = None,
-                 template: str = "alpaca", seq_len: int = 512, prompt_len: int = 256, batch_size: int = 8,
-                 global_batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0,
-                 max_train_pairs: int | None = None, seed: int = 0, name: str | None = None, label: str | None = None):
+    def __init__(
+        self,
+        path: str | None = None,
+        format: str = "auto",
+        split: str = "train_prefs",
+        stage_split: str | None = None,
+        stage: str | None = None,
+        val_size: int = 64,
+        split_seed: int = 42,
+        tokenizer: str | None = None,
+        template: str = "alpaca",
+        seq_len: int = 512,
+        prompt_len: int = 256,
+        batch_size: int = 8,
+        global_batch_size: int | None = None,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        max_train_pairs: int | None = None,
+        seed: int = 0,
+        name: str | None = None,
+        label: str | None = None,
+    ):
         super().__init__()
 
         self.path, self.format, self.split = path, format, split
@@ -136,26 +159,52 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
         self.num_source_pairs, self.num_share_pairs = len(pairs), len(share)
         self.train_set, self.val_set = self.encode(train), self.encode([share[i] for i in sorted(held)])
         if len(self.train_set) < self.batch_size:
-            raise ConfigError(f"{len(self.train_set)} training items in the {self.stage} share, fewer than data.batch_size={self.batch_size} "
-                              "(pairs identical after truncation are dropped): give more data, a larger share or a smaller batch")
-        log.info("%s: %d train / %d held-out of the %s share (%d of %d pairs)", type(self).__name__, len(self.train_set),
-                 len(self.val_set), self.stage, len(share), len(pairs))
+            raise ConfigError(
+                f"{len(self.train_set)} training items in the {self.stage} share, fewer than data.batch_size={self.batch_size} "
+                "(pairs identical after truncation are dropped): give more data, a larger share or a smaller batch"
+            )
+        log.info(
+            "%s: %d train / %d held-out of the %s share (%d of %d pairs)",
+            type(self).__name__,
+            len(self.train_set),
+            len(self.val_set),
+            self.stage,
+            len(share),
+            len(pairs),
+        )
 
     def encode(self, pairs: list[Pair]) -> list:
         raise NotImplementedError
 
     def describe(self) -> dict:
-        return {"name": self.name or (Path(self.path).stem if self.path not in (None, "embedded") else "embedded_preferences"),
-                "label": self.label or (f"preferences {self.path} ({self.format_read}), "
-                                        f"{self.stage} share of stage_split={self.stage_split}"),
-                "source": str(self.path), "format": self.format_read, "stage": self.stage, "stage_split": self.stage_split,
-                "tokenizer": self.tokenizer.name, "vocab_size": self.vocab_size, "seq_len": self.seq_len, "prompt_len": self.prompt_len,
-                "template": self.template, "num_source_pairs": self.num_source_pairs, "num_stage_pairs": self.num_share_pairs,
-                "num_train": len(self.train_set), "num_val": len(self.val_set)}
+        return {
+            "name": self.name or (Path(self.path).stem if self.path not in (None, "embedded") else "embedded_preferences"),
+            "label": self.label or (f"preferences {self.path} ({self.format_read}), {self.stage} share of stage_split={self.stage_split}"),
+            "source": str(self.path),
+            "format": self.format_read,
+            "stage": self.stage,
+            "stage_split": self.stage_split,
+            "tokenizer": self.tokenizer.name,
+            "vocab_size": self.vocab_size,
+            "seq_len": self.seq_len,
+            "prompt_len": self.prompt_len,
+            "template": self.template,
+            "num_source_pairs": self.num_source_pairs,
+            "num_stage_pairs": self.num_share_pairs,
+            "num_train": len(self.train_set),
+            "num_val": len(self.val_set),
+        }
 
     def _loader(self, items: list, batch_size: int, sampler, drop_last: bool) -> DataLoader:
-        return DataLoader(items, batch_size=batch_size, sampler=sampler, drop_last=drop_last, collate_fn=self.collate,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            items,
+            batch_size=batch_size,
+            sampler=sampler,
+            drop_last=drop_last,
+            collate_fn=self.collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, self.batch_size, self._train_sampler(len(self.train_set)), drop_last=True)
@@ -204,14 +253,14 @@ class PromptDataModule(_PreferenceSource):
 
     def encode(self, pairs: list[Pair]) -> list:
         prompts = self.tok.encode_batch([p.prompt for p in pairs], add_special_tokens=False)
-        return [(np.asarray(p.ids[-self.prompt_len:], dtype=np.int64), pair.chosen) for p, pair in zip(prompts, pairs)]
+        return [(np.asarray(p.ids[-self.prompt_len :], dtype=np.int64), pair.chosen) for p, pair in zip(prompts, pairs)]
 
     def collate(self, rows: list) -> dict:
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, (p, _) in enumerate(rows):
-            ids[i, width - len(p):], mask[i, width - len(p):] = torch.from_numpy(p), 1
+            ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.from_numpy(p), 1
         return {"prompt_ids": ids, "prompt_mask": mask, "answers": [a for _, a in rows]}
 
     def decode(self, tokens: list[int]) -> str:
@@ -231,8 +280,20 @@ def synthetic_sample(n: int = 48) -> list[dict]:
             wrong = f"{'No' if even else 'Yes'}, {a} is {'odd' if even else 'even'}."
         else:
             big, small = max(a, b + 1), min(a, b + 1)
-            question, right, wrong = f"Which number is larger, {a} or {b + 1}?", f"{big} is larger than {small}.", f"{small} is larger than {big}."
+            question, right, wrong = (
+                f"Which number is larger, {a} or {b + 1}?",
+                f"{big} is larger than {small}.",
+                f"{small} is larger than {big}.",
+            )
         user = {"role": "user", "content": question}
-        rows.append({"prompt": question, "prompt_id": f"synthetic-{i}", "chosen": [user, {"role": "assistant", "content": right}],
-                     "rejected": [user, {"role": "assistant", "content": wrong}], "score_chosen": 10.0, "score_rejected": 1.0})
+        rows.append(
+            {
+                "prompt": question,
+                "prompt_id": f"synthetic-{i}",
+                "chosen": [user, {"role": "assistant", "content": right}],
+                "rejected": [user, {"role": "assistant", "content": wrong}],
+                "score_chosen": 10.0,
+                "score_rejected": 1.0,
+            }
+        )
     return rows

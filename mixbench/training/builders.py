@@ -1,5 +1,6 @@
 """The run's parts built from its config: the data module, the model options completed from the data, the
 LightningModule.  Shared by the run, its pre-flight checks and the layer analyses."""
+
 from __future__ import annotations
 
 import inspect

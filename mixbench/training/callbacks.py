@@ -1,4 +1,5 @@
 """Lightning callbacks: divergence detection, the validation history, search-trial pruning, and throughput / MFU logging."""
+
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ import time
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+
 from ..results.table import BUDGET_TOLERANCE  # a validation this close to the end counts as the full budget (table --at)
 
 # dense bf16 tensor-core peaks (FLOP/s) by GPU name substring; H200 has the H100's tensor cores

@@ -12,6 +12,7 @@
   restores them when training resumes — with the model, optimizer, schedule, loop and data position that
   Lightning and the data modules already save, a resumed run continues exactly.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,8 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from ..core.errors import ConfigError
-from ..core.errors import CheckpointError
+
+from ..core.errors import CheckpointError, ConfigError
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoints"
@@ -125,8 +126,10 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
     if last_step is not None:
         return last
     if damaged:
-        raise CheckpointError(f"every checkpoint in {folder} is damaged ({', '.join(p.name for p in damaged)}); "
-                              "remove them to start the run over, or set resume_from= to an intact checkpoint")
+        raise CheckpointError(
+            f"every checkpoint in {folder} is damaged ({', '.join(p.name for p in damaged)}); "
+            "remove them to start the run over, or set resume_from= to an intact checkpoint"
+        )
     return None
 
 

@@ -13,6 +13,7 @@ A dotted override must name an existing key; prefix it with ``+`` to add a new k
 ``+trainer.fast_dev_run=true``).  Values are parsed as YAML.  Files come from the project search path
 (:mod:`mixbench.project`).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -25,17 +26,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..core.errors import ConfigError, one_line
+from ..core.families import family_of_model, get_family
+from ..core.project import config_choices, config_file
+from ..core.tasks import discover_tasks, get_task
+from ..data import get_datamodule_class
 from ..layers import NormSpec, get_placement
+from .loggers import logger_names
 from .optim import OPTIMIZERS
 from .precision import check_fp8_settings
-from ..core.project import config_choices, config_file
 from .strategy import check_strategy_settings
-from ..data import get_datamodule_class
-from ..core.families import family_of_model, get_family
-from ..core.tasks import discover_tasks, get_task
-from .loggers import logger_names
-from ..core.families import get_family
-from ..core.tasks import get_task
 
 GROUPS = ("task", "model", "norm", "data")
 SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -78,8 +77,10 @@ def check_known_keys(base: DictConfig, update, where: str, prefix: str = "") -> 
     for key, value in update.items():
         if key not in base:
             level = prefix.rstrip(".") or "the top level"
-            raise ConfigError(f"{where}: unknown setting '{prefix}{key}'{_did_you_mean(key, base.keys())} "
-                              f"(keys under {level}: {', '.join(map(str, base.keys()))})")
+            raise ConfigError(
+                f"{where}: unknown setting '{prefix}{key}'{_did_you_mean(key, base.keys())} "
+                f"(keys under {level}: {', '.join(map(str, base.keys()))})"
+            )
         if OmegaConf.is_dict(value) or isinstance(value, dict):
             if OmegaConf.is_dict(base[key]):
                 check_known_keys(base[key], value, where, f"{prefix}{key}.")
@@ -174,8 +175,9 @@ def data_arguments(loader_class) -> dict:
     variadic = [p.name for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
     if variadic:
         raise ConfigError(f"data module {loader_class.__qualname__} takes *{variadic[0]}: declare every argument explicitly")
-    return {name: (None if p.default is inspect.Parameter.empty else p.default)
-            for name, p in params.items() if name not in ("self", "seed")}
+    return {
+        name: (None if p.default is inspect.Parameter.empty else p.default) for name, p in params.items() if name not in ("self", "seed")
+    }
 
 
 def _data_group(choice: str, root) -> DictConfig:
@@ -209,8 +211,12 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
 
     cfg = OmegaConf.load(config_file("defaults.yaml", root=root))
     cfg.choices = {"task": task.name, "model": model_name, "norm": choices.get("norm", task.norm), "data": choices.get("data", task.data)}
-    cfg.task = {"name": task.name, "family": family.name, "description": task.description,
-                "metrics": [dict(name=m.name, higher_is_better=m.higher_is_better, primary=m.primary) for m in task.metrics]}
+    cfg.task = {
+        "name": task.name,
+        "family": family.name,
+        "description": task.description,
+        "metrics": [dict(name=m.name, higher_is_better=m.higher_is_better, primary=m.primary) for m in task.metrics],
+    }
     cfg.model = {"name": model_name, **family.model_defaults(model_name)}
     cfg.norm = _norm_group(cfg.norm, cfg.choices.norm, root)
     cfg.data = _data_group(cfg.choices.data, root)
@@ -244,10 +250,21 @@ def replay(config_path: str | Path, overrides: list[str]) -> DictConfig:
 
 
 # settings that must lie in a range: key → (lowest allowed, whether the lowest is excluded)
-RANGES = {"data.batch_size": (0, True), "data.eval_batch_size": (0, True), "data.num_workers": (0, False),
-          "data.seq_len": (0, True), "optim.lr": (0, True), "optim.weight_decay": (0, False), "optim.eps": (0, True),
-          "optim.warmup_ratio": (0, False), "optim.min_lr_ratio": (0, False), "trainer.accumulate_grad_batches": (0, True),
-          "divergence.check_every_n_steps": (0, True), "divergence.patience": (0, True), "grad_norm_every_n_steps": (0, True)}
+RANGES = {
+    "data.batch_size": (0, True),
+    "data.eval_batch_size": (0, True),
+    "data.num_workers": (0, False),
+    "data.seq_len": (0, True),
+    "optim.lr": (0, True),
+    "optim.weight_decay": (0, False),
+    "optim.eps": (0, True),
+    "optim.warmup_ratio": (0, False),
+    "optim.min_lr_ratio": (0, False),
+    "trainer.accumulate_grad_batches": (0, True),
+    "divergence.check_every_n_steps": (0, True),
+    "divergence.patience": (0, True),
+    "grad_norm_every_n_steps": (0, True),
+}
 
 
 def check_ranges(cfg: DictConfig) -> None:

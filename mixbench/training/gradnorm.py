@@ -1,4 +1,5 @@
 """Per-block gradient norms, attention and MLP sub-layers separately and together."""
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ def block_grad_norms(blocks) -> list[dict[str, float]]:
             if grads:
                 squares[key] = float(torch.stack(torch._foreach_norm(grads)).pow(2).sum())
         total = sum(squares.values())
-        out.append({"attn": squares["attn"] ** 0.5, "mlp": squares["mlp"] ** 0.5, "total": total ** 0.5})
+        out.append({"attn": squares["attn"] ** 0.5, "mlp": squares["mlp"] ** 0.5, "total": total**0.5})
     return out
 
 

@@ -7,6 +7,7 @@ The others write into the run folder by default and work without a network: Tens
 ``logger_options.mlflow.tracking_uri`` names a server.  ``logger_options.<name>`` passes keyword arguments to the
 Lightning logger class.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -1,4 +1,5 @@
 """Optimizer, parameter groups and the warmup + cosine learning-rate schedule."""
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,9 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return groups
 
 
-def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8, fused: bool | None = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: nn.Module, name: str, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8, fused: bool | None = None
+) -> torch.optim.Optimizer:
     """``adam`` (L2-coupled decay, as the paper's LLaMA runs with wd 0) or ``adamw`` (decoupled decay)."""
     if name not in OPTIMIZERS:
         raise ConfigError(f"unknown optim.name {name!r}; valid: {', '.join(OPTIMIZERS)}")

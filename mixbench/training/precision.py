@@ -7,6 +7,7 @@ GEMM requirement) and whose module path matches none of ``fp8.skip`` (default: `
 classifier head).  The conversion happens before ``torch.compile``, which torchao needs to fuse its scaling.
 Needs ``pip install -e ".[fp8]"`` and a CUDA GPU of compute capability ≥ 8.9 (H100, H200, L40S, RTX 4090).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -74,12 +75,16 @@ def check_fp8_runtime() -> None:
     except ImportError as err:
         raise ConfigError(f'trainer.precision=fp8 needs torchao ({err}): pip install -e ".[fp8]"') from None
     if not torch.cuda.is_available():
-        raise ConfigError("trainer.precision=fp8 needs a CUDA GPU of compute capability ≥ 8.9 (H100, H200, L40S, RTX 4090) "
-                          "and this machine has none; use trainer.precision=bf16-mixed (or leave it unset)")
+        raise ConfigError(
+            "trainer.precision=fp8 needs a CUDA GPU of compute capability ≥ 8.9 (H100, H200, L40S, RTX 4090) "
+            "and this machine has none; use trainer.precision=bf16-mixed (or leave it unset)"
+        )
     capability = torch.cuda.get_device_capability()
     if capability < FP8_MIN_CAPABILITY:
-        raise ConfigError(f"trainer.precision=fp8 needs compute capability ≥ 8.9 (H100, H200, L40S, RTX 4090); "
-                          f"{torch.cuda.get_device_name()} has {capability[0]}.{capability[1]}: use trainer.precision=bf16-mixed")
+        raise ConfigError(
+            f"trainer.precision=fp8 needs compute capability ≥ 8.9 (H100, H200, L40S, RTX 4090); "
+            f"{torch.cuda.get_device_name()} has {capability[0]}.{capability[1]}: use trainer.precision=bf16-mixed"
+        )
 
 
 def convert_fp8(model: nn.Module, recipe: str, skip: list[str] | None) -> list[str]:
@@ -101,8 +106,13 @@ def apply_fp8(cfg: DictConfig, model: nn.Module) -> dict | None:
     converted = convert_fp8(model, cfg.fp8.recipe, skip)
     linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
     kept = [name for name in linears if name not in converted]
-    log.info("fp8 (%s): %d of %d Linear layers in float8; kept in bf16: %s", cfg.fp8.recipe, len(converted), len(linears),
-             ", ".join(kept) or "none")
+    log.info(
+        "fp8 (%s): %d of %d Linear layers in float8; kept in bf16: %s",
+        cfg.fp8.recipe,
+        len(converted),
+        len(linears),
+        ", ".join(kept) or "none",
+    )
     if not cfg.compile:
         log.warning("trainer.precision=fp8 without compile=true: torchao's float8 scaling is only fast when compiled")
     return {"recipe": cfg.fp8.recipe, "skip": skip, "converted": len(converted), "kept_bf16": kept}

@@ -9,6 +9,7 @@ the point where ``ModelCheckpoint`` saves — so a resumed run continues exactly
 the training loop (Lightning's SIGTERM handler stops after any micro-batch, even inside a gradient accumulation) and
 Lightning's teardown restores the ones from before ``fit``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,16 +33,24 @@ class Preempted(Exception):
 
     def __init__(self, signame: str, step: int, checkpoint: Path | None, requeued: bool):
         where = f"checkpoint {checkpoint}" if checkpoint else "no new checkpoint (stopped outside a training step)"
-        super().__init__(f"preempted by {signame} at step {step}: {where}; "
-                         + ("the SLURM job was requeued" if requeued else "run it again with resume=auto to continue"))
+        super().__init__(
+            f"preempted by {signame} at step {step}: {where}; "
+            + ("the SLURM job was requeued" if requeued else "run it again with resume=auto to continue")
+        )
         self.signame, self.step, self.checkpoint, self.requeued = signame, step, checkpoint, requeued
 
 
 def preemption_note(err: BaseException) -> dict:
     """The record's ``preempted`` entry for an error that is a preemption (empty for any other error)."""
     if isinstance(err, Preempted):
-        return {"preempted": {"signal": err.signame, "step": err.step, "checkpoint": str(err.checkpoint) if err.checkpoint else None,
-                              "requeued": err.requeued}}
+        return {
+            "preempted": {
+                "signal": err.signame,
+                "step": err.step,
+                "checkpoint": str(err.checkpoint) if err.checkpoint else None,
+                "requeued": err.requeued,
+            }
+        }
     if isinstance(err, SIGTERMException):  # Lightning's own handler stopped the run (a SIGTERM before training started)
         return {"preempted": {"signal": "SIGTERM", "step": None, "checkpoint": None, "requeued": False}}
     return {}

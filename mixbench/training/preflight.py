@@ -1,15 +1,16 @@
 """Checks of a run that its config alone decides, made before a run folder or record is written: the data module's
 required settings (its constructor reads no data) and ``init_from``'s model description (family, norm placement,
 architecture options) against the run's model."""
+
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from .config import norm_spec
 from ..core.errors import ConfigError
-from .weights import WeightsError, check_compatible, load_description
 from .builders import make_datamodule
+from .config import norm_spec
 from .strategy import accumulation_steps, world_size
+from .weights import WeightsError, check_compatible, load_description
 
 # model options that decide tensor shapes: weights that differ in one cannot load (the load's own check would say so
 # only after the run folder exists); other options (init scales, drop-path, RoPE base, kernels) may differ
@@ -30,12 +31,18 @@ def check_init_from(cfg: DictConfig) -> None:
             raise
         problems = [str(err)]
     options = OmegaConf.to_container(cfg.model, resolve=True)
-    differ = {k: (v, options[k]) for k, v in ((theirs or {}).get("options") or {}).items()
-              if k in SHAPE_OPTIONS and options.get(k) is not None and v is not None and v != options[k]}
+    differ = {
+        k: (v, options[k])
+        for k, v in ((theirs or {}).get("options") or {}).items()
+        if k in SHAPE_OPTIONS and options.get(k) is not None and v is not None and v != options[k]
+    }
     if differ:
         changes = ", ".join(f"model.{k}={mine} (weights: {weights})" for k, (weights, mine) in sorted(differ.items()))
-        problems.insert(0, f"init_from={cfg.init_from} holds a {theirs.get('model')} model that does not fit this run's "
-                           f"{cfg.model.name}: {changes}; choose model={theirs.get('model')} or the same model.* settings")
+        problems.insert(
+            0,
+            f"init_from={cfg.init_from} holds a {theirs.get('model')} model that does not fit this run's "
+            f"{cfg.model.name}: {changes}; choose model={theirs.get('model')} or the same model.* settings",
+        )
     if problems:
         raise WeightsError("; and ".join(problems))
 
@@ -44,8 +51,10 @@ def preflight(cfg: DictConfig) -> None:
     """Raise the errors ``cfg`` alone decides (:class:`mixbench.errors.ConfigError`), before anything is written."""
 
     if int(cfg.trainer.num_nodes) > 1 and cfg.run_dir is None:
-        raise ConfigError(f"trainer.num_nodes={cfg.trainer.num_nodes}: set run_dir= to a folder on storage every node shares "
-                          "(each node's process writes into the same run folder)")
+        raise ConfigError(
+            f"trainer.num_nodes={cfg.trainer.num_nodes}: set run_dir= to a folder on storage every node shares "
+            "(each node's process writes into the same run folder)"
+        )
     accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
     make_datamodule(cfg)
     if cfg.init_from is not None:

@@ -1,10 +1,9 @@
 """``mixbench run``: train and evaluate one configuration and write its result record."""
+
 from __future__ import annotations
 
-import inspect
 import json
 import logging
-import math
 import os
 import re
 import secrets
@@ -15,34 +14,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import lightning as L
-import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
-from lightning.fabric.utilities.exceptions import MisconfigurationException
-
-from .gradnorm import GradNormMonitor
+from ..core.errors import ConfigError
+from ..core.families import get_family
+from ..core.tasks import get_task
+from ..layers.placements import plan_summary
+from ..models import build_model, model_defaults
+from ..results.provenance import git_commit, hardware, package_versions
+from ..results.table import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, model_options
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .config import norm_spec
-from ..layers.placements import plan_summary
-from ..core.contracts import BenchDataModule, check_contract
-from ..data import get_datamodule_class
-from ..core.errors import ConfigError
-from ..core.families import get_family
-from ..models import build_model
+from .gradnorm import GradNormMonitor
+from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionCheckpoint, preemption_note
 from .preflight import preflight
-from ..results.provenance import git_commit, hardware, package_versions
-from .loggers import build_loggers
-from ..results.table import SCHEMA, write_record
 from .run_lock import RunLock
 from .status import classify
 from .strategy import accumulation_steps, make_strategy, world_size
-from ..core.tasks import get_task
 from .weights import describe_model, init_from, save_weights
-from ..models import model_defaults
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +130,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
     kwargs["precision"] = lightning_precision(kwargs.get("precision"), kwargs.get("accelerator"))
     kwargs["strategy"] = make_strategy(cfg, block_class, kwargs["precision"])
     kwargs["accumulate_grad_batches"] = accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
-    callbacks = [*callbacks, LearningRateMonitor(logging_interval="step"), RNGStateCallback(), PreemptionCheckpoint(run_dir / CHECKPOINT_DIR)]
+    callbacks = [
+        *callbacks,
+        LearningRateMonitor(logging_interval="step"),
+        RNGStateCallback(),
+        PreemptionCheckpoint(run_dir / CHECKPOINT_DIR),
+    ]
     if kwargs.get("enable_progress_bar", True):
         callbacks.append(RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10))
     every = cfg.checkpoint.every_n_steps
@@ -146,8 +145,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
         return L.Trainer(
             **kwargs,
             default_root_dir=str(run_dir),
-            logger=build_loggers(cfg.logger, OmegaConf.to_container(cfg.logger_options, resolve=True), run_dir,
-                                 f"{cfg.task.name}-{norm_spec(cfg).label()}-seed{cfg.seed}"),
+            logger=build_loggers(
+                cfg.logger,
+                OmegaConf.to_container(cfg.logger_options, resolve=True),
+                run_dir,
+                f"{cfg.task.name}-{norm_spec(cfg).label()}-seed{cfg.seed}",
+            ),
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
             enable_checkpointing=bool(every),
@@ -159,16 +162,28 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
 
 def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) -> dict:
     return {
-        "schema": SCHEMA, "run_id": run_dir.name, "run_dir": str(run_dir), "status": "failed",
-        "task": cfg.task.name, "family": cfg.task.family, "scale": cfg.scale, "seed": cfg.seed,
+        "schema": SCHEMA,
+        "run_id": run_dir.name,
+        "run_dir": str(run_dir),
+        "status": "failed",
+        "task": cfg.task.name,
+        "family": cfg.task.family,
+        "scale": cfg.scale,
+        "seed": cfg.seed,
         "model": {"name": cfg.model.name, "options": OmegaConf.to_container(cfg.model)},
         "norm": {"label": spec.label(), **OmegaConf.to_container(cfg.norm)},
-        "dataset": {"name": cfg.choices.data}, "metrics": {},
+        "dataset": {"name": cfg.choices.data},
+        "metrics": {},
         "primary_metric": {"name": task.primary_metric.name, "higher_is_better": task.primary_metric.higher_is_better, "value": None},
         "metric_specs": OmegaConf.to_container(cfg.task.metrics),
         "config": OmegaConf.to_container(cfg, resolve=True),
-        "versions": package_versions(), "git": git_commit(), "hardware": hardware(),
-        "started_at": started.isoformat(), "finished_at": None, "wall_time_s": None, "error": None,
+        "versions": package_versions(),
+        "git": git_commit(),
+        "hardware": hardware(),
+        "started_at": started.isoformat(),
+        "finished_at": None,
+        "wall_time_s": None,
+        "error": None,
     }
 
 
@@ -197,14 +212,29 @@ def run_and_report(cfg: DictConfig, command: list[str]) -> int:
         log.warning("%s", err)
         return PREEMPTED_EXIT
     pm = record["primary_metric"]
-    log.info("%s: %s = %s on %s (%s, %.0f s)", record["status"], pm["name"],
-             f"{pm['value']:.4g}" if pm["value"] is not None else "n/a", record["dataset"].get("label", record["dataset"]["name"]),
-             record["norm"]["label"], record["wall_time_s"])
+    log.info(
+        "%s: %s = %s on %s (%s, %.0f s)",
+        record["status"],
+        pm["name"],
+        f"{pm['value']:.4g}" if pm["value"] is not None else "n/a",
+        record["dataset"].get("label", record["dataset"]["name"]),
+        record["norm"]["label"],
+        record["wall_time_s"],
+    )
     return 0
 
 
-def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec, task, started: datetime, t0: float,
-                callbacks: tuple = (), record_extra: dict | None = None) -> dict:
+def _run_locked(
+    cfg: DictConfig,
+    command: list[str] | None,
+    run_dir: Path,
+    spec,
+    task,
+    started: datetime,
+    t0: float,
+    callbacks: tuple = (),
+    record_extra: dict | None = None,
+) -> dict:
     """:func:`run` in its run folder, whose lock this process holds."""
     done = finished_record(run_dir) if cfg.resume == "auto" else None
     if done is not None:
@@ -232,8 +262,14 @@ def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec,
         record["norm"]["plan"] = list(model.plan)
         record["model"]["num_params"] = sum(p.numel() for p in model.parameters())
         record["model"]["label"] = model_label(cfg.model.name, options)
-        log.info("%s | %s | %s: plan %s, %.2fM parameters", cfg.task.name, cfg.model.name, spec.label(),
-                 plan_summary(model.plan), record["model"]["num_params"] / 1e6)
+        log.info(
+            "%s | %s | %s: plan %s, %.2fM parameters",
+            cfg.task.name,
+            cfg.model.name,
+            spec.label(),
+            plan_summary(model.plan),
+            record["model"]["num_params"] / 1e6,
+        )
         monitor_options = {k: v for k, v in cfg.divergence.items() if k not in ("unigram_floor", "stall_nats")}
         divergence, throughput, history = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model), ValidationHistory()
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
@@ -252,16 +288,25 @@ def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec,
         record["fit_last_validation"] = fit_validation
         check_final_validation(record, fit_validation, task.primary_metric.name, trainer.global_step)
         record["steps"] = trainer.global_step
-        record["effective"] = {"world_size": trainer.world_size, "accumulate_grad_batches": trainer.accumulate_grad_batches,
-                               "precision": str(trainer.precision), "micro_batch_size": cfg.data.batch_size,
-                               "lr": getattr(module, "effective_lr", None),
-                               "global_batch_size": cfg.data.batch_size * trainer.world_size * trainer.accumulate_grad_batches}
+        record["effective"] = {
+            "world_size": trainer.world_size,
+            "accumulate_grad_batches": trainer.accumulate_grad_batches,
+            "precision": str(trainer.precision),
+            "micro_batch_size": cfg.data.batch_size,
+            "lr": getattr(module, "effective_lr", None),
+            "global_batch_size": cfg.data.batch_size * trainer.world_size * trainer.accumulate_grad_batches,
+        }
         record["throughput"] = throughput.summary
         value = record["metrics"].get(task.primary_metric.name)
         record["primary_metric"]["value"] = value
-        record["budget"] = {"max_steps": cfg.trainer.max_steps, "max_epochs": cfg.trainer.max_epochs, "steps": trainer.global_step,
-                            "total_steps": int(trainer.estimated_stepping_batches), "epochs": trainer.current_epoch,
-                            "stopped_early": bool(trainer.should_stop)}
+        record["budget"] = {
+            "max_steps": cfg.trainer.max_steps,
+            "max_epochs": cfg.trainer.max_epochs,
+            "steps": trainer.global_step,
+            "total_steps": int(trainer.estimated_stepping_batches),
+            "epochs": trainer.current_epoch,
+            "stopped_early": bool(trainer.should_stop),
+        }
         record["validations"] = history.validations  # inside fit, at their budget fractions (the final one is "metrics")
         family = get_family(cfg.task.family)
         floor = family.learning_floor(datamodule) if cfg.divergence.unigram_floor else None
@@ -269,11 +314,20 @@ def _run_locked(cfg: DictConfig, command: list[str] | None, run_dir: Path, spec,
             record["learning_floor"] = floor
         problem = family.learning_check(record["metrics"], floor) if floor else None
         record["train_loss_history"] = divergence.history
-        status, reason = classify(divergence.reason if divergence.diverged_at_step is not None else None, value, problem,
-                                  divergence.history, cfg.divergence.stall_nats)
+        status, reason = classify(
+            divergence.reason if divergence.diverged_at_step is not None else None,
+            value,
+            problem,
+            divergence.history,
+            cfg.divergence.stall_nats,
+        )
         record["status"] = status
         if status in ("diverged", "stalled"):
-            record["divergence"] = {"step": divergence.diverged_at_step, "reason": reason, "last_finite_validation": divergence.last_finite_val}
+            record["divergence"] = {
+                "step": divergence.diverged_at_step,
+                "reason": reason,
+                "last_finite_validation": divergence.last_finite_val,
+            }
         elif reason:
             log.warning("%s", reason)
             record.setdefault("warnings", []).append(reason)
@@ -305,8 +359,10 @@ def check_final_validation(record: dict, fit_validation: dict, metric: str, step
     if fit_validation.get("step") != step or before is None or after is None:
         return
     if abs(after - before) > rel_tol * max(abs(before), 1e-12):
-        message = (f"final validation {metric}={after:.4g} differs from the validation inside fit at the same step "
-                   f"({before:.4g}); the record keeps the final one")
+        message = (
+            f"final validation {metric}={after:.4g} differs from the validation inside fit at the same step "
+            f"({before:.4g}); the record keeps the final one"
+        )
         log.warning(message)
         record.setdefault("warnings", []).append(message)
 

@@ -4,6 +4,7 @@ The lock is ``<run>/.run.lock``, taken with ``flock``: the kernel drops it when 
 there are no stale locks.  The holder's host and pid go into ``<run>/.run.holder`` (a separate file: opening the lock
 file truncates it) so that a second process on the same folder can name them.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,9 @@ class RunLock:
         try:
             self._lock.acquire(timeout=0)
         except Timeout:
-            raise RunFolderBusy(f"{self.run_dir} is in use by {holder(self.run_dir)}; wait for that run to end, "
-                                "or choose another run_dir") from None
+            raise RunFolderBusy(
+                f"{self.run_dir} is in use by {holder(self.run_dir)}; wait for that run to end, or choose another run_dir"
+            ) from None
         who = {"host": socket.gethostname(), "pid": os.getpid(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         (self.run_dir / HOLDER_FILE).write_text(json.dumps(who) + "\n")
         return self

@@ -9,12 +9,14 @@
   below that of the quarter before) or was still falling when the budget ended;
 * ``completed``: everything else.
 """
+
 from __future__ import annotations
 
 import math
 import statistics
-from ..results.curves import read_metrics
+
 from ..core.families import get_family
+from ..results.curves import read_metrics
 from ..results.table import load_records, write_record
 
 
@@ -28,8 +30,13 @@ def loss_gain(history: list[tuple[float, float]]) -> float | None:
     return statistics.fmean(losses[-2 * quarter : -quarter]) - statistics.fmean(losses[-quarter:])
 
 
-def classify(diverged_reason: str | None, final_value: float | None, learning_problem: str | None,
-             history: list[tuple[float, float]], min_gain: float = 0.01) -> tuple[str, str | None]:
+def classify(
+    diverged_reason: str | None,
+    final_value: float | None,
+    learning_problem: str | None,
+    history: list[tuple[float, float]],
+    min_gain: float = 0.01,
+) -> tuple[str, str | None]:
     """``(status, reason)`` of a finished run; see the module docstring."""
     if diverged_reason is not None:
         return "diverged", diverged_reason
@@ -57,7 +64,6 @@ def history_of(record: dict) -> list[tuple[float, float]]:
         return [tuple(point) for point in record["train_loss_history"]]
     from pathlib import Path
 
-
     try:
         return read_metrics(Path(record["run_dir"])).get("train/loss", [])
     except Exception:  # no run folder or log beside the record: judge without a history
@@ -72,8 +78,11 @@ def reclassify(record: dict) -> tuple[str, str | None]:
     if record["status"] not in ("completed", "diverged", "stalled"):
         return record["status"], (record.get("divergence") or {}).get("reason")
     reason = (record.get("divergence") or {}).get("reason")
-    blew_up = (reason if record["status"] == "diverged" and reason and not reason.startswith(LEARNING_PROBLEMS)
-               and reason != "non-finite final metric" else None)
+    blew_up = (
+        reason
+        if record["status"] == "diverged" and reason and not reason.startswith(LEARNING_PROBLEMS) and reason != "non-finite final metric"
+        else None
+    )
     family = get_family(record.get("family", "lm"))
     floor = record.get("learning_floor") or family.record_floor(record)
     learning_problem = family.learning_check(record["metrics"], floor) if floor else None

@@ -9,14 +9,15 @@ evaluation after fit, :mod:`mixbench.lit.fsdp`) with each transformer block one 
 unit (``auto_wrap_policy``), optional activation checkpointing of the blocks, and, under ``bf16-mixed``
 (also ``trainer.precision=fp8``), bf16 parameters for compute and all-gathers with gradients reduced in fp32 (fp32 sharded master weights).
 """
+
 from __future__ import annotations
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..core.errors import ConfigError
-from .precision import lightning_precision
 from .lit.fsdp import RootKeepingFSDPStrategy
+from .precision import lightning_precision
 
 FSDP = "fsdp"
 DDP = "ddp"
@@ -37,8 +38,9 @@ def check_strategy_settings(cfg: DictConfig) -> None:
     if cfg.fsdp.sharding_strategy not in SHARDING_STRATEGIES:
         raise ConfigError(f"fsdp.sharding_strategy must be one of {', '.join(SHARDING_STRATEGIES)}, got {cfg.fsdp.sharding_strategy!r}")
     if cfg.save_weights:
-        raise ConfigError("trainer.strategy=fsdp shards the weights and mixbench does not gather them for model.safetensors: "
-                          "add save_weights=false")
+        raise ConfigError(
+            "trainer.strategy=fsdp shards the weights and mixbench does not gather them for model.safetensors: add save_weights=false"
+        )
 
 
 def fsdp_mixed_precision(precision):
@@ -94,6 +96,8 @@ def accumulation_steps(global_batch: int | None, micro_batch: int, world: int) -
     if global_batch is None:
         return 1
     if global_batch % (micro_batch * world):
-        raise ConfigError(f"data.global_batch_size={global_batch} is not a multiple of data.batch_size={micro_batch} × {world} device(s); "
-                          "change data.batch_size (the per-device micro-batch)")
+        raise ConfigError(
+            f"data.global_batch_size={global_batch} is not a multiple of data.batch_size={micro_batch} × {world} device(s); "
+            "change data.batch_size (the per-device micro-batch)"
+        )
     return global_batch // (micro_batch * world)

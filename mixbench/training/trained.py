@@ -4,6 +4,7 @@ Used by everything downstream of training (fine-tuning's tokenizer, evaluation, 
 from the weights' description (``model_config.json``: family, preset, architecture options, norm settings), so no
 data module is needed; the tokenizer is the ``data.tokenizer`` of the run's ``config.yaml``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,10 @@ def tokenizer_of(source: str | Path | None, _depth: int = 0) -> str:
     ``tokenizer.json``, a hub name), or — for a run folder or a weights file of a run — the tokenizer its record names,
     else its config's ``data.tokenizer`` (followed when that is another run: a fine-tuning run names its pretraining run)."""
     if source is None:
-        raise ConfigError("no tokenizer: set init_from=<pretraining run folder> (its tokenizer is used) "
-                          "or data.tokenizer=embedded|<tokenizer.json>|<hub name>")
+        raise ConfigError(
+            "no tokenizer: set init_from=<pretraining run folder> (its tokenizer is used) "
+            "or data.tokenizer=embedded|<tokenizer.json>|<hub name>"
+        )
     path = Path(str(source)).expanduser()
     if not (path.is_dir() or (path.is_file() and path.suffix in WEIGHT_SUFFIXES)):
         return str(source)
@@ -57,8 +60,10 @@ def tokenizer_of(source: str | Path | None, _depth: int = 0) -> str:
     if recorded is not None:
         return recorded
     if run_dir is None or not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"cannot tell which tokenizer {source} was trained with (no config.yaml in its run folder); "
-                          "set the tokenizer explicitly (data.tokenizer=... or --tokenizer ...)")
+        raise ConfigError(
+            f"cannot tell which tokenizer {source} was trained with (no config.yaml in its run folder); "
+            "set the tokenizer explicitly (data.tokenizer=... or --tokenizer ...)"
+        )
     from omegaconf import OmegaConf
 
     tokenizer = OmegaConf.select(OmegaConf.load(run_dir / "config.yaml"), "data.tokenizer")
@@ -84,8 +89,9 @@ def load_trained(source: str | Path, tokenizer: str | None = None) -> Trained:
 
     path = Path(source).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"{source}: no such run folder or weights file (give a run folder from `mixbench run`, "
-                                "its model.safetensors or a .ckpt)")
+        raise FileNotFoundError(
+            f"{source}: no such run folder or weights file (give a run folder from `mixbench run`, its model.safetensors or a .ckpt)"
+        )
     state, description, file = load_weights(path)
     if description is None or "options" not in description or "model" not in description:
         raise ConfigError(f"{source} carries no model description (model_config.json); it cannot be rebuilt")

@@ -9,6 +9,7 @@ models, so timm loads the file) and ``model_config.json``::
 (the same JSON is also stored in the safetensors header under ``mixbench``).  Records made before this
 format have ``model.pt`` (a pickled ``state_dict``) and their ``config.yaml``; both still load.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,8 @@ from pathlib import Path
 import torch
 
 from ..core.errors import ConfigError
-from ..layers.placements import plan_summary
 from ..layers import NormSpec
+from ..layers.placements import plan_summary
 
 log = logging.getLogger(__name__)
 WEIGHTS_FILE = "model.safetensors"
@@ -34,8 +35,14 @@ class WeightsError(ConfigError):
 
 def describe_model(family: str, model_name: str, options: dict, model) -> dict:
     """What the weights are: family, preset, architecture options, norm settings and the per-block plan."""
-    return {"family": family, "model": model_name, "options": options, "norm": model.norm_spec.to_dict(),
-            "norm_label": model.norm_spec.label(), "plan": list(model.plan)}
+    return {
+        "family": family,
+        "model": model_name,
+        "options": options,
+        "norm": model.norm_spec.to_dict(),
+        "norm_label": model.norm_spec.label(),
+        "plan": list(model.plan),
+    }
 
 
 def save_weights(model, run_dir: str | Path, description: dict) -> Path:
@@ -118,8 +125,10 @@ def load_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict | No
             if (path / name).is_file():
                 state, _, file = load_weights(path / name)
                 return state, _description_of_run(path), file
-        raise WeightsError(f"init_from={source}: the folder holds no {WEIGHTS_FILE} (or legacy {LEGACY_WEIGHTS_FILE}); "
-                           "was the run made with save_weights=false?")
+        raise WeightsError(
+            f"init_from={source}: the folder holds no {WEIGHTS_FILE} (or legacy {LEGACY_WEIGHTS_FILE}); "
+            "was the run made with save_weights=false?"
+        )
     try:
         if path.suffix == ".safetensors":
             return load_file(str(path)), load_description(path), path
@@ -128,7 +137,7 @@ def load_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict | No
         if path.suffix == ".ckpt":
             # a Lightning checkpoint of a mixbench run (our own files: the pickle holds loop and data state too)
             checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-            state = {k[len("model."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+            state = {k[len("model.") :]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
             return state, load_description(path), path
     except (SafetensorError, RuntimeError, KeyError, OSError, json.JSONDecodeError) as err:
         raise WeightsError(f"init_from={source}: cannot read the weights ({type(err).__name__}: {err})") from None
@@ -145,15 +154,19 @@ def check_compatible(source: str, theirs: dict | None, ours: dict) -> None:
         log.warning("init_from=%s carries no model description; checking tensor names and shapes only", source)
         return
     if theirs.get("family") != ours["family"]:
-        raise WeightsError(f"init_from={source} holds a {theirs.get('family')} model ({theirs.get('model')}) but this run builds a "
-                           f"{ours['family']} model ({ours['model']})")
+        raise WeightsError(
+            f"init_from={source} holds a {theirs.get('family')} model ({theirs.get('model')}) but this run builds a "
+            f"{ours['family']} model ({ours['model']})"
+        )
 
     their_norm = NormSpec.from_dict(theirs["norm"]) if "norm" in theirs else None
     their_label = theirs.get("norm_label") or (their_norm.label() if their_norm else "?")
     their_plan = theirs.get("plan") or (their_norm.plan(int(theirs["options"]["num_layers"])) if their_norm else None)
     if their_label != ours["norm_label"] or (their_plan is not None and list(their_plan) != ours["plan"]):
-        raise WeightsError(f"init_from={source} was trained with norm {their_label} [{_plan_text(their_plan)}] but this run uses "
-                           f"{ours['norm_label']} [{_plan_text(ours['plan'])}]; choose the same norm= and norm.* settings")
+        raise WeightsError(
+            f"init_from={source} was trained with norm {their_label} [{_plan_text(their_plan)}] but this run uses "
+            f"{ours['norm_label']} [{_plan_text(ours['plan'])}]; choose the same norm= and norm.* settings"
+        )
 
 
 def check_tensors(source: str, state: dict, model, theirs: dict | None, ours: dict) -> None:
@@ -166,11 +179,15 @@ def check_tensors(source: str, state: dict, model, theirs: dict | None, ours: di
     shapes = [f"{k}: {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items() if k in state and state[k].shape != v.shape]
     if missing or unexpected or shapes:
         theirs_name = f"{theirs.get('model')} {theirs.get('options')}" if theirs else "(no description)"
-        parts = [f"{label} ({len(items)}): {', '.join(items[:4])}{' …' if len(items) > 4 else ''}"
-                 for label, items in (("missing in the weights", missing), ("not in this model", unexpected), ("shape weights vs model", shapes))
-                 if items]
-        raise WeightsError(f"init_from={source} does not fit this model — weights: {theirs_name}; this run: {ours['model']} {ours['options']}; "
-                           + "; ".join(parts))
+        parts = [
+            f"{label} ({len(items)}): {', '.join(items[:4])}{' …' if len(items) > 4 else ''}"
+            for label, items in (("missing in the weights", missing), ("not in this model", unexpected), ("shape weights vs model", shapes))
+            if items
+        ]
+        raise WeightsError(
+            f"init_from={source} does not fit this model — weights: {theirs_name}; this run: {ours['model']} {ours['options']}; "
+            + "; ".join(parts)
+        )
 
 
 def init_from(model, source: str | Path, ours: dict) -> dict:

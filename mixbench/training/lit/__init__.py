@@ -1,4 +1,5 @@
 """LightningModules wrapping plain ``nn.Module`` models (which never import Lightning)."""
+
 from .base import OptimConfig
 from .classify import ImageClassifierModule
 from .lm import CausalLMModule

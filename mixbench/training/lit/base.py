@@ -1,4 +1,5 @@
 """Shared optimizer / schedule wiring for every LightningModule."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ class OptimConfig:
     lr_reference_batch: int | None = None  # lr is given for this global batch and scaled linearly to the actual one
 
     @classmethod
-    def from_config(cls, node) -> "OptimConfig":
+    def from_config(cls, node) -> OptimConfig:
         """From the ``optim`` config group."""
         from omegaconf import OmegaConf
 

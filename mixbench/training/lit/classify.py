@@ -1,5 +1,6 @@
 """Image classification: cross-entropy (or soft-target CE under timm Mixup/CutMix), top-1 / top-5 accuracy
 (torchmetrics) on validation, and optionally a timm model EMA evaluated next to the raw weights."""
+
 from __future__ import annotations
 
 import torch
@@ -25,7 +26,11 @@ class ValMetrics(torch.nn.Module):
         self.top5.update(logits, targets)
 
     def compute_and_reset(self, prefix: str) -> dict[str, torch.Tensor]:
-        out = {f"{prefix}/loss": self.loss.compute(), f"{prefix}/top1": 100 * self.top1.compute(), f"{prefix}/top5": 100 * self.top5.compute()}
+        out = {
+            f"{prefix}/loss": self.loss.compute(),
+            f"{prefix}/top1": 100 * self.top1.compute(),
+            f"{prefix}/top5": 100 * self.top5.compute(),
+        }
         for metric in (self.loss, self.top1, self.top5):
             metric.reset()
         return out
@@ -39,7 +44,9 @@ class ImageClassifierModule(OptimizedModule):
     timm's soft-target cross-entropy with ``label_smoothing`` folded into the targets.
     """
 
-    def __init__(self, model, optim, num_classes: int, label_smoothing: float = 0.0, mixup: dict | None = None, ema_decay: float | None = None):
+    def __init__(
+        self, model, optim, num_classes: int, label_smoothing: float = 0.0, mixup: dict | None = None, ema_decay: float | None = None
+    ):
         super().__init__(model, optim)
         self.label_smoothing = label_smoothing
         self.mixup = None

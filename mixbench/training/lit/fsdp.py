@@ -5,6 +5,7 @@ Lightning wraps the LightningModule in a root ``FullyShardedDataParallel`` when 
 root's own parameters (embedding, final norm, head) stay sharded 1-D views and the forward fails with
 "'weight' must be 2-D" (Lightning-AI/pytorch-lightning#19015).  This strategy hands the same root back instead.
 """
+
 from __future__ import annotations
 
 from lightning.pytorch.strategies import FSDPStrategy

@@ -1,4 +1,5 @@
 """Causal language modeling: next-token cross-entropy, token-weighted validation loss and perplexity."""
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,9 @@ from .base import OptimizedModule
 from .losses import IGNORE_INDEX, LOSS_IMPLS, linear_cross_entropy_sum
 
 
-def causal_lm_loss_sum(model, input_ids: torch.Tensor, labels: torch.Tensor, impl: str = "torch",
-                       chunk_size: int | None = None) -> torch.Tensor:
+def causal_lm_loss_sum(
+    model, input_ids: torch.Tensor, labels: torch.Tensor, impl: str = "torch", chunk_size: int | None = None
+) -> torch.Tensor:
     """Summed next-token cross-entropy of ``model`` on ``input_ids`` against ``labels`` (−100 ignored).
 
     ``impl`` (``loss.impl``, see :mod:`mixbench.lit.losses`): ``torch`` computes the loss inside the model's

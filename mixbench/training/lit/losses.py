@@ -9,6 +9,7 @@ over non-ignored i (y_i = −100 is ignored).  Every implementation computes thi
 * ``liger``: liger-kernel's fused linear cross-entropy (Triton; ``pip install 'mixbench[kernels]'``);
 * ``cce``: Apple's Cut Cross-Entropy (Triton, never materializes the logits; exact: no gradient filtering).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -69,7 +70,9 @@ def chunked_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor, labels
         return _ChunkedLinearCrossEntropy.apply(hidden, weight, labels, chunk_size)
     dtype = _compute_dtype(weight)
     w = weight.to(dtype)
-    return sum(_chunk_terms(hidden[s : s + chunk_size].to(dtype), w, labels[s : s + chunk_size])[-1] for s in range(0, len(labels), chunk_size))
+    return sum(
+        _chunk_terms(hidden[s : s + chunk_size].to(dtype), w, labels[s : s + chunk_size])[-1] for s in range(0, len(labels), chunk_size)
+    )
 
 
 def _kernel_module(name: str, package: str):
@@ -79,8 +82,9 @@ def _kernel_module(name: str, package: str):
         raise ImportError(f"{package} is not installed: pip install 'mixbench[kernels]' (needs a CUDA GPU)") from err
 
 
-def linear_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, impl: str = "torch",
-                             chunk_size: int | None = None) -> torch.Tensor:
+def linear_cross_entropy_sum(
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, impl: str = "torch", chunk_size: int | None = None
+) -> torch.Tensor:
     """Summed next-token cross-entropy of ``hidden @ weight.T`` against ``labels`` (−100 ignored) by ``impl``
     (one of :data:`LOSS_IMPLS`); matmuls in the autocast dtype when autocast is on, the loss in fp32."""
     if impl not in LOSS_IMPLS:
