@@ -1,8 +1,11 @@
-"""The Python API for notebooks — the same steps as the command line::
-import mixbench
-cfg = mixbench.compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5, "trainer.max_epochs": 1})
-record = mixbench.run(cfg)                       # trains, evaluates, writes and returns the result record
-df = mixbench.load_records("results")            # one row per run, numeric metric columns (what `mixbench table` reads)
+"""The Python API for notebooks — the same steps as the command line.
+
+Example::
+
+    import mixbench
+    cfg = mixbench.compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5, "trainer.max_epochs": 1})
+    record = mixbench.run(cfg)                       # trains, evaluates, writes and returns the result record
+    df = mixbench.load_records("results")            # one row per run, numeric metric columns (what `mixbench table` reads)
 """
 
 from __future__ import annotations
@@ -11,10 +14,6 @@ import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
-
-from .results.table import load_records_frame
-from .training.config import compose as compose_args
-from .training.run import run as run_config
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +24,8 @@ def compose(args: list[str] | None = None, /, *, project: str | Path | None = No
     line: strings are parsed as YAML, other values formatted as YAML)."""
     from omegaconf import OmegaConf
 
+    from .training.config import compose as compose_args  # compose/run/load_records import their stack on first use
+
     def as_text(value) -> str:
         return value if isinstance(value, str) else OmegaConf.to_yaml(OmegaConf.create({"v": value})).strip()[3:]
 
@@ -34,6 +35,7 @@ def compose(args: list[str] | None = None, /, *, project: str | Path | None = No
 
 def run(cfg: DictConfig) -> dict:
     """Train and evaluate one composed config; returns its result record (also written to its run folder)."""
+    from .training.run import run as run_config
 
     return run_config(cfg)
 
@@ -41,6 +43,7 @@ def run(cfg: DictConfig) -> dict:
 def load_records(results_dir: str | Path = "results"):
     """Every result record under ``results_dir`` as a pandas DataFrame, one row per run (unreadable records are
     logged and skipped, as ``mixbench table`` does)."""
+    from .results.table import load_records_frame
 
     frame, problems = load_records_frame(results_dir)
     for problem in problems:

@@ -275,7 +275,7 @@ def run_epilog() -> str:
 
 def reproduce_epilog() -> str:
     try:
-        from ..grids.reproduce import load_grids
+        from ..grids.paper import load_grids
 
         tables = ", ".join(load_grids())
     except Exception as err:  # help must still print when the project folder is broken
@@ -288,8 +288,7 @@ def reproduce_epilog() -> str:
 
 
 def add_search_command(sub) -> None:
-    from ..grids.search import PRUNERS
-    from ..grids.search_space import SPACES
+    from ..grids.search_space import PRUNERS, SPACES
 
     srch = sub.add_parser(
         "search",

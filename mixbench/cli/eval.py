@@ -8,9 +8,6 @@ import argparse
 import logging
 import sys
 
-from ..evaluation.runner import evaluate
-from ..export.hf import export_hf
-
 log = logging.getLogger("mixbench")
 
 
@@ -19,6 +16,8 @@ def _tasks(values: list[str] | None) -> list[str] | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from ..evaluation.runner import evaluate
+
     summary = evaluate(
         args.run,
         _tasks(args.tasks),
@@ -61,6 +60,8 @@ def render_summary(summary: dict) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ..export.hf import export_hf
+
     out = export_hf(args.run, args.out, args.dtype, args.tokenizer)
     sys.stdout.write(f"{out}\n")
     return 0

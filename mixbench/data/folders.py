@@ -1,6 +1,7 @@
 """ImageNet-1K and any folder-per-class dataset, with timm's train / eval transforms.
 
 Layouts read from ``root``:
+
 * ILSVRC folders: ``<root>/train/<class>/*.JPEG`` and ``<root>/val/<class>/*.JPEG``; class index = sorted
   class-folder name (for ImageNet: the sorted wnids, the standard index);
 * the Hugging Face ``imagenet-1k`` parquet files: ``<root>/**/train-*.parquet`` and

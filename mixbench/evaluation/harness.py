@@ -2,6 +2,7 @@
 
 :class:`MixbenchLM` implements the harness's three request types on top of :class:`~mixbench.evaluation.scoring.Scorer`
 (batched, on the GPU when there is one):
+
 * ``loglikelihood(context, continuation)``: ``log p(continuation | context)`` and whether greedy decoding would
   produce it (the harness's ``TemplateLM`` splits context/continuation tokens; an empty context is the EOS token,
   as the harness's HF model does for tokenizers without BOS);
@@ -9,6 +10,7 @@
 * ``generate_until(context, {until, max_gen_toks})``: greedy decoding, cut at the first stop string.
 
 Python users can pass it to the harness directly::
+
     lm = MixbenchLM(run="results/runs/.../seed0-...")       # or lm_eval.simple_evaluate(model="mixbench", model_args="run=...")
     lm_eval.simple_evaluate(model=lm, tasks=["arc_easy"])
 

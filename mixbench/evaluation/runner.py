@@ -1,6 +1,7 @@
 """``mixbench eval``: score a trained run on downstream tasks and add the result to its record.
 
 Two protocols:
+
 * ``harness`` (default, the paper's): lm-evaluation-harness tasks, log-likelihood of each choice; per task the
   harness's ``acc`` (and ``acc_norm`` where it reports it) with its standard error;
 * ``generate`` (LLM-Adapters' ``commonsense_evaluate.py``): the Alpaca prompt of the instruction, a greedy answer of
@@ -29,7 +30,6 @@ from ..results.table import read_record, write_record
 from ..sft.prompt import build_prompt
 from ..training.trained import load_trained
 from .formats import GENERATE_TASKS, TABLE2_TASKS, extract_answer, get_task_format
-from .harness import MixbenchLM
 from .scoring import Scorer
 from .suites import find_task_data, hub_reachable, write_harness_tasks
 
@@ -90,6 +90,8 @@ def _harness_metrics(results: dict, task: str) -> dict:
 def run_harness(trained, tasks: list[str], sources: list[str], num_fewshot: int, limit: int | None, work: Path, **scorer) -> dict:
     lm_eval = require_lm_eval()
     from lm_eval.tasks import TaskManager
+
+    from .harness import MixbenchLM  # needs lm-eval, the optional [eval] extra
 
     lm = MixbenchLM(model=trained.model, tokenizer=trained.tokenizer, **scorer)
     if sources == ["hub"]:

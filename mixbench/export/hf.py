@@ -2,6 +2,7 @@
 
 The folder loads with ``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`` and therefore runs under
 ``lm_eval --model hf --model_args pretrained=folder,trust_remote_code=True`` and any transformers tool::
+
     config.json                 model_type mixbench_llama, auto_map → the two files below, the run's model description
     configuration_mixbench.py   MixbenchConfig                 (mixbench/assets/hf_remote/)
     modeling_mixbench.py        MixbenchForCausalLM wrapping mixbench's Llama

@@ -1,6 +1,7 @@
 """Downstream grids (``kind: downstream`` in ``configs/paper/mixln_iclr2025.yaml``; paper Table 2): pretrain → SFT → eval.
 
 Each (size task, norm, seed) of the grid is a *chain* of three stages:
+
 1. ``pretrain``: ``mixbench run task=<c4 size task> norm=<norm> ...`` (the Table 1 run);
 2. ``sft``: ``mixbench run task=sft_commonsense model=<same> norm=<same> init_from=<pretrain run> ...``;
 3. ``eval``: ``mixbench eval --run <sft run> ...`` (lm-evaluation-harness; results into the SFT run's record).

@@ -1,6 +1,7 @@
 """RLHF grids (``kind: rlhf`` in ``configs/paper/mixln_iclr2025.yaml``; paper Table 3): pretrain → SFT → RM → ReMax.
 
 Each (size task, norm, seed) is a chain of four training runs, each initialised from the one before:
+
 1. ``pretrain``: the Table 1 run;
 2. ``sft``: ``task=sft_commonsense init_from=<pretrain run>``;
 3. ``rm``: ``task=rm_preferences init_from=<sft run>`` (the reward model);

@@ -28,7 +28,6 @@ from .search_space import Space
 
 log = logging.getLogger(__name__)
 
-PRUNERS = ("halving", "hyperband", "none")
 BASELINES = {"pre": ["norm=pre"], "mix": ["norm=mix", "norm.alpha=0.25"]}
 RESERVED = ("results_dir", "run_dir", "resume", "norm", "norm.layers", "norm.num_post", "norm.alpha")
 

@@ -5,7 +5,8 @@
   (k + j ≤ L; e.g. kinds ``sandwich,lns,peri``), as ``norm=custom norm.layers=[...]``;
 * ``blocks``: every per-block list over ``kinds`` (small L only: |kinds|^L plans).
 
-Every plan is checked by :class:`mixbench.layers.NormSpec` before a study starts.
+Every plan is checked by :class:`mixbench.layers.NormSpec` before a study starts.  ``PRUNERS``: how a study stops
+plans early (successive halving, Hyperband, or never).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..core.errors import ConfigError
 from ..layers.placement import NormSpec
 from ..layers.placements import block_placements, plan_summary
 
+PRUNERS = ("halving", "hyperband", "none")
 SPACES = ("alpha", "plan", "blocks")
 MAX_PLANS = 4096  # a categorical space larger than this is no longer searchable plan by plan
 

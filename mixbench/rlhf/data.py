@@ -1,6 +1,7 @@
 """Preference data for the reward model (``data.loader=preferences``) and prompts for ReMax (``data.loader=prompts``).
 
 Sources (``data.path``; ``data.format`` ``auto`` tells them apart by their fields):
+
 * ``binarized``: UltraFeedback as people use it, ``HuggingFaceH4/ultrafeedback_binarized`` — records with ``prompt``
   and ``chosen`` / ``rejected`` message lists (``[{"role": "user", ...}, {"role": "assistant", ...}]``); a hub name
   (with ``data.split``, e.g. ``train_prefs``) or local parquet / JSON / JSON-lines files, read by HF ``datasets``;

@@ -4,11 +4,13 @@ A record is ``{"instruction", "input", "output", "answer"}`` (``input`` and ``an
 arrays or JSON lines.  Each example is ``prompt ‖ output ‖ EOS`` with the prompt of :mod:`mixbench.sft.prompt`,
 tokenized separately so the boundary is exact.  For the ids x_0..x_{n-1} of an example whose prompt is its first
 m tokens, the model reads x_0..x_{n-2} and is scored on the response only::
+
     labels_t = x_{t+1}  if t + 1 >= m   else IGNORE_INDEX (-100)        (t = 0..n-2)
 
 so ``loss = Σ_t CE(logits_t, labels_t) / #{t: labels_t != -100}`` counts response tokens (and EOS) only.
 
 Sequence modes (``mode``):
+
 * ``pad`` (default, LLM-Adapters): one example per row, truncated to ``seq_len + 1`` tokens, right-padded to the
   longest row of the batch (rounded up to a multiple of 8); pad positions are never scored.
 * ``pack`` (OwLore / LMFlow ``group_texts``): examples concatenated and cut into windows of ``seq_len + 1`` tokens,

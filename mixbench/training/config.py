@@ -2,6 +2,7 @@
 
 Merge order (later wins), every layer strict — a key that the layer below does not have fails with a
 did-you-mean naming the file it came from::
+
     configs/defaults.yaml
     < model options of the chosen model (``model=NAME``, default: the task's model; from its family)
     < configs/norm/<norm>.yaml     (``norm=NAME``, default: the task's norm or ``pre``; plus the placement's own options)

@@ -16,7 +16,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..core.errors import ConfigError
-from .lit.fsdp import RootKeepingFSDPStrategy
 from .precision import lightning_precision
 
 FSDP = "fsdp"
@@ -70,6 +69,8 @@ def make_strategy(cfg: DictConfig, block_class: type | None, precision: str | No
         return cfg.trainer.strategy
     if block_class is None:
         raise ConfigError("trainer.strategy=fsdp needs the model's transformer block class to shard by")
+    # Lightning is imported where a trainer is built, so that composing configs (list, --print-config) stays light
+    from .lit.fsdp import RootKeepingFSDPStrategy
 
     return RootKeepingFSDPStrategy(
         auto_wrap_policy={block_class},

@@ -3,6 +3,7 @@ from trained weights (``init_from=``).
 
 A run folder holds ``model.safetensors`` (the model's ``state_dict``; for ViTs the same keys as timm's
 models, so timm loads the file) and ``model_config.json``::
+
     {"family": "lm", "model": "llama_71m", "options": {...architecture...}, "norm": {...norm group...},
      "norm_label": "mix(α=0.25)", "plan": ["post", ..., "pre"]}
 
