@@ -2,6 +2,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +15,9 @@ from mixbench.results.table import (
     find_baseline,
     load_records,
     load_records_frame,
+    print_rich,
     records_frame,
     render,
-    rich_table,
     write_record,
 )
 
@@ -321,9 +322,49 @@ def test_rich_table_keeps_brackets_and_prints_the_legend(tmp_path):
         [record("pre", v, s) for s, v in enumerate((30.0, 31.0))] + [record("mix(α=0.25)", v, s) for s, v in enumerate((27.0, 28.0))]
     )
     console = Console(record=True, width=200)
-    console.print(rich_table(table))
+    print_rich(table, console)
     text = " ".join(console.export_text().split())  # the legend wraps at the table's width
     assert "[embedded]" in text and "[low, high]" in text and "Welch 95 %" in text and "Δ −3.00 [−6.04, 0.04]" in text
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "results" / "proxy"
+
+
+@pytest.mark.parametrize("folder", ["placements", "."], ids=["placements", "every-proxy-grid"])
+def test_a_table_wider_than_the_terminal_fits_80_columns_and_cuts_no_cell(folder):
+    """The committed proxy results (13 placements × tasks; all of them: a dozen columns) in an 80-column terminal: every
+    line fits, and every cell's text and every header line appear whole on one line, never broken into pieces."""
+    from rich.console import Console
+
+    records, problems = load_records(COMMITTED / folder)
+    assert records and not problems
+    table = aggregate(records)
+    console = Console(record=True, width=80, file=io.StringIO())
+    print_rich(table, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    for (row, col), cell in table.cells.items():
+        for piece in (row, cell.summary(), cell.delta_text()):
+            assert not piece or piece in text, (row, col, piece)
+    for col in table.columns:  # header parts broken only after commas
+        info = table.info[col]
+        for part in (info["task"], f"{info['dataset']} [{info['scale']}]", *info["model"].split(",")):
+            assert part in text, part
+    if len(table.columns) > 2:
+        assert sum("mixbench results (" in line for line in lines) > 1  # split into blocks, the norm column in each
+
+
+def test_table_shows_your_runs_by_default_not_the_committed_proxies(tmp_path, monkeypatch, capsys):
+    """``mixbench table`` reads results/runs (where ``mixbench run`` writes); results/proxy stays a --results-dir away."""
+    write_record(record("pre", 41.0), tmp_path / "results" / "runs" / "vit_small" / "a" / "record.json")
+    write_record(record("post", 12.0), tmp_path / "results" / "proxy" / "grid" / "b" / "record.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(["table", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["norm"] for r in rows] == ["pre"]
+    assert main(["table", "--format", "csv", "--results-dir", "results/proxy"]) == 0
+    assert [r["norm"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))] == ["post"]
 
 
 def test_paper_comparison_counts_seeds(tmp_path, capsys):

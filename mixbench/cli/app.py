@@ -52,8 +52,11 @@ def budget_fractions(text: str) -> list[float]:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from ..results.table import aggregate, budget_views, load_records, render, rich_table, tidy_csv
+    from ..results.table import aggregate, budget_views, load_records, print_rich, render, tidy_csv
+    from ..training.config import runs_root
 
+    if args.results_dir is None:  # your own runs; the committed proxy results are under results/proxy/
+        args.results_dir = str(runs_root())
     records, problems = load_records(args.results_dir)
     for problem in problems:
         log.warning("skipped unreadable record: %s", problem)
@@ -78,8 +81,8 @@ def cmd_table(args: argparse.Namespace) -> int:
         if args.format == "rich":
             from rich.console import Console
 
-            console = Console(record=args.out is not None)
-            console.print(rich_table(table))
+            console = Console(record=args.out is not None, width=args.width)
+            print_rich(table, console)
             if args.out:
                 Path(args.out).write_text(console.export_text())
             return 0
@@ -377,7 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
         "  mixbench table --format csv > table.csv      # numbers only on stdout; logs go to stderr\n"
         "  mixbench table --paper table1                # ours next to the paper's numbers\n",
     )
-    table.add_argument("--results-dir", default="results")
+    table.add_argument(
+        "--results-dir",
+        help="the folder whose records (record.json, at any depth) are tabled (default: results/runs, where mixbench run "
+        "puts your runs; e.g. results/proxy/placements for a committed proxy grid)",
+    )
+    table.add_argument("--width", type=int, help="the terminal table's width in characters (default: the terminal's)")
     table.add_argument(
         "--format",
         choices=("rich", "md", "csv", "latex", "tidy"),

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import re
 import statistics
 import tempfile
 from dataclasses import dataclass, field
@@ -577,24 +578,41 @@ def _latex(s: str) -> str:
     return "".join(_LATEX.get(ch, ch) for ch in s)
 
 
-def rich_table(table: Table):
-    """A ``rich.table.Table`` for the terminal, the legend as its caption; the best cell per column is bold green ★."""
+HEADER_WIDTH = 28  # a column header's parts are broken after commas into lines of at most this many characters
+
+
+def _wrap_label(text: str, width: int = HEADER_WIDTH) -> list[str]:
+    """``vit_tiny[drop_path_rate=0.1,img_size=32]`` → lines of at most ``width`` characters, broken after commas (a
+    piece longer than ``width`` stays whole on its line)."""
+    lines, line = [], ""
+    for piece in re.split(r"(?<=,)", text):
+        if line and len(line) + len(piece) > width:
+            lines.append(line)
+            line = piece
+        else:
+            line += piece
+    return [*lines, line]
+
+
+def _rich_block(table: Table, columns: list[str], title: str):
+    """One ``rich.table.Table`` of ``columns`` (rows without a cell in them left out); no column wraps its text."""
     from rich.table import Table as RichTable
     from rich.text import Text
 
-    out = RichTable(
-        title="mixbench results (primary metric over seeds)", caption=Text(legend(table, best="★")), caption_justify="left", show_lines=True
-    )
-    out.add_column("norm", style="bold")
-    for col in table.columns:  # Text, not markup: "[proxy]" is no style tag; one part of the column name per line
+    out = RichTable(title=title, show_lines=True)
+    out.add_column("norm", style="bold", no_wrap=True)
+    for col in columns:  # Text, not markup: "[proxy]" is no style tag; the parts of the column name on lines of their own
         info = table.info.get(col)
-        name = "\n".join((info["task"], info["model"], f"{info['dataset']} [{info['scale']}]")) if info else col
+        parts = (info["task"], info["model"], f"{info['dataset']} [{info['scale']}]") if info else (col,)
+        name = "\n".join(line for part in parts for line in _wrap_label(part))
         arrow = "↑" if table.higher_is_better[col] else "↓"
-        out.add_column(Text(f"{name}\n{table.metric_of[col]} {arrow}"), justify="right", overflow="fold")
+        out.add_column(Text(f"{name}\n{table.metric_of[col]} {arrow}"), justify="right", no_wrap=True)
     for row in table.rows:
+        cells = [table.cells.get((row, col)) for col in columns]
+        if all(cell is None for cell in cells):
+            continue
         texts = []
-        for col in table.columns:
-            cell = table.cells.get((row, col))
+        for col, cell in zip(columns, cells):
             if cell is None:
                 texts.append(Text(""))
             elif table.best.get(col) == row:
@@ -603,6 +621,31 @@ def rich_table(table: Table):
                 texts.append(Text(cell.text(sep="\n")))
         out.add_row(Text(row), *texts)
     return out
+
+
+def print_rich(table: Table, console) -> None:
+    """The terminal view on a ``rich.console.Console``: the columns in blocks that fit the console's width, the norm
+    column repeated in each (one table per block, only the rows with a cell in it), then the legend.  Cells are never
+    cut: a column is as wide as its widest line, and a block too wide even with one column is printed at its own width
+    (the terminal wraps whole lines).  The best cell of each column is bold green ★."""
+    from rich.measure import Measurement
+    from rich.text import Text
+
+    def width_of(block) -> int:
+        return Measurement.get(console, console.options.update_width(10**6), block).maximum
+
+    title = "mixbench results"
+    blocks, current = [], []
+    for col in table.columns:
+        if current and width_of(_rich_block(table, [*current, col], title)) > console.width:
+            blocks.append(current)
+            current = []
+        current.append(col)
+    blocks.append(current)
+    for k, columns in enumerate(blocks):
+        block = _rich_block(table, columns, title + (f" ({k + 1}/{len(blocks)})" if len(blocks) > 1 else ""))
+        console.print(block, width=max(console.width, width_of(block)))
+    console.print(Text(legend(table, best="★")))
 
 
 # ---------------------------------------------------------------- pandas views: one row per run (wide) or per run × metric (tidy)

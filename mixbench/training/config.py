@@ -58,6 +58,14 @@ def group_choices(group: str, root: str | Path | None = None) -> list[str]:
     return config_choices(group, root)
 
 
+def runs_root(results_dir: str | Path | None = None) -> Path:
+    """Where ``mixbench run`` puts its run folders: ``<results_dir>/runs`` (by default the ``results_dir`` of
+    ``configs/defaults.yaml``, ``results``), the folder ``mixbench table`` reads unless told another."""
+    if results_dir is None:
+        results_dir = OmegaConf.load(config_file("defaults.yaml")).results_dir
+    return Path(results_dir) / "runs"
+
+
 def load_group(group: str, choice: str, root=None) -> DictConfig:
     """``configs/<group>/<choice>.yaml`` from the project search path."""
     path = config_file(group, f"{choice}.yaml", root=root)

@@ -27,7 +27,7 @@ from ..results.table import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, model_options
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
-from .config import norm_spec
+from .config import norm_spec, runs_root
 from .gradnorm import GradNormMonitor
 from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision
@@ -86,7 +86,7 @@ def run_directory(cfg: DictConfig, label: str) -> Path:
             raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set run_dir= to a writable folder") from None
         return path
     slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
-    parent = Path(cfg.results_dir) / "runs" / cfg.task.name / cfg.model.name / slug
+    parent = runs_root(cfg.results_dir) / cfg.task.name / cfg.model.name / slug
     if cfg.resume == "auto":  # the same config's folder: a finished one (nothing to do) before an unfinished one
         same = [p for p in sorted(parent.glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg)]
         finished = [p for p in same if finished_record(p) is not None]
