@@ -4,6 +4,11 @@ import re
 from pathlib import Path
 
 import grimp
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
