@@ -1,6 +1,7 @@
 """The layout the docs draw is the one import-linter enforces, and no mixbench module imports itself through others."""
 
 import re
+import sys
 from pathlib import Path
 
 import grimp
@@ -9,7 +10,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10
     import tomli as tomllib
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
