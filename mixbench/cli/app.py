@@ -14,7 +14,7 @@ from ..core.logs import configure_logging
 from .eval import add_eval_commands
 
 log = logging.getLogger("mixbench")
-LAUNCHERS = ("local", "slurm")  # --launcher: mixbench.runner.run_many
+LAUNCHERS = ("local", "slurm")  # --launcher: mixbench.grids.runner.run_many
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ class Family:
         name: the name tasks use (``family: <name>``).
         description: one line for ``mixbench list``.
         models: preset name → its default architecture options (every key overridable as ``model.<key>``).
-        build: ``build(preset, norm_spec, **options) -> nn.Module`` satisfying :class:`mixbench.contracts.PlacedModel`.
+        build: ``build(preset, norm_spec, **options) -> nn.Module`` satisfying :class:`mixbench.core.contracts.PlacedModel`.
         lightning_module: ``(cfg, model, datamodule) -> LightningModule`` (training/validation steps, metrics).
         options_from_data: ``(cfg, options, datamodule) -> options``: fill options the data decides (e.g. a ViT's
             image size), failing with a clear error where an option that was set does not fit the data.

@@ -11,7 +11,7 @@ model), ``data`` (default ``configs/data/<choice>.yaml``), optional ``norm`` (de
 ``recipe`` (config merged over ``configs/defaults.yaml``: optim, trainer, model, data settings).
 ``base: <task>`` inherits every key of another task (this file's keys win; ``recipe`` is merged key by key).
 
-Tasks are looked up along the project search path (:func:`mixbench.project.project_roots`): a project's
+Tasks are looked up along the project search path (:func:`mixbench.core.project.project_roots`): a project's
 task of the same name as a shipped one replaces it.
 """
 

@@ -8,7 +8,7 @@ Small models sit near the floors of multiple-choice tasks, so an accuracy means 
 
 Per placement and task: the mean ± std over seeds of the harness accuracy, the mean of the harness's own standard error
 (the test set's sampling error of one run), and the difference from the baseline placement with Welch's 95 % interval
-over seeds (:func:`mixbench.stats.welch_interval`).  Runs whose fine-tuning diverged are counted and shown, never dropped.
+over seeds (:func:`mixbench.results.stats.welch_interval`).  Runs whose fine-tuning diverged are counted and shown, never dropped.
 """
 
 from __future__ import annotations

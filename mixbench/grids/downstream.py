@@ -227,7 +227,7 @@ def _eval_argv(run: str, options: dict) -> list[str]:
 
 
 def _train(argv: list[str], subprocesses: bool, outcomes: list, total: int) -> Path | None:
-    """Run one training stage through :mod:`mixbench.runner` (logged as run k of the ``total`` training runs of the
+    """Run one training stage through :mod:`mixbench.grids.runner` (logged as run k of the ``total`` training runs of the
     grid); its run folder if it finished (completed, or diverged with its weights)."""
 
     outcomes.append(None)  # reserve this run's number (chains run in threads)
@@ -301,7 +301,7 @@ def reproduce_downstream(
 ) -> list | None:
     """``mixbench reproduce <downstream grid>``: list (``dry_run``, returns None) or run every chain (``jobs`` chains at a
     time, as subprocesses when more than one; ``only``: the chains whose pretraining arguments include all these
-    ``key=value`` items); returns the :class:`mixbench.runner.Outcome` of every training run made, and prints the
+    ``key=value`` items); returns the :class:`mixbench.grids.launchers.Outcome` of every training run made, and prints the
     downstream table of the finished chains."""
 
     if jobs < 1:
@@ -435,7 +435,7 @@ def seeds_text(records: list[dict], tasks: list[str], sources: list[str], baseli
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mixbench.reproduce_downstream --results-dir DIR [--grid table2] [--scale proxy] [--out FILE]``: the table."""
+    """``python -m mixbench.grids.downstream --results-dir DIR [--grid table2] [--scale proxy] [--out FILE]``: the table."""
     import argparse
 
     parser = argparse.ArgumentParser(description="downstream results (SFT records with their evaluation) as a Markdown table")

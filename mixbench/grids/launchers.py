@@ -4,7 +4,7 @@ through submitit.
 A job runs ``mixbench run ARGS run_dir=<its folder> resume=auto`` in the submitit worker process, on
 ``trainer.num_nodes`` × ``trainer.devices`` tasks (``srun``) that Lightning's SLURM environment makes the ranks of one
 run.  The job asks for ``--signal=USR1@<slurm.signal_delay_s>``: before the time limit the run checkpoints, requeues
-its job and exits (:mod:`mixbench.preemption`); the requeued job continues from that checkpoint.  Settings: the
+its job and exits (:mod:`mixbench.training.preemption`); the requeued job continues from that checkpoint.  Settings: the
 ``slurm:`` group (``configs/defaults.yaml``).  With ``--resume`` a run whose record is finished is not submitted.
 """
 

@@ -2,7 +2,7 @@
 
 ``mixbench reproduce table1`` runs every (task, norm) of Table 1 at paper scale; ``--scale proxy`` runs
 the same placements with the grid's proxy overrides (small model, short budget) on any C4-format
-corpus given as ``data.path=...``.  The runs go through :mod:`mixbench.runner` (``--jobs``, ``--resume``).
+corpus given as ``data.path=...``.  The runs go through :mod:`mixbench.grids.runner` (``--jobs``, ``--resume``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def reproduce(
     only: tuple[str, ...] = (),
     launcher: str = "local",
 ) -> list | None:
-    """Run a paper grid (see :mod:`mixbench.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
+    """Run a paper grid (see :mod:`mixbench.grids.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
     ``only``: run just the configurations whose arguments include every one of these ``key=value`` items."""
     if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
         if launcher != "local":

@@ -7,7 +7,7 @@ Each (size task, norm, seed) is a chain of four training runs, each initialised 
 3. ``rm``: ``task=rm_preferences init_from=<sft run>`` (the reward model);
 4. ``rl``: ``task=rlhf_remax init_from=<sft run> rlhf.reward_model=<rm run>`` (its ``val/final_reward`` is the table's).
 
-Finished stages are reused as in :mod:`mixbench.reproduce_downstream` (same task, seed, scale and settings; the
+Finished stages are reused as in :mod:`mixbench.grids.downstream` (same task, seed, scale and settings; the
 ``init_from`` — and for ``rl`` the reward model — of this chain).  Command-line settings go to every stage;
 ``pretrain:`` / ``sft:`` / ``rm:`` / ``rl:`` prefixes send one to one stage (the three later stages each need their
 data: ``sft:data.path=... rm:data.path=... rl:data.path=...``, e.g. the same commonsense files with the same
@@ -226,7 +226,7 @@ def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mixbench.reproduce_rlhf --results-dir DIR [--grid table3] [--scale proxy] [--out FILE]``: the table."""
+    """``python -m mixbench.grids.rlhf --results-dir DIR [--grid table3] [--scale proxy] [--out FILE]``: the table."""
     import argparse
 
     parser = argparse.ArgumentParser(description="RLHF results (ReMax records) as a Markdown table")

@@ -59,7 +59,7 @@ def expand_sweep(args: list[str]) -> list[list[str]]:
 
 def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launcher: str = "local") -> list[Outcome]:
     """Run every configuration: here (``local``, ``jobs`` at a time) or as SLURM jobs (``slurm``, see
-    :mod:`mixbench.launchers`)."""
+    :mod:`mixbench.grids.launchers`)."""
 
     if jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")

@@ -4,7 +4,7 @@ A study lives in ``<results_dir>/search/<study>/``: ``study.sqlite3`` (Optuna's 
 processes may share it), ``trials/`` (one ordinary run record per trial, ``record["search"]`` = study, trial, params,
 ``pruned_at_step``) and ``confirm/`` (the confirmation runs).  Every trial trains with the study's one search seed; the
 pruner (successive halving or Hyperband over optimizer steps) sees the primary metric of each validation inside
-``fit`` (:class:`mixbench.callbacks.TrialPruning`); a trial that is not pruned runs the full budget.  ``--confirm``
+``fit`` (:class:`mixbench.training.callbacks.TrialPruning`); a trial that is not pruned runs the full budget.  ``--confirm``
 re-runs the best plan and the baselines ``pre`` and ``mix`` (α=0.25) with seeds the search never used.
 """
 

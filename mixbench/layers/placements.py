@@ -9,7 +9,7 @@ parameter count, derived from the modules it built (:meth:`~BlockPlacement.extra
 
 Every block of both model families carries ``norm1`` / ``norm2`` (the norms of the attention / MLP
 sub-layer) and the sub-modules ``attn.qkv``, ``attn.proj``, ``mlp.fc1``, ``mlp.fc2``
-(:class:`mixbench.contracts.PlacedBlock`); a placement may rely on those and nothing else — plus, for norms
+(:class:`mixbench.core.contracts.PlacedBlock`); a placement may rely on those and nothing else — plus, for norms
 inside attention, ``attn.num_heads`` / ``attn.head_dim`` and the slots of :mod:`mixbench.layers.attention`.
 
 Adding a placement = subclass :class:`BlockPlacement` (or :class:`Placement` for a per-block mix),

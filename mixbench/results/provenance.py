@@ -1,7 +1,7 @@
 """What a result was produced with: package versions, git commit and source digest, hardware.
 
 The source digest names the code itself: a copy of the checkout whose ``.git`` is stale (a GPU machine that receives
-the working tree but not the history) still records what ran, and ``python -m mixbench.provenance which-commit DIGEST``
+the working tree but not the history) still records what ran, and ``python -m mixbench.results.provenance which-commit DIGEST``
 finds the commits whose files hash the same.
 """
 
@@ -117,8 +117,8 @@ def hardware() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mixbench.provenance which-commit DIGEST``: the commits whose source matches a record's digest."""
-    parser = argparse.ArgumentParser(prog="python -m mixbench.provenance", description=main.__doc__)
+    """``python -m mixbench.results.provenance which-commit DIGEST``: the commits whose source matches a record's digest."""
+    parser = argparse.ArgumentParser(prog="python -m mixbench.results.provenance", description=main.__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     find = sub.add_parser("which-commit", help="commits whose mixbench/, configs/, tasks/ files give DIGEST")
     find.add_argument("digest", help="a record's git.source_digest")

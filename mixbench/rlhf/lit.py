@@ -1,7 +1,7 @@
 """LightningModules of the RLHF stages: the reward model (Bradley–Terry) and the ReMax policy.
 
 Formulas: :mod:`mixbench.rlhf.objectives`.  Both train ``self.model`` (a :class:`mixbench.models.llama.Llama`; the
-reward model with its score head) through :class:`~mixbench.lit.base.OptimizedModule`'s optimizer and schedule.
+reward model with its score head) through :class:`~mixbench.training.lit.base.OptimizedModule`'s optimizer and schedule.
 """
 
 from __future__ import annotations

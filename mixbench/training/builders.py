@@ -24,7 +24,7 @@ def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    """:func:`make_datamodule`, set up for fitting and checked against :class:`mixbench.contracts.BenchDataModule` and
+    """:func:`make_datamodule`, set up for fitting and checked against :class:`mixbench.core.contracts.BenchDataModule` and
     the family's needs."""
     datamodule = make_datamodule(cfg)
     datamodule.setup("fit")

@@ -7,7 +7,7 @@
   ``keep_last`` (ranked by step) plus ``last.ckpt``.
 * :func:`newest_checkpoint` checks each candidate (every byte against the CRC its zip archive stores) before picking
   it: a truncated or damaged file is skipped with a warning naming it; if every one is damaged it raises
-  :class:`mixbench.errors.CheckpointError` naming them.
+  :class:`mixbench.core.errors.CheckpointError` naming them.
 * :class:`RNGStateCallback` stores the Python / NumPy / torch (and CUDA) generator states in each checkpoint and
   restores them when training resumes — with the model, optimizer, schedule, loop and data position that
   Lightning and the data modules already save, a resumed run continues exactly.

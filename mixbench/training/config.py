@@ -12,7 +12,7 @@ did-you-mean naming the file it came from::
 
 A dotted override must name an existing key; prefix it with ``+`` to add a new key (e.g.
 ``+trainer.fast_dev_run=true``).  Values are parsed as YAML.  Files come from the project search path
-(:mod:`mixbench.project`).
+(:mod:`mixbench.core.project`).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def check_init_from(cfg: DictConfig) -> None:
 
 
 def preflight(cfg: DictConfig) -> None:
-    """Raise the errors ``cfg`` alone decides (:class:`mixbench.errors.ConfigError`), before anything is written."""
+    """Raise the errors ``cfg`` alone decides (:class:`mixbench.core.errors.ConfigError`), before anything is written."""
 
     if int(cfg.trainer.num_nodes) > 1 and cfg.run_dir is None:
         raise ConfigError(

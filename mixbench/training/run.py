@@ -188,7 +188,7 @@ def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) ->
 
 
 def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = (), record_extra: dict | None = None) -> dict:
-    """Train + evaluate ``cfg`` (from :func:`mixbench.config.compose`); returns the record (written by rank 0).
+    """Train + evaluate ``cfg`` (from :func:`mixbench.training.config.compose`); returns the record (written by rank 0).
     ``command``: the command line that asked for it, stored in the record (None from the Python API).
     ``callbacks``: extra Lightning callbacks of this run; one with an ``annotate(record)`` method may amend the record
     after its status is decided (e.g. a search trial stopped by its pruner).  ``record_extra``: fields added to the

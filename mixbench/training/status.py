@@ -1,6 +1,6 @@
 """What a finished run's status means, decided in one place (also for re-classifying older records).
 
-* ``diverged``: the loss became NaN/inf or blew up (:class:`mixbench.callbacks.DivergenceMonitor`), or the final
+* ``diverged``: the loss became NaN/inf or blew up (:class:`mixbench.training.callbacks.DivergenceMonitor`), or the final
   metric is not finite;
 * ``stalled``: the model family's learning check failed — the run never beat chance: an LM's final validation loss
   is not below the unigram entropy of the validation tokens (it never learned beyond token frequencies), a

@@ -5,7 +5,7 @@ built for transformers.
 ``DistributedDataParallel`` (``bucket_cap_mb``, ``gradient_as_bucket_view``, ``static_graph``; null keeps torch's default).
 
 ``fsdp`` is Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` (keeping its root wrapper for the
-evaluation after fit, :mod:`mixbench.lit.fsdp`) with each transformer block one FSDP
+evaluation after fit, :mod:`mixbench.training.lit.fsdp`) with each transformer block one FSDP
 unit (``auto_wrap_policy``), optional activation checkpointing of the blocks, and, under ``bf16-mixed``
 (also ``trainer.precision=fp8``), bf16 parameters for compute and all-gathers with gradients reduced in fp32 (fp32 sharded master weights).
 """
@@ -60,7 +60,7 @@ def ddp_kwargs(cfg: DictConfig) -> dict:
 def make_strategy(cfg: DictConfig, block_class: type | None, precision: str | None = None):
     """``trainer.strategy`` for ``lightning.Trainer``: the name as given; for ``ddp`` a DDPStrategy with the ``ddp.*``
     settings; for ``fsdp`` an FSDPStrategy sharding each ``block_class`` module (the model's transformer block).
-    ``precision``: the one Lightning runs (default: :func:`mixbench.precision.lightning_precision` of ``trainer.precision``)."""
+    ``precision``: the one Lightning runs (default: :func:`mixbench.training.precision.lightning_precision` of ``trainer.precision``)."""
     if cfg.trainer.strategy == DDP:
         from lightning.pytorch.strategies import DDPStrategy
 

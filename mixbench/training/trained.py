@@ -24,7 +24,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth")
 
 @dataclass
 class Trained:
-    """``model`` (eval mode, CPU), ``description`` (see :func:`mixbench.weights.describe_model`), ``tokenizer`` (a
+    """``model`` (eval mode, CPU), ``description`` (see :func:`mixbench.training.weights.describe_model`), ``tokenizer`` (a
     :class:`mixbench.data.tokens.TokenizerSpec` name), and the run folder (None for a bare weights file)."""
 
     model: torch.nn.Module

@@ -18,7 +18,7 @@ def causal_lm_loss_sum(
 ) -> torch.Tensor:
     """Summed next-token cross-entropy of ``model`` on ``input_ids`` against ``labels`` (−100 ignored).
 
-    ``impl`` (``loss.impl``, see :mod:`mixbench.lit.losses`): ``torch`` computes the loss inside the model's
+    ``impl`` (``loss.impl``, see :mod:`mixbench.training.lit.losses`): ``torch`` computes the loss inside the model's
     (compiled) forward where the model can (so the fp32 up-cast of the logits fuses into the loss kernel); the
     others take the final hidden states and the head weight.  ``chunk_size`` with ``torch`` means ``chunked``."""
     if impl == "torch" and chunk_size:
