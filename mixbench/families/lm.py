@@ -10,11 +10,13 @@ from ..core.constants import IGNORE_INDEX
 from ..core.errors import ConfigError
 from ..core.families import Family, register_family
 from ..models.llama import LLAMA_PRESETS, build_llama, llama_defaults
+from ..rlhf.checks import check_rlhf_config
+from ..training.strategy import world_size
 
 
 def lightning_module(cfg, model, datamodule):
     """Causal LM; a reward model on preference pairs (``data.loader=preferences``); ReMax on prompts (``prompts``)."""
-    from ..training.lit import CausalLMModule, OptimConfig
+    from ..training.lit import CausalLMModule, OptimConfig  # Lightning loads when a run builds its module, not for `mixbench list`
 
     objective = getattr(datamodule, "objective", "lm")
     if objective == "preferences":
@@ -40,16 +42,12 @@ def options_from_data(cfg, options: dict, datamodule) -> dict:
 def data_options(cfg, options: dict) -> dict:
     """A streamed source is cached up to what the run will consume (+1 %)."""
     if options.get("path") is None and options.get("max_train_tokens") is None and cfg.trainer.max_steps > 0:
-        from ..training.strategy import world_size
-
         global_batch = options.get("global_batch_size") or options["batch_size"] * world_size(cfg.trainer)
         options = {**options, "max_train_tokens": int(cfg.trainer.max_steps * global_batch * options["seq_len"] * 1.01)}
     return options
 
 
 def check_config(cfg) -> None:
-    from ..rlhf.checks import check_rlhf_config
-
     check_rlhf_config(cfg)
 
 

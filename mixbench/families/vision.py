@@ -15,7 +15,7 @@ from ..models.vit import VIT_PRESETS, build_vit, vit_defaults
 def lightning_module(cfg, model, datamodule):
     from omegaconf import OmegaConf
 
-    from ..training.lit import ImageClassifierModule, OptimConfig
+    from ..training.lit import ImageClassifierModule, OptimConfig  # Lightning loads when a run builds its module, not for `mixbench list`
 
     return ImageClassifierModule(
         model,
