@@ -11,6 +11,7 @@ dense bf16 peak (so fp8 rows can pass 100 % of what bf16 reaches) and peak memor
 Needs ``pip install -e ".[fp8]"`` and a GPU of compute capability ≥ 8.9 for the fp8 rows; ``--recipes`` with no
 value measures bf16 only (``--device cpu --no-compile --recipes`` is a smoke run).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,11 @@ from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E40
 from rows import free_device_memory, text_table  # noqa: E402
 
 from mixbench import build_model  # noqa: E402
-from mixbench.callbacks import peak_flops  # noqa: E402
-from mixbench.errors import ConfigError  # noqa: E402
+from mixbench.core.errors import ConfigError  # noqa: E402
 from mixbench.models.llama import llama_config  # noqa: E402
-from mixbench.precision import FP8_RECIPES, check_fp8_runtime, convert_fp8  # noqa: E402
-from mixbench.provenance import git_commit, package_versions  # noqa: E402
+from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
+from mixbench.training.callbacks import peak_flops  # noqa: E402
+from mixbench.training.precision import FP8_RECIPES, check_fp8_runtime, convert_fp8  # noqa: E402
 
 log = logging.getLogger("fp8_throughput")
 
@@ -42,16 +43,29 @@ def candidates(recipes: list[str]) -> list[tuple[str, str | None]]:
 
 
 COLUMNS = (  # title, width (negative: left-aligned), cell of a row
-    ("model", -12, lambda r: r["model"]), ("precision", -17, lambda r: r["precision"]),
-    ("tokens/s", 12, lambda r: f"{r['tokens_per_sec']:,.0f}"), ("vs bf16", 9, lambda r: f"{r['vs_bf16']:.3f}x"),
-    ("MFU", 8, lambda r: f"{r['mfu']:.1%}" if r["mfu"] else "n/a"), ("ms/step", 9, lambda r: f"{r['step_ms']:.1f}"),
-    ("peak GiB", 9, lambda r: f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] else "n/a"), ("fp8 layers", 11, lambda r: str(r["fp8_layers"])),
+    ("model", -12, lambda r: r["model"]),
+    ("precision", -17, lambda r: r["precision"]),
+    ("tokens/s", 12, lambda r: f"{r['tokens_per_sec']:,.0f}"),
+    ("vs bf16", 9, lambda r: f"{r['vs_bf16']:.3f}x"),
+    ("MFU", 8, lambda r: f"{r['mfu']:.1%}" if r["mfu"] else "n/a"),
+    ("ms/step", 9, lambda r: f"{r['step_ms']:.1f}"),
+    ("peak GiB", 9, lambda r: f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] else "n/a"),
+    ("fp8 layers", 11, lambda r: str(r["fp8_layers"])),
 )
 
 
 def write_json(args, device_name: str, peak: float | None, rows: list[dict], text: str | None) -> None:
-    result = dict(benchmark="fp8_throughput", device=device_name, peak_bf16_flops=peak, settings=vars(args) | {"out": str(args.out)},
-                  versions=package_versions(), git=git_commit(), torch=torch.__version__, rows=rows, table=text)
+    result = dict(
+        benchmark="fp8_throughput",
+        device=device_name,
+        peak_bf16_flops=peak,
+        settings=vars(args) | {"out": str(args.out)},
+        versions=package_versions(),
+        git=git_commit(),
+        torch=torch.__version__,
+        rows=rows,
+        table=text,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=str))
 
@@ -92,18 +106,33 @@ def main() -> None:
         for label, recipe in candidates(args.recipes):
             model = build_model(name, norm=args.norm, seed=0).to(args.device)
             converted = convert_fp8(model, recipe, args.skip) if recipe else []
-            step = make_step(model, ours_loss_fn(model, Variant(loss=args.loss), not args.no_compile), ids, labels, args.device,
-                             compile_opt=False)
+            step = make_step(
+                model, ours_loss_fn(model, Variant(loss=args.loss), not args.no_compile), ids, labels, args.device, compile_opt=False
+            )
             result = measure(step, args.steps, args.warmup, args.device, ids.numel())
             baseline = baseline or result["tokens_per_sec"]
             flops_per_token = model.flops_per_token(args.seq)
-            result.update(model=name, precision=label, recipe=recipe, fp8_layers=len(converted), batch=args.batch, seq=args.seq,
-                          vs_bf16=result["tokens_per_sec"] / baseline, flops_per_token=flops_per_token,
-                          mfu=result["tokens_per_sec"] * flops_per_token / peak if peak else None)
+            result.update(
+                model=name,
+                precision=label,
+                recipe=recipe,
+                fp8_layers=len(converted),
+                batch=args.batch,
+                seq=args.seq,
+                vs_bf16=result["tokens_per_sec"] / baseline,
+                flops_per_token=flops_per_token,
+                mfu=result["tokens_per_sec"] * flops_per_token / peak if peak else None,
+            )
             rows.append(result)
             write_json(args, device_name, peak, rows, None)  # partial results survive a time-out
-            log.info("%-10s %-16s %10.0f tok/s  %.3fx bf16  loss %.3f", name, label, result["tokens_per_sec"], result["vs_bf16"],
-                     result["final_loss"])
+            log.info(
+                "%-10s %-16s %10.0f tok/s  %.3fx bf16  loss %.3f",
+                name,
+                label,
+                result["tokens_per_sec"],
+                result["vs_bf16"],
+                result["final_loss"],
+            )
             del model, step
             free_device_memory(args.device)  # the next row compiles and allocates afresh
     text = text_table(rows, COLUMNS)

@@ -9,6 +9,7 @@ checkpoints next time.  Prints one line per run (start, end, exit status, second
 
     python3 bench/grid_lanes.py plan.txt --gpus 4 --jobs 3 --deadline 540 --logs .grid/logs
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,7 @@ def core_sets(gpus: int, jobs: int) -> list[list[int]]:
     cores = sorted(os.sched_getaffinity(0))
     lanes = gpus * jobs
     per = max(1, len(cores) // lanes)
-    return [cores[(i * per) % len(cores):(i * per) % len(cores) + per] for i in range(lanes)]
+    return [cores[(i * per) % len(cores) : (i * per) % len(cores) + per] for i in range(lanes)]
 
 
 def main(argv=None) -> int:
@@ -100,8 +101,9 @@ def main(argv=None) -> int:
                 free.append(lane)
         time.sleep(1)
     failed = [i for i, code, _ in results if code != 0]
-    log.info("%d run(s) ended (%d non-zero), %d not started, %.0f s", len(results), len(failed), len(queue) - index,
-             time.monotonic() - start)
+    log.info(
+        "%d run(s) ended (%d non-zero), %d not started, %.0f s", len(results), len(failed), len(queue) - index, time.monotonic() - start
+    )
     return 1 if failed or index < len(queue) else 0
 
 

@@ -17,6 +17,7 @@ erasing 0.25, bicubic).  Prints a table and writes JSON.
 ``--step-options cudagraphs=true`` times a step that replays CUDA graphs (almost no CPU time in the training process),
 which separates what the workers can deliver from what the training process's own CPU use costs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,13 +36,17 @@ from PIL import Image
 
 from mixbench.data import ASSETS_DIR
 from mixbench.data.folders import ImageFolderDataModule
-from mixbench.provenance import git_commit, package_versions
+from mixbench.results.provenance import git_commit, package_versions
 
 log = logging.getLogger("image_loader")
 CPUS = len(os.sched_getaffinity(0))  # the cores this process may use (taskset), not the machine's
 
-DEFAULT_VARIANTS = ["pipeline=gpu", "pipeline=gpu,overlap=true", "pipeline=gpu,overlap=true,worker_nice=10",
-                    "pipeline=gpu,overlap=true,worker_nice=10,num_workers=14"]
+DEFAULT_VARIANTS = [
+    "pipeline=gpu",
+    "pipeline=gpu,overlap=true",
+    "pipeline=gpu,overlap=true,worker_nice=10",
+    "pipeline=gpu,overlap=true,worker_nice=10,num_workers=14",
+]
 
 
 def _write_one(job) -> None:
@@ -88,8 +93,9 @@ def training_step(model_name: str, batch: int, device: str, options: str = "defa
 
     images = torch.randn(batch, 3, 224, 224, device=device)
     targets = torch.randint(0, 1000, (batch,), device=device)
-    return Candidate(build_model(model_name, norm="pre"), images, targets, device, compile_model=device == "cuda",
-                     variant=Variant.parse(options))
+    return Candidate(
+        build_model(model_name, norm="pre"), images, targets, device, compile_model=device == "cuda", variant=Variant.parse(options)
+    )
 
 
 def measure(root: Path, variant: str, batch: int, batches: int, warmup: int, device: str, candidate=None, drop_batches=False) -> dict:
@@ -127,8 +133,14 @@ def measure(root: Path, variant: str, batch: int, batches: int, warmup: int, dev
     elapsed = time.perf_counter() - start
     batches_iter = loader = None  # stops the workers before the next measurement starts its own
     gc.collect()
-    return {"variant": variant, "workers": options["num_workers"], "batch": batch, "images": seen, "seconds": elapsed,
-            "images_per_sec": seen / elapsed}
+    return {
+        "variant": variant,
+        "workers": options["num_workers"],
+        "batch": batch,
+        "images": seen,
+        "seconds": elapsed,
+        "images_per_sec": seen / elapsed,
+    }
 
 
 def main() -> None:
@@ -160,21 +172,48 @@ def main() -> None:
             candidate = training_step(args.model, args.batch, device, args.step_options)
             candidate.warm_up(args.warmup + 3)
             alone = candidate.images_per_sec(args.batches)
-            rows.append({"stage": f"{args.model} step alone", "step_options": args.step_options, "variant": "-", "workers": 0, "batch": args.batch, "images_per_sec": alone})
-            rows.append(measure(root, args.variants[0], args.batch, args.batches, args.warmup, device, candidate, drop_batches=True)
-                        | {"stage": f"{args.model} step, workers decoding (batches dropped)"})
-            rows += [measure(root, v, args.batch, args.batches, args.warmup + 3, device, candidate) | {"stage": f"end to end, {args.model} step"}
-                     for v in args.variants]
-            for r in rows[-len(args.variants) - 2:]:
+            rows.append(
+                {
+                    "stage": f"{args.model} step alone",
+                    "step_options": args.step_options,
+                    "variant": "-",
+                    "workers": 0,
+                    "batch": args.batch,
+                    "images_per_sec": alone,
+                }
+            )
+            rows.append(
+                measure(root, args.variants[0], args.batch, args.batches, args.warmup, device, candidate, drop_batches=True)
+                | {"stage": f"{args.model} step, workers decoding (batches dropped)"}
+            )
+            rows += [
+                measure(root, v, args.batch, args.batches, args.warmup + 3, device, candidate) | {"stage": f"end to end, {args.model} step"}
+                for v in args.variants
+            ]
+            for r in rows[-len(args.variants) - 2 :]:
                 r["of_model_alone"] = r["images_per_sec"] / alone
     for r in rows:
         share = f"{100 * r['of_model_alone']:5.1f} % of the step alone" if "of_model_alone" in r else ""
         log.info("%-48s %-48s %3d workers: %8.0f images/s %s", r["stage"], r["variant"], r["workers"], r["images_per_sec"], share)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name() if device == "cuda" else None
-    args.out.write_text(json.dumps({"benchmark": "image_loader", "cpu_count": CPUS, "machine_cpu_count": os.cpu_count(), "machine": platform.machine(), "gpu": gpu,
-                                    "settings": vars(args) | {"out": str(args.out), "root": str(args.root)},
-                                    "versions": package_versions(), "git": git_commit(), "rows": rows}, indent=1, default=str))
+    args.out.write_text(
+        json.dumps(
+            {
+                "benchmark": "image_loader",
+                "cpu_count": CPUS,
+                "machine_cpu_count": os.cpu_count(),
+                "machine": platform.machine(),
+                "gpu": gpu,
+                "settings": vars(args) | {"out": str(args.out), "root": str(args.root)},
+                "versions": package_versions(),
+                "git": git_commit(),
+                "rows": rows,
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

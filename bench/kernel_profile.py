@@ -1,11 +1,12 @@
 """Top-kernel tables of a training step (torch.profiler), shared by the throughput benchmarks.
 
-    from kernel_profile import profile_table  # bench/ is the scripts' directory
-    print(profile_table(step, "cuda", classes=(("attention", ("flash", "fmha")), ("gemm", ("gemm", "nvjet")))))
+from kernel_profile import profile_table  # bench/ is the scripts' directory
+print(profile_table(step, "cuda", classes=(("attention", ("flash", "fmha")), ("gemm", ("gemm", "nvjet")))))
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

@@ -18,6 +18,7 @@ One invocation, for the first of ``--models`` (llama_130m):
 Prints a table and writes JSON (after every row) and ``<out>_profile.txt`` (top kernels of the profiled rows).
 ``--device cpu --no-compile --no-hf --models llama_debug --size-models`` gives a quick smoke run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,19 +31,19 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 from pathlib import Path
 
+import kernel_profile  # bench/ is this script's directory
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-import kernel_profile  # bench/ is this script's directory
 from rows import add_ratios, fmt, free_device_memory, text_table
+
 from mixbench import build_model
-from mixbench.callbacks import peak_flops
-from mixbench.constants import IGNORE_INDEX
-from mixbench.lit.lm import causal_lm_loss_sum
-from mixbench.models.llama import SwiGLU, CausalSelfAttention, llama_config
+from mixbench.core.constants import IGNORE_INDEX
 from mixbench.layers.attention import causal_attention, project_qkv
-from mixbench.provenance import git_commit, package_versions
+from mixbench.models.llama import CausalSelfAttention, SwiGLU, llama_config
+from mixbench.results.provenance import git_commit, package_versions
+from mixbench.training.callbacks import peak_flops
+from mixbench.training.lit.lm import causal_lm_loss_sum
 
 log = logging.getLogger("lm_throughput")
 AUTOTUNE = "max-autotune-no-cudagraphs"
@@ -52,10 +53,10 @@ AUTOTUNE = "max-autotune-no-cudagraphs"
 class Variant:
     """One speed configuration of a mixbench row; every field is an axis the bench can vary."""
 
-    loss: str = "torch"        # loss.impl: torch | chunked | liger | cce; bf16_logits = torch without the fp32 up-cast (bench only)
-    sdpa: str = "auto"         # model.attention_backend: auto | flash | cudnn | efficient
-    kernels: str = "torch"     # torch (compiled PyTorch) | liger (liger-kernel RMSNorm, SwiGLU, RoPE; bench only)
-    mode: str = "default"      # torch.compile mode: default | max-autotune-no-cudagraphs
+    loss: str = "torch"  # loss.impl: torch | chunked | liger | cce; bf16_logits = torch without the fp32 up-cast (bench only)
+    sdpa: str = "auto"  # model.attention_backend: auto | flash | cudnn | efficient
+    kernels: str = "torch"  # torch (compiled PyTorch) | liger (liger-kernel RMSNorm, SwiGLU, RoPE; bench only)
+    mode: str = "default"  # torch.compile mode: default | max-autotune-no-cudagraphs
     compile_opt: bool = False  # optimizer step under torch.compile (foreach Adam) instead of eager fused Adam
 
     def options(self) -> str:
@@ -63,7 +64,7 @@ class Variant:
         return " ".join(changed) or "defaults"
 
     @classmethod
-    def parse(cls, text: str) -> "Variant":
+    def parse(cls, text: str) -> Variant:
         """``"loss=cce sdpa=cudnn"`` (space or comma separated axis=value pairs; ``defaults`` = none)."""
         values = {}
         for item in text.replace(",", " ").split():
@@ -77,8 +78,17 @@ class Variant:
         return cls(**values)
 
 
-DEFAULT_CANDIDATES = ["loss=cce", "sdpa=cudnn", f"mode={AUTOTUNE}", "compile_opt=true", "loss=liger",
-                      "kernels=liger", "loss=bf16_logits", "sdpa=efficient", "loss=chunked"]  # by expected value
+DEFAULT_CANDIDATES = [
+    "loss=cce",
+    "sdpa=cudnn",
+    f"mode={AUTOTUNE}",
+    "compile_opt=true",
+    "loss=liger",
+    "kernels=liger",
+    "loss=bf16_logits",
+    "sdpa=efficient",
+    "loss=chunked",
+]  # by expected value
 
 
 def estimated_s(variant: Variant) -> float:
@@ -134,9 +144,19 @@ def hf_model(name: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     c = llama_config(name)
-    cfg = LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-                      num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads, num_key_value_heads=c.num_heads,
-                      max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    cfg = LlamaConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_layers,
+        num_attention_heads=c.num_heads,
+        num_key_value_heads=c.num_heads,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+    )
     cfg._attn_implementation = "sdpa"
     return LlamaForCausalLM(cfg)
 
@@ -144,15 +164,19 @@ def hf_model(name: str):
 def ours_loss_fn(model, variant: Variant, compile_model: bool):
     """The mean token loss of ``model`` as training computes it (:func:`causal_lm_loss_sum`), compiled per ``variant``."""
     if variant.loss == "bf16_logits":  # the head and CE compiled together, logits left in the autocast dtype
+
         def loss_sum(ids, labels):
             logits = model.head(model(ids, return_hidden=True))
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+
         loss_sum = torch.compile(loss_sum, mode=variant.mode) if compile_model else loss_sum
     else:
         if compile_model:
             model.compile(mode=variant.mode)
+
         def loss_sum(ids, labels):
             return causal_lm_loss_sum(model, ids, labels, variant.loss)
+
     return lambda ids, labels: loss_sum(ids, labels) / (labels != IGNORE_INDEX).sum()
 
 
@@ -170,6 +194,7 @@ def make_step(model, loss_fn, ids, labels, device: str, compile_opt: bool):
         opt_step()
         opt.zero_grad(set_to_none=True)
         return loss
+
     return step
 
 
@@ -188,8 +213,13 @@ def measure(step, steps: int, warmup: int, device: str, tokens: int) -> dict:
     if cuda:
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    return {"step_ms": 1000 * elapsed / steps, "tokens_per_sec": tokens * steps / elapsed, "warmup_s": warm_s,
-            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None, "final_loss": float(loss.detach())}
+    return {
+        "step_ms": 1000 * elapsed / steps,
+        "tokens_per_sec": tokens * steps / elapsed,
+        "warmup_s": warm_s,
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "final_loss": float(loss.detach()),
+    }
 
 
 # --------------------------------------------------------------------------------------------- profiling
@@ -230,8 +260,14 @@ class Bench:
         """One row: ``norm=None`` is the HF peer; ``profile`` appends its top kernels to the profile file."""
         args, device = self.args, self.args.device
         impl = "HF LlamaForCausalLM" if norm is None else f"mixbench {norm}"
-        row = {"model": name, "impl": impl, "norm": norm, "role": role, "options": variant.options() if variant else "HF defaults",
-               "variant": asdict(variant) if variant else None}
+        row = {
+            "model": name,
+            "impl": impl,
+            "norm": norm,
+            "role": role,
+            "options": variant.options() if variant else "HF defaults",
+            "variant": asdict(variant) if variant else None,
+        }
         ids, labels = self.batch(name)
         with torch.device("meta"):
             flops_per_token = build_model(name, norm="pre").flops_per_token(args.seq)
@@ -252,8 +288,10 @@ class Bench:
             step = make_step(model, loss_fn, ids, labels, device, bool(variant and variant.compile_opt and not args.no_compile))
             row |= measure(step, args.steps, args.warmup, device, ids.numel())
             if profile:
-                self.profiles.append(f"== {name} {impl} [{row['options']}]: {row['tokens_per_sec']:,.0f} tok/s\n"
-                                     + kernel_profile.profile_table(step, device, KERNEL_CLASSES))
+                self.profiles.append(
+                    f"== {name} {impl} [{row['options']}]: {row['tokens_per_sec']:,.0f} tok/s\n"
+                    + kernel_profile.profile_table(step, device, KERNEL_CLASSES)
+                )
         except Exception as err:  # a missing extra, an unsupported kernel, out of memory: record it and go on
             log.warning("%s %s [%s] failed: %s", name, impl, row["options"], err)
             row |= {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}", "tokens_per_sec": None}
@@ -261,12 +299,25 @@ class Bench:
             model = loss_fn = step = None  # noqa: F841 — free the model (and its compiled graphs) before the next row
             free_device_memory(device)
         tps = row["tokens_per_sec"]
-        row |= {"batch": ids.shape[0], "seq": args.seq, "flops_per_token": flops_per_token,
-                "mfu": tps * flops_per_token / self.peak if tps and self.peak else None}
+        row |= {
+            "batch": ids.shape[0],
+            "seq": args.seq,
+            "flops_per_token": flops_per_token,
+            "mfu": tps * flops_per_token / self.peak if tps and self.peak else None,
+        }
         self.rows.append(row)
         if tps:
-            log.info("%-10s %-22s %-44s %10.0f tok/s  MFU %s  %6.1f ms/step  warm-up %4.0f s  [%4.0f s]", name, impl, row["options"],
-                     tps, f"{row['mfu']:.1%}" if row["mfu"] else "n/a", row["step_ms"], row["warmup_s"], self.elapsed())
+            log.info(
+                "%-10s %-22s %-44s %10.0f tok/s  MFU %s  %6.1f ms/step  warm-up %4.0f s  [%4.0f s]",
+                name,
+                impl,
+                row["options"],
+                tps,
+                f"{row['mfu']:.1%}" if row["mfu"] else "n/a",
+                row["step_ms"],
+                row["warmup_s"],
+                self.elapsed(),
+            )
         self.write(table=None)
         return row if tps else None
 
@@ -297,10 +348,24 @@ class Bench:
     def write(self, table: str | None) -> None:
         args = self.args
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "benchmark": "lm_throughput", "device": self.device_name, "peak_bf16_flops": self.peak,
-            "settings": vars(args) | {"out": str(args.out)}, "versions": package_versions() | kernel_versions(), "git": git_commit(),
-            "torch": torch.__version__, "rows": self.rows, "skipped": self.skipped, "table": table}, indent=1, default=str))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "benchmark": "lm_throughput",
+                    "device": self.device_name,
+                    "peak_bf16_flops": self.peak,
+                    "settings": vars(args) | {"out": str(args.out)},
+                    "versions": package_versions() | kernel_versions(),
+                    "git": git_commit(),
+                    "torch": torch.__version__,
+                    "rows": self.rows,
+                    "skipped": self.skipped,
+                    "table": table,
+                },
+                indent=1,
+                default=str,
+            )
+        )
         if self.profiles:
             profile_path(args.out).write_text("\n\n".join(self.profiles) + "\n")
 
@@ -322,11 +387,17 @@ def profile_path(out: Path) -> Path:
 
 
 COLUMNS = (  # title, width (negative: left-aligned), cell of a row
-    ("model", -12, lambda r: r["model"]), ("implementation", -22, lambda r: r["impl"]), ("options", -54, lambda r: r["options"]),
-    ("tokens/s", 11, lambda r: f"{r['tokens_per_sec']:,.0f}"), ("MFU", 7, lambda r: fmt(r["mfu"], ".1%")),
-    ("vs HF", 8, lambda r: fmt(r["vs_hf"], ".2f", "x")), ("vs base", 8, lambda r: fmt(r["vs_base"], ".3f")),
-    ("vs pre", 8, lambda r: fmt(r["vs_pre"], ".3f")), ("ms/step", 9, lambda r: f"{r['step_ms']:.1f}"),
-    ("GiB", 6, lambda r: fmt(r["peak_mem_gib"], ".1f")), ("warm s", 7, lambda r: f"{r['warmup_s']:.0f}"),
+    ("model", -12, lambda r: r["model"]),
+    ("implementation", -22, lambda r: r["impl"]),
+    ("options", -54, lambda r: r["options"]),
+    ("tokens/s", 11, lambda r: f"{r['tokens_per_sec']:,.0f}"),
+    ("MFU", 7, lambda r: fmt(r["mfu"], ".1%")),
+    ("vs HF", 8, lambda r: fmt(r["vs_hf"], ".2f", "x")),
+    ("vs base", 8, lambda r: fmt(r["vs_base"], ".3f")),
+    ("vs pre", 8, lambda r: fmt(r["vs_pre"], ".3f")),
+    ("ms/step", 9, lambda r: f"{r['step_ms']:.1f}"),
+    ("GiB", 6, lambda r: fmt(r["peak_mem_gib"], ".1f")),
+    ("warm s", 7, lambda r: f"{r['warmup_s']:.0f}"),
 )
 
 

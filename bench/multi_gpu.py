@@ -1,7 +1,8 @@
 """Multi-GPU scaling of ``mixbench run``: DDP on 2 GPUs against 1 for llama_130m and vit_small, and FSDP for llama_1b.
 
 Each row is a short ``mixbench run`` (paper recipe, ``compile=true``, bf16-mixed) in its own process; its speed is
-the trainer's own ``perf/items_per_sec`` (tokens or images per second over all GPUs, :class:`mixbench.callbacks.ThroughputMonitor`):
+the trainer's own ``perf/items_per_sec`` (tokens or images per second over all GPUs,
+:class:`mixbench.training.callbacks.ThroughputMonitor`):
 the median of the logged windows after the first (which holds compilation).  Peak memory per GPU is ``nvidia-smi``'s
 ``memory.used`` sampled every 0.5 s (CUDA context and the caching allocator's reserve included).  The two 1-GPU rows
 run side by side (one on each GPU of ``--gpus``), then the 2-GPU rows one after the other.  Prints a table with the 2-GPU / 1-GPU
@@ -14,8 +15,10 @@ embedded 8,192-token tokenizer, packed into 256-token sequences; models keep the
 (head FLOPs as in the paper).  ViT rows use the ImageNet recipe (``in1k_vit_small``: mixup/cutmix, EMA, drop path)
 at 224 px on an ImageNet-style folder of ``--vit-images`` JPEGs (the embedded CIFAR-10 photos upscaled to 320 px, as
 ``bench/image_loader.py`` writes them), read with ``data.pipeline=gpu data.overlap=true``: ``--vit-workers`` per GPU decode
-and crop, the GPU does the rest (``--vit-pipeline nvjpeg``: the GPU decodes too).  The input pipeline can limit images/s: compare with ``bench/image_loader.py``.
+and crop, the GPU does the rest (``--vit-pipeline nvjpeg``: the GPU decodes too).  The input pipeline can limit images/s:
+compare with ``bench/image_loader.py``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,11 +38,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from mixbench.config import compose  # noqa: E402
-from mixbench.provenance import git_commit, package_versions  # noqa: E402
+from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
+from mixbench.training.config import compose  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from image_loader import write_jpegs  # noqa: E402
@@ -51,6 +53,7 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 @dataclass
 class Row:
     """One ``mixbench run``: ``name`` (e.g. ``llama_130m ddp``), the GPUs it sees, its arguments."""
+
     name: str
     model: str
     gpus: str
@@ -64,15 +67,35 @@ class Row:
 
 
 def lm_args(text: str, steps: int, log_every: int, cache: Path) -> list[str]:
-    return [f"data.path={text}", "data.tokenizer=embedded", "data.mode=pack", "data.num_workers=2", f"data.cache_dir={cache}",
-            "data.max_val_tokens=100000", f"trainer.max_steps={steps}", f"trainer.log_every_n_steps={log_every}",
-            "trainer.val_check_interval=null", "trainer.check_val_every_n_epoch=1000", "trainer.limit_val_batches=2"]
+    return [
+        f"data.path={text}",
+        "data.tokenizer=embedded",
+        "data.mode=pack",
+        "data.num_workers=2",
+        f"data.cache_dir={cache}",
+        "data.max_val_tokens=100000",
+        f"trainer.max_steps={steps}",
+        f"trainer.log_every_n_steps={log_every}",
+        "trainer.val_check_interval=null",
+        "trainer.check_val_every_n_epoch=1000",
+        "trainer.limit_val_batches=2",
+    ]
 
 
 def vit_args(root: Path, steps: int, log_every: int, workers: int, pipeline: str) -> list[str]:
-    return ["data=imagefolder", f"data.root={root}", f"data.pipeline={pipeline}", "data.overlap=true", "data.batch_size=128",
-            "data.eval_batch_size=250", f"data.num_workers={workers}", f"trainer.max_steps={steps}", f"trainer.log_every_n_steps={log_every}",
-            "trainer.check_val_every_n_epoch=1000", "trainer.limit_val_batches=2"]
+    return [
+        "data=imagefolder",
+        f"data.root={root}",
+        f"data.pipeline={pipeline}",
+        "data.overlap=true",
+        "data.batch_size=128",
+        "data.eval_batch_size=250",
+        f"data.num_workers={workers}",
+        f"trainer.max_steps={steps}",
+        f"trainer.log_every_n_steps={log_every}",
+        "trainer.check_val_every_n_epoch=1000",
+        "trainer.limit_val_batches=2",
+    ]
 
 
 def rows_for(args, jpegs: Path, cache: Path) -> list[list[Row]]:
@@ -83,19 +106,32 @@ def rows_for(args, jpegs: Path, cache: Path) -> list[list[Row]]:
     vit = vit_args(jpegs, args.vit_steps, args.vit_log_every, args.vit_workers, args.vit_pipeline)
     llama = [*common, "task=c4_llama_130m", *lm]
     vit_small = [*common, "task=in1k_vit_small", *vit]
-    fsdp = [*common, "task=c4_llama_1b", *lm_1b, "trainer.strategy=fsdp", f"data.batch_size={args.fsdp_micro_batch}",
-            f"fsdp.activation_checkpointing={str(args.fsdp_checkpointing).lower()}", f"compile={str(not args.fsdp_no_compile).lower()}"]
+    fsdp = [
+        *common,
+        "task=c4_llama_1b",
+        *lm_1b,
+        "trainer.strategy=fsdp",
+        f"data.batch_size={args.fsdp_micro_batch}",
+        f"fsdp.activation_checkpointing={str(args.fsdp_checkpointing).lower()}",
+        f"compile={str(not args.fsdp_no_compile).lower()}",
+    ]
     ddp = ["trainer.devices=2", "trainer.strategy=ddp"]
     first, second = args.gpus.split(",")
     both = args.gpus
-    variants = [[Row(f"llama_130m DDP 2 GPUs {variant}", "llama_130m", both, [*llama, *ddp, *variant.split(",")], "c4_llama_130m")]
-                for variant in args.ddp_variants]
-    return [[Row("llama_130m 1 GPU", "llama_130m", first, llama, "c4_llama_130m"),
-             Row("vit_small 1 GPU", "vit_small", second, vit_small, "in1k_vit_small")],
-            [Row("llama_130m DDP 2 GPUs", "llama_130m", both, [*llama, *ddp], "c4_llama_130m")],
-            [Row("vit_small DDP 2 GPUs", "vit_small", both, [*vit_small, *ddp], "in1k_vit_small")],
-            [Row("llama_1b FSDP 2 GPUs", "llama_1b", both, [*fsdp, "trainer.devices=2"], "c4_llama_1b")],
-            *variants]  # the optional rows last, where the time budget cuts first
+    variants = [
+        [Row(f"llama_130m DDP 2 GPUs {variant}", "llama_130m", both, [*llama, *ddp, *variant.split(",")], "c4_llama_130m")]
+        for variant in args.ddp_variants
+    ]
+    return [
+        [
+            Row("llama_130m 1 GPU", "llama_130m", first, llama, "c4_llama_130m"),
+            Row("vit_small 1 GPU", "vit_small", second, vit_small, "in1k_vit_small"),
+        ],
+        [Row("llama_130m DDP 2 GPUs", "llama_130m", both, [*llama, *ddp], "c4_llama_130m")],
+        [Row("vit_small DDP 2 GPUs", "vit_small", both, [*vit_small, *ddp], "in1k_vit_small")],
+        [Row("llama_1b FSDP 2 GPUs", "llama_1b", both, [*fsdp, "trainer.devices=2"], "c4_llama_1b")],
+        *variants,
+    ]  # the optional rows last, where the time budget cuts first
 
 
 class MemoryPoller:
@@ -108,8 +144,12 @@ class MemoryPoller:
     def _poll(self) -> None:
         while not self._stop.is_set():
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=10).stdout
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
             except (OSError, subprocess.SubprocessError):
                 return
             for line in out.strip().splitlines():
@@ -141,12 +181,24 @@ def summarize(row: Row, run_dir: Path, rc: int | None, seconds: float, peak_mib:
     steady = windows[1:] or windows
     per_sec = statistics.median(steady) if steady else None
     gpus = [int(g) for g in row.gpus.split(",")]
-    return {"row": row.name, "model": row.model, "gpus": row.num_gpus, "status": record.get("status", "failed" if rc else "no record"),
-            "returncode": rc, "error": record.get("error"), "items_per_sec": per_sec,
-            "items_per_sec_per_gpu": per_sec / row.num_gpus if per_sec else None, "windows": windows,
-            "mfu": (record.get("throughput") or {}).get("perf/mfu"), "peak_mem_gib_per_gpu": [round(peak_mib.get(g, 0) / 1024, 2) for g in gpus],
-            "wall_s": round(seconds, 1), "effective": record.get("effective"), "run_dir": str(run_dir),
-            "console": str(out_dir / f"{slug(row.name)}.txt"), "args": row.args}
+    return {
+        "row": row.name,
+        "model": row.model,
+        "gpus": row.num_gpus,
+        "status": record.get("status", "failed" if rc else "no record"),
+        "returncode": rc,
+        "error": record.get("error"),
+        "items_per_sec": per_sec,
+        "items_per_sec_per_gpu": per_sec / row.num_gpus if per_sec else None,
+        "windows": windows,
+        "mfu": (record.get("throughput") or {}).get("perf/mfu"),
+        "peak_mem_gib_per_gpu": [round(peak_mib.get(g, 0) / 1024, 2) for g in gpus],
+        "wall_s": round(seconds, 1),
+        "effective": record.get("effective"),
+        "run_dir": str(run_dir),
+        "console": str(out_dir / f"{slug(row.name)}.txt"),
+        "args": row.args,
+    }
 
 
 def slug(name: str) -> str:
@@ -155,8 +207,15 @@ def slug(name: str) -> str:
 
 def run_phase(phase: list[Row], runs: Path, out_dir: Path, deadline: float) -> None:
     """Run the rows of a phase side by side, each killed (its whole process group) at ``deadline``."""
-    env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "NCCL_NVLS_ENABLE": "0",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     started, procs = time.perf_counter(), []
     with MemoryPoller() as memory:
         for row in phase:
@@ -164,8 +223,14 @@ def run_phase(phase: list[Row], runs: Path, out_dir: Path, deadline: float) -> N
             console = (out_dir / f"{slug(row.name)}.txt").open("w")
             cmd = [sys.executable, "-m", "mixbench.cli", "run", *row.args, f"run_dir={run_dir}"]
             log.info("%s: CUDA_VISIBLE_DEVICES=%s %s", row.name, row.gpus, " ".join(cmd[2:]))
-            proc = subprocess.Popen(cmd, cwd=REPO, env={**env, "CUDA_VISIBLE_DEVICES": row.gpus}, stdout=console,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env={**env, "CUDA_VISIBLE_DEVICES": row.gpus},
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             procs.append((row, run_dir, proc, console))
         for row, run_dir, proc, console in procs:
             try:
@@ -201,9 +266,11 @@ def table(rows: list[Row]) -> str:
         res, one = r.result, single.get(r.model)
         res["scaling_vs_1gpu"] = res["items_per_sec"] / one if r.num_gpus > 1 and one and res.get("items_per_sec") else None
         res["paper_run_hours"] = paper_hours(r)
-        lines.append(f"{r.name:<{width}}{_fmt(res['items_per_sec'], ',.0f'):>12}{_fmt(res['items_per_sec_per_gpu'], ',.0f'):>11}"
-                     f"{_fmt(res['scaling_vs_1gpu'], '.2f', 'x'):>9}{_fmt(res['mfu'], '.1%'):>7}"
-                     f"{'/'.join(f'{m:.1f}' for m in res['peak_mem_gib_per_gpu']):>15}{_fmt(res['paper_run_hours'], '.1f'):>13}  {res['status']}")
+        lines.append(
+            f"{r.name:<{width}}{_fmt(res['items_per_sec'], ',.0f'):>12}{_fmt(res['items_per_sec_per_gpu'], ',.0f'):>11}"
+            f"{_fmt(res['scaling_vs_1gpu'], '.2f', 'x'):>9}{_fmt(res['mfu'], '.1%'):>7}"
+            f"{'/'.join(f'{m:.1f}' for m in res['peak_mem_gib_per_gpu']):>15}{_fmt(res['paper_run_hours'], '.1f'):>13}  {res['status']}"
+        )
     return "\n".join(lines)
 
 
@@ -221,9 +288,22 @@ def gpu_names() -> list[str]:
 
 def write_json(path: Path, args, rows: list[Row], text: str | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"benchmark": "multi_gpu", "cards": gpu_names(), "settings": vars(args) | {"out": str(args.out)},
-                                "env": {"NCCL_NVLS_ENABLE": "0"}, "versions": package_versions(), "git": git_commit(),
-                                "rows": [r.result for r in rows if r.result], "table": text}, indent=1, default=str))
+    path.write_text(
+        json.dumps(
+            {
+                "benchmark": "multi_gpu",
+                "cards": gpu_names(),
+                "settings": vars(args) | {"out": str(args.out)},
+                "env": {"NCCL_NVLS_ENABLE": "0"},
+                "versions": package_versions(),
+                "git": git_commit(),
+                "rows": [r.result for r in rows if r.result],
+                "table": text,
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -235,8 +315,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--vit-steps", type=int, default=120)
     ap.add_argument("--vit-log-every", type=int, default=30)
     ap.add_argument("--vit-workers", type=int, default=14, help="data loader workers per GPU (JPEG decode + crop on the CPU)")
-    ap.add_argument("--vit-pipeline", default="gpu", choices=["gpu", "nvjpeg"], help="data.pipeline of the ViT rows: gpu (workers "
-                    "decode + crop) or nvjpeg (workers read the files, the GPU decodes: scaling without the CPU as the limit)")
+    ap.add_argument(
+        "--vit-pipeline",
+        default="gpu",
+        choices=["gpu", "nvjpeg"],
+        help="data.pipeline of the ViT rows: gpu (workers "
+        "decode + crop) or nvjpeg (workers read the files, the GPU decodes: scaling without the CPU as the limit)",
+    )
     ap.add_argument("--vit-images", type=int, default=40_000, help="JPEGs written for the ViT rows (no epoch ends during a row)")
     ap.add_argument("--fsdp-steps", type=int, default=12)
     ap.add_argument("--fsdp-log-every", type=int, default=3)
@@ -244,8 +329,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--fsdp-checkpointing", action="store_true", help="activation checkpointing of the llama_1b blocks")
     ap.add_argument("--fsdp-no-compile", action="store_true", help="llama_1b eager (the other rows compile)")
     ap.add_argument("--gpus", default="0,1", help="the two GPUs (nvidia-smi / PCI bus order) the rows use")
-    ap.add_argument("--ddp-variants", nargs="*", default=[], help="extra llama_130m DDP rows, each a comma list of ddp.* "
-                    "settings (e.g. ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true)")
+    ap.add_argument(
+        "--ddp-variants",
+        nargs="*",
+        default=[],
+        help="extra llama_130m DDP rows, each a comma list of ddp.* settings (e.g. ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true)",
+    )
     ap.add_argument("--only", nargs="*", help="rows whose name contains one of these words (e.g. llama_130m fsdp)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/multi_gpu.json"))
     args = ap.parse_args(argv)

@@ -54,7 +54,7 @@ echo "$(grep -c "^mixbench" "$plan") runs planned on $GPUS GPU(s), $JOBS a GPU"
 grep 'task=c4_llama' "$plan" > "$RESULTS/plan_lm.txt"
 grep -v 'task=c4_llama' "$plan" > "$RESULTS/plan_other.txt"
 tokenizer_pid=
-[ -s "$RESULTS/plan_lm.txt" ] && { python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
+[ -s "$RESULTS/plan_lm.txt" ] && { python3 -c "from mixbench.training.config import compose; from mixbench.training.run import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
     task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${TEXT[@]}" > "$RESULTS/tokenize.log" 2>&1 & tokenizer_pid=$!; }
 left() {  # what is left of DEADLINE_S (grid_lanes counts from its own start; 0: no deadline)
     [ "${DEADLINE_S:-0}" -gt 0 ] || { echo 0; return; }

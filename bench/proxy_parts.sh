@@ -23,7 +23,7 @@ plan_parts() {  # plan_parts TABLE: the dry-run plan of every part into $OUT/TAB
 }
 
 tokenize_pretraining() {  # the pretraining corpus once, before the chains would each build the same cache
-    python3 -c "from mixbench.config import compose; from mixbench.train import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
+    python3 -c "from mixbench.training.config import compose; from mixbench.training.run import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
         task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${PRETRAIN_DATA[@]}" ${EXTRA_PRETRAIN:-}
 }
 

@@ -1,11 +1,12 @@
 """Rows of the throughput benchmarks: their speed ratios, their fixed-width text table, and freeing a row's memory.
 
-    from rows import add_ratios, text_table  # bench/ is the scripts' directory
+from rows import add_ratios, text_table  # bench/ is the scripts' directory
 """
+
 from __future__ import annotations
 
 import gc
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -16,9 +17,16 @@ def add_ratios(rows: list[dict], rate: str, peer: str, group: Sequence[str] = ("
     """Per row with a ``rate``: ``<peer>`` against the peer library's row (``norm`` None), ``vs_base`` against mixbench
     pre with every option at its default, ``vs_pre`` against mixbench pre with the same options (the cost of the
     placement) — each among the rows that agree on every key of ``group``; the first such row counts."""
+
     def find(r: dict, norm: str | None, options: str | None) -> float | None:
-        return next((o[rate] for o in rows if all(o[k] == r[k] for k in group) and o["norm"] == norm and o[rate]
-                     and (options is None or o["options"] == options)), None)
+        return next(
+            (
+                o[rate]
+                for o in rows
+                if all(o[k] == r[k] for k in group) and o["norm"] == norm and o[rate] and (options is None or o["options"] == options)
+            ),
+            None,
+        )
 
     for r in rows:
         if r[rate]:
@@ -35,6 +43,7 @@ def fmt(value, spec: str, suffix: str = "") -> str:
 
 def text_table(rows: list[dict], columns: Sequence[Column], ok: Callable[[dict], bool] = lambda r: True, lead: int = 0) -> str:
     """A header, a rule and a line per row; a row that is not ``ok`` shows its first ``lead`` cells and ``failed: <error>``."""
+
     def line(cells: Sequence[str], spec: Sequence[Column]) -> str:
         return "".join(cell.ljust(-width) if width < 0 else cell.rjust(width) for cell, (_, width, _) in zip(cells, spec))
 

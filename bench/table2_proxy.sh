@@ -41,7 +41,7 @@ plan_parts table2
 tokenize_pretraining
 status=0
 run_parts table2 || status=1
-python3 -m mixbench.reproduce_downstream --results-dir "$RESULTS" --scale proxy --out "$OUT/table2_proxy.md" || status=1
+python3 -m mixbench.grids.downstream --results-dir "$RESULTS" --scale proxy --out "$OUT/table2_proxy.md" || status=1
 find "$RESULTS" \( -name record.json -o -name harness.json -o -name console.log -o -name config.yaml -o -name metrics.csv \) -print0 \
     | tar czf "$OUT/table2_proxy_runs.tgz" --null -T -
 exit $status

@@ -43,7 +43,7 @@ plan_parts table3
 tokenize_pretraining
 status=0
 run_parts table3 --resume || status=1
-python3 -m mixbench.reproduce_rlhf --results-dir "$RESULTS" --scale proxy --out "$OUT/table3_proxy.md" || status=1
+python3 -m mixbench.grids.rlhf --results-dir "$RESULTS" --scale proxy --out "$OUT/table3_proxy.md" || status=1
 find "$RESULTS" \( -name record.json -o -name console.log -o -name config.yaml -o -name metrics.csv \) -print0 \
     | tar czf "$OUT/table3_proxy_runs.tgz" --null -T -
 exit $status

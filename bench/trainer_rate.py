@@ -7,11 +7,12 @@ One GPU, one model and batch, in this order on the same card:
 2. **trainer rate** — ``mixbench run task=c4_pretrain model=<model>`` on real text (``--text``, packed ``--seq`` tokens, the embedded
    tokenizer) with the same micro-batch and no gradient accumulation (``data.global_batch_size`` = ``--batch``),
    ``compile=true``, bf16-mixed: the median of the ``perf/items_per_sec`` windows the trainer logs after the first
-   (:class:`mixbench.callbacks.ThroughputMonitor`: Lightning's loop, data loading, logging and the learning-rate
+   (:class:`mixbench.training.callbacks.ThroughputMonitor`: Lightning's loop, data loading, logging and the learning-rate
    schedule included; validation excluded).
 
 Prints both and their ratio (the target is ≥ 0.95) and writes JSON (``--out``) with the card, versions and commit.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ from fp8_throughput import random_batch  # noqa: E402  (bench/ is not a package)
 from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402
 from multi_gpu import window_throughputs  # noqa: E402
 from rows import fmt, free_device_memory, text_table  # noqa: E402
+
 from mixbench import build_model  # noqa: E402
-from mixbench.provenance import git_commit, package_versions  # noqa: E402
+from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
 
 log = logging.getLogger("trainer_rate")
 REPO = Path(__file__).resolve().parents[1]
@@ -51,13 +53,33 @@ def step_rate(name: str, norm: str, args) -> dict:
 
 
 def run_command(name: str, norm: str, args, results_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "mixbench.cli", "run", "task=c4_pretrain", f"model={name}",
-            f"norm={norm}", f"data.path={Path(args.text).resolve()}", "data.tokenizer=embedded", "data.mode=pack", f"data.seq_len={args.seq}",
-            f"data.batch_size={args.batch}", f"data.global_batch_size={args.batch}", f"data.num_workers={args.workers}",
-            "data.max_val_tokens=100000", f"compile={str(not args.no_compile).lower()}", "save_weights=false",
-            f"trainer.max_steps={args.run_steps}", f"trainer.log_every_n_steps={args.log_every}", "trainer.val_check_interval=null",
-            "trainer.check_val_every_n_epoch=1000", "trainer.limit_val_batches=2", "trainer.enable_progress_bar=false",
-            "divergence.unigram_floor=false", f"results_dir={results_dir}"]
+    return [
+        sys.executable,
+        "-m",
+        "mixbench.cli",
+        "run",
+        "task=c4_pretrain",
+        f"model={name}",
+        f"norm={norm}",
+        f"data.path={Path(args.text).resolve()}",
+        "data.tokenizer=embedded",
+        "data.mode=pack",
+        f"data.seq_len={args.seq}",
+        f"data.batch_size={args.batch}",
+        f"data.global_batch_size={args.batch}",
+        f"data.num_workers={args.workers}",
+        "data.max_val_tokens=100000",
+        f"compile={str(not args.no_compile).lower()}",
+        "save_weights=false",
+        f"trainer.max_steps={args.run_steps}",
+        f"trainer.log_every_n_steps={args.log_every}",
+        "trainer.val_check_interval=null",
+        "trainer.check_val_every_n_epoch=1000",
+        "trainer.limit_val_batches=2",
+        "trainer.enable_progress_bar=false",
+        "divergence.unigram_floor=false",
+        f"results_dir={results_dir}",
+    ]
 
 
 def trainer_rate(name: str, norm: str, args) -> dict:
@@ -73,13 +95,21 @@ def trainer_rate(name: str, norm: str, args) -> dict:
         record = json.loads(records[0].read_text())
         windows = window_throughputs(records[0].parent)
     steady = windows[1:] or windows
-    return {"status": record["status"], "tokens_per_sec": statistics.median(steady) if steady else None, "windows": windows,
-            "wall_s": record.get("wall_time_s"), "effective": record.get("effective"), "command": cmd[2:]}
+    return {
+        "status": record["status"],
+        "tokens_per_sec": statistics.median(steady) if steady else None,
+        "windows": windows,
+        "wall_s": record.get("wall_time_s"),
+        "effective": record.get("effective"),
+        "command": cmd[2:],
+    }
 
 
 COLUMNS = (  # title, width (negative: left-aligned), cell of a row; "-" where the mixbench run failed
-    ("model", -12, lambda r: r["model"]), ("norm", -6, lambda r: r["norm"]),
-    ("step tok/s", 12, lambda r: f"{r['step_tokens_per_sec']:,.0f}"), ("trainer tok/s", 15, lambda r: fmt(r["trainer_tokens_per_sec"], ",.0f")),
+    ("model", -12, lambda r: r["model"]),
+    ("norm", -6, lambda r: r["norm"]),
+    ("step tok/s", 12, lambda r: f"{r['step_tokens_per_sec']:,.0f}"),
+    ("trainer tok/s", 15, lambda r: fmt(r["trainer_tokens_per_sec"], ",.0f")),
     ("ratio", 8, lambda r: fmt(r["ratio"], ".3f")),
 )
 
@@ -108,16 +138,45 @@ def main(argv=None) -> None:
         bare = step_rate(args.model, norm, args)
         trainer = trainer_rate(args.model, norm, args)
         ratio = trainer["tokens_per_sec"] / bare["tokens_per_sec"] if trainer.get("tokens_per_sec") else None
-        rows.append({"model": args.model, "norm": norm, "batch": args.batch, "seq": args.seq, "step_tokens_per_sec": bare["tokens_per_sec"],
-                     "trainer_tokens_per_sec": trainer.get("tokens_per_sec"), "ratio": ratio, "step": bare, "trainer": trainer})
-        log.info("%s %s: step %.0f tok/s, trainer %s tok/s, ratio %s", args.model, norm, bare["tokens_per_sec"],
-                 f"{trainer['tokens_per_sec']:.0f}" if trainer.get("tokens_per_sec") else "n/a", f"{ratio:.3f}" if ratio else "n/a")
+        rows.append(
+            {
+                "model": args.model,
+                "norm": norm,
+                "batch": args.batch,
+                "seq": args.seq,
+                "step_tokens_per_sec": bare["tokens_per_sec"],
+                "trainer_tokens_per_sec": trainer.get("tokens_per_sec"),
+                "ratio": ratio,
+                "step": bare,
+                "trainer": trainer,
+            }
+        )
+        log.info(
+            "%s %s: step %.0f tok/s, trainer %s tok/s, ratio %s",
+            args.model,
+            norm,
+            bare["tokens_per_sec"],
+            f"{trainer['tokens_per_sec']:.0f}" if trainer.get("tokens_per_sec") else "n/a",
+            f"{ratio:.3f}" if ratio else "n/a",
+        )
     table = text_table(rows, COLUMNS)
     log.info("\n%s", table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "trainer_rate", "device": device, "settings": vars(args) | {"out": str(args.out)},
-                                    "versions": package_versions(), "git": git_commit(), "rows": rows, "table": table},
-                                   indent=1, default=str))
+    args.out.write_text(
+        json.dumps(
+            {
+                "benchmark": "trainer_rate",
+                "device": device,
+                "settings": vars(args) | {"out": str(args.out)},
+                "versions": package_versions(),
+                "git": git_commit(),
+                "rows": rows,
+                "table": table,
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

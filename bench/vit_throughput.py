@@ -25,6 +25,7 @@ what it measured.
 
 ``--device cpu --no-compile --img-size 32 --batch 4 --window-s 0.05`` gives a quick smoke run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,13 +40,13 @@ from pathlib import Path
 import timm
 import torch
 import torch.nn.functional as F
-
-from mixbench import build_model
 from kernel_profile import profile_table  # bench/ is this script's directory
 from rows import add_ratios, fmt, free_device_memory, text_table
+
+from mixbench import build_model
 from mixbench.models.vit import VIT_PRESETS
-from mixbench.optim import build_optimizer
-from mixbench.provenance import git_commit, package_versions
+from mixbench.results.provenance import git_commit, package_versions
+from mixbench.training.optim import build_optimizer
 
 log = logging.getLogger("vit_throughput")
 
@@ -54,11 +55,11 @@ log = logging.getLogger("vit_throughput")
 class Variant:
     """One speed configuration of a row; every field is an axis the bench can vary."""
 
-    sdpa: str = "auto"         # model.attention_backend: auto | flash | cudnn | efficient
-    cudagraphs: bool = False   # torch.compile option triton.cudagraphs (= mode="reduce-overhead"): the step replays CUDA graphs
-    tune: str = "none"         # none | pointwise (Inductor coordinate-descent tuning of its Triton kernels) |
-                               # max (mode="max-autotune-no-cudagraphs": also GEMM autotuning with fused epilogues)
-    optimizer: str = "fused"   # AdamW implementation: fused | foreach
+    sdpa: str = "auto"  # model.attention_backend: auto | flash | cudnn | efficient
+    cudagraphs: bool = False  # torch.compile option triton.cudagraphs (= mode="reduce-overhead"): the step replays CUDA graphs
+    tune: str = "none"  # none | pointwise (Inductor coordinate-descent tuning of its Triton kernels) |
+    # max (mode="max-autotune-no-cudagraphs": also GEMM autotuning with fused epilogues)
+    optimizer: str = "fused"  # AdamW implementation: fused | foreach
 
     def options(self) -> str:
         changed = [f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) != f.default]
@@ -66,12 +67,15 @@ class Variant:
 
     def compile_options(self) -> dict:
         """Inductor options of ``torch.compile(options=...)``."""
-        tuned = {"none": {}, "pointwise": {"coordinate_descent_tuning": True},
-                 "max": {"coordinate_descent_tuning": True, "max_autotune": True}}[self.tune]
+        tuned = {
+            "none": {},
+            "pointwise": {"coordinate_descent_tuning": True},
+            "max": {"coordinate_descent_tuning": True, "max_autotune": True},
+        }[self.tune]
         return tuned | ({"triton.cudagraphs": True} if self.cudagraphs else {})
 
     @classmethod
-    def parse(cls, text: str) -> "Variant":
+    def parse(cls, text: str) -> Variant:
         """``"sdpa=cudnn cudagraphs=true"`` (space or comma separated axis=value pairs; ``defaults`` = none)."""
         values, kinds = {}, {f.name: f.type for f in fields(cls)}
         for item in text.replace(",", " ").split():
@@ -233,8 +237,14 @@ class Bench:
                 return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"}
             if variant.tune == "none":
                 self.build_s.append(time.perf_counter() - start)
-            log.info("built %-10s %-8s %-36s compile+first step %5.1f s  [%4.0f s]", name, norm or "timm", variant.options(),
-                     built.compile_s, self.elapsed())
+            log.info(
+                "built %-10s %-8s %-36s compile+first step %5.1f s  [%4.0f s]",
+                name,
+                norm or "timm",
+                variant.options(),
+                built.compile_s,
+                self.elapsed(),
+            )
             self.built[key] = built
         return self.built[key]
 
@@ -250,14 +260,29 @@ class Bench:
             for c in timed:
                 c.time_window(self.args.window_s)
         for c, norm, variant, role in found:
-            row = {"phase": phase, "model": name, "norm": norm, "role": role, "options": variant.options(), "variant": asdict(variant),
-                   "impl": f"timm {VIT_PRESETS[name]['timm_name']}" if norm is None else f"mixbench {norm}",
-                   "batch": self.args.batch, "img_size": self.args.img_size}
+            row = {
+                "phase": phase,
+                "model": name,
+                "norm": norm,
+                "role": role,
+                "options": variant.options(),
+                "variant": asdict(variant),
+                "impl": f"timm {VIT_PRESETS[name]['timm_name']}" if norm is None else f"mixbench {norm}",
+                "batch": self.args.batch,
+                "img_size": self.args.img_size,
+            }
             if isinstance(c, Candidate):
                 median = statistics.median(c.rates)
-                row |= {"images_per_sec": median, "step_ms": 1000 * self.args.batch / median, "rounds": c.rates,
-                        "spread": (max(c.rates) - min(c.rates)) / median, "steps_per_round": c.window_steps(self.args.window_s),
-                        "compile_s": c.compile_s, "peak_mem_gib": c.peak_mem_gib, "cudagraph_skips": c.cudagraph_skips}
+                row |= {
+                    "images_per_sec": median,
+                    "step_ms": 1000 * self.args.batch / median,
+                    "rounds": c.rates,
+                    "spread": (max(c.rates) - min(c.rates)) / median,
+                    "steps_per_round": c.window_steps(self.args.window_s),
+                    "compile_s": c.compile_s,
+                    "peak_mem_gib": c.peak_mem_gib,
+                    "cudagraph_skips": c.cudagraph_skips,
+                }
             else:
                 row |= c | {"images_per_sec": None}
             self.rows.append(row)
@@ -299,10 +324,24 @@ class Bench:
     def write(self) -> None:
         args = self.args
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "benchmark": "vit_throughput", "device": self.device_name, "settings": vars(args) | {"out": str(args.out)},
-            "versions": package_versions(), "git": git_commit(), "torch": torch.__version__, "elapsed_s": self.elapsed(),
-            "rows": self.rows, "skipped": self.skipped, "table": format_table(self.rows)}, indent=1, default=str))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "benchmark": "vit_throughput",
+                    "device": self.device_name,
+                    "settings": vars(args) | {"out": str(args.out)},
+                    "versions": package_versions(),
+                    "git": git_commit(),
+                    "torch": torch.__version__,
+                    "elapsed_s": self.elapsed(),
+                    "rows": self.rows,
+                    "skipped": self.skipped,
+                    "table": format_table(self.rows),
+                },
+                indent=1,
+                default=str,
+            )
+        )
         if self.profiles:
             profile_path(args.out).write_text("\n\n".join(self.profiles) + "\n")
 
@@ -312,12 +351,18 @@ def profile_path(out: Path) -> Path:
 
 
 COLUMNS = (  # title, width (negative: left-aligned), cell of a row; "!" marks a spread of rounds over 3 %
-    ("phase", -11, lambda r: r["phase"]), ("model", -10, lambda r: r["model"]), ("implementation", -31, lambda r: r["impl"]),
-    ("options", -34, lambda r: r["options"]), ("img/s", 9, lambda r: f"{r['images_per_sec']:,.0f}"),
-    ("vs timm", 8, lambda r: fmt(r["vs_timm"], ".3f", "x")), ("vs base", 8, lambda r: fmt(r["vs_base"], ".3f")),
-    ("vs pre", 7, lambda r: fmt(r["vs_pre"], ".3f")), ("ms/step", 8, lambda r: f"{r['step_ms']:.1f}"),
+    ("phase", -11, lambda r: r["phase"]),
+    ("model", -10, lambda r: r["model"]),
+    ("implementation", -31, lambda r: r["impl"]),
+    ("options", -34, lambda r: r["options"]),
+    ("img/s", 9, lambda r: f"{r['images_per_sec']:,.0f}"),
+    ("vs timm", 8, lambda r: fmt(r["vs_timm"], ".3f", "x")),
+    ("vs base", 8, lambda r: fmt(r["vs_base"], ".3f")),
+    ("vs pre", 7, lambda r: fmt(r["vs_pre"], ".3f")),
+    ("ms/step", 8, lambda r: f"{r['step_ms']:.1f}"),
     ("spread", 8, lambda r: f"{r['spread']:>7.1%}" + ("!" if r["spread"] > 0.03 else " ")),
-    ("compile s", 10, lambda r: f"{r['compile_s']:.0f}"), ("peak GiB", 9, lambda r: fmt(r["peak_mem_gib"], ".1f")),
+    ("compile s", 10, lambda r: f"{r['compile_s']:.0f}"),
+    ("peak GiB", 9, lambda r: fmt(r["peak_mem_gib"], ".1f")),
 )
 
 

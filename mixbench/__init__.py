@@ -9,10 +9,21 @@ Python API::
     record = mixbench.run(cfg)                            # one run → its result record
     df = mixbench.load_records("results")                 # every record, one DataFrame row per run
 """
+
 from .api import compose, load_records, run
+from .core.constants import VERSION as __version__
 from .layers import NormSpec, layer_plan, list_placements, register_placement
 from .models import build_model, list_models
 
-__version__ = "0.1.0"
-__all__ = ["NormSpec", "build_model", "compose", "layer_plan", "list_models", "list_placements", "load_records",
-           "register_placement", "run", "__version__"]
+__all__ = [
+    "NormSpec",
+    "build_model",
+    "compose",
+    "layer_plan",
+    "list_models",
+    "list_placements",
+    "load_records",
+    "register_placement",
+    "run",
+    "__version__",
+]

@@ -1,10 +1,13 @@
-"""The Python API for notebooks — the same steps as the command line::
+"""The Python API for notebooks — the same steps as the command line.
+
+Example::
 
     import mixbench
     cfg = mixbench.compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5, "trainer.max_epochs": 1})
     record = mixbench.run(cfg)                       # trains, evaluates, writes and returns the result record
     df = mixbench.load_records("results")            # one row per run, numeric metric columns (what `mixbench table` reads)
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,7 +24,7 @@ def compose(args: list[str] | None = None, /, *, project: str | Path | None = No
     line: strings are parsed as YAML, other values formatted as YAML)."""
     from omegaconf import OmegaConf
 
-    from .config import compose as compose_args
+    from .training.config import compose as compose_args  # compose/run/load_records import their stack on first use
 
     def as_text(value) -> str:
         return value if isinstance(value, str) else OmegaConf.to_yaml(OmegaConf.create({"v": value})).strip()[3:]
@@ -32,7 +35,7 @@ def compose(args: list[str] | None = None, /, *, project: str | Path | None = No
 
 def run(cfg: DictConfig) -> dict:
     """Train and evaluate one composed config; returns its result record (also written to its run folder)."""
-    from .train import run as run_config
+    from .training.run import run as run_config
 
     return run_config(cfg)
 
@@ -40,7 +43,7 @@ def run(cfg: DictConfig) -> dict:
 def load_records(results_dir: str | Path = "results"):
     """Every result record under ``results_dir`` as a pandas DataFrame, one row per run (unreadable records are
     logged and skipped, as ``mixbench table`` does)."""
-    from .results import load_records_frame
+    from .results.table import load_records_frame
 
     frame, problems = load_records_frame(results_dir)
     for problem in problems:

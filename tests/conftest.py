@@ -6,6 +6,7 @@ import torch
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(min(2, torch.get_num_threads()))
+pytest_plugins = ("downstream_fixtures",)  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
 
 
 @pytest.fixture

@@ -2,15 +2,16 @@
 process at MOMENT of optimizer step STEP: ``step`` (between forward and backward), ``validation`` (after the first
 validation batch) or ``write`` (half-way through writing the checkpoint of that step).  ``MOMENT:SIGNAL`` (e.g.
 ``step:SIGTERM``) sends that signal instead of SIGKILL."""
+
 import os
 import signal
 import sys
 
 from lightning.pytorch.callbacks import Callback
 
-import mixbench.checkpointing as checkpointing
-import mixbench.train as train
-from mixbench.cli import main
+import mixbench.training.checkpointing as checkpointing
+import mixbench.training.run as train
+from mixbench.cli.app import main
 
 moment, _, signame = sys.argv[1].partition(":")
 step, args = int(sys.argv[2]), sys.argv[3:]

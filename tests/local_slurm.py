@@ -1,6 +1,7 @@
 """Test helper: a one-node SLURM cluster (Debian's slurmctld, slurmd and munged) in a scratch folder, on free ports,
 for as long as a ``with local_slurm(folder) as env:`` block runs; ``env`` is the environment for its client commands
 (``SLURM_CONF``).  :class:`SlurmUnavailable` says why it cannot start (missing programs, a daemon that will not run)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -97,21 +98,50 @@ def local_slurm(folder: Path):
     env = {**os.environ, "SLURM_CONF": str(conf)}
     daemons: list[subprocess.Popen] = []
     try:
-        daemons.append(subprocess.Popen(["munged", "-F", "--force", f"--key-file={key}", f"--socket={sock}",
-                                         f"--pid-file={folder / 'munge' / 'munged.pid'}", f"--log-file={folder / 'munge' / 'munged.log'}",
-                                         f"--seed-file={folder / 'munge' / 'munged.seed'}"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
+        daemons.append(
+            subprocess.Popen(
+                [
+                    "munged",
+                    "-F",
+                    "--force",
+                    f"--key-file={key}",
+                    f"--socket={sock}",
+                    f"--pid-file={folder / 'munge' / 'munged.pid'}",
+                    f"--log-file={folder / 'munge' / 'munged.log'}",
+                    f"--seed-file={folder / 'munge' / 'munged.seed'}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         _wait(sock.exists, 20, "munged", [folder / "munge" / "munged.log"])
-        daemons.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.STDOUT, start_new_session=True))
-        daemons.append(subprocess.Popen(["slurmd", "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.STDOUT, start_new_session=True))
+        daemons.append(
+            subprocess.Popen(
+                ["slurmctld", "-D", "-i", "-f", str(conf)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        daemons.append(
+            subprocess.Popen(
+                ["slurmd", "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
 
         def node_idle() -> bool:
             if any(d.poll() is not None for d in daemons):
-                raise SlurmUnavailable("a SLURM daemon exited: " + " | ".join(
-                    line for log in ("slurmctld.log", "slurmd.log") if (folder / log).exists()
-                    for line in (folder / log).read_text().splitlines()[-3:]))
+                raise SlurmUnavailable(
+                    "a SLURM daemon exited: "
+                    + " | ".join(
+                        line
+                        for log in ("slurmctld.log", "slurmd.log")
+                        if (folder / log).exists()
+                        for line in (folder / log).read_text().splitlines()[-3:]
+                    )
+                )
             out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True)
             return out.returncode == 0 and out.stdout.strip() in ("idle", "mix", "alloc")
 
@@ -119,8 +149,9 @@ def local_slurm(folder: Path):
         yield env
         # jobs end after their result is written: stopping slurmd before their steps finish would orphan them
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip()
-                                               or _steps_alive(folder, host)):
+        while time.monotonic() < deadline and (
+            subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip() or _steps_alive(folder, host)
+        ):
             time.sleep(0.5)
     finally:
         for daemon in reversed(daemons):

@@ -1,4 +1,5 @@
 """Layer analyses: only properties that really hold."""
+
 import json
 import math
 from pathlib import Path
@@ -10,10 +11,16 @@ import mixbench
 from mixbench.analysis import angular_distance, block_grad_norms
 from mixbench.analysis.angular import AngularAccumulator
 from mixbench.analysis.runner import prune_profile, subject_at_init
-from mixbench.cli import main
+from mixbench.cli.app import main
 
-TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=32", "trainer.precision=32-true",
-           "divergence.unigram_floor=false"]  # plumbing runs of a few steps have not learned anything yet
+TINY_LM = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "data.seq_len=32",
+    "trainer.precision=32-true",
+    "divergence.unigram_floor=false",
+]  # plumbing runs of a few steps have not learned anything yet
 
 
 def test_angular_distance_of_a_vector_with_itself_is_0_and_of_orthogonal_vectors_one_half():
@@ -75,9 +82,18 @@ def test_skipping_a_block_that_computes_the_identity_changes_nothing(tmp_path):
 
 
 def test_analyze_commands_on_a_run_and_at_init(tmp_path):
-    run_args = ["run", *TINY_LM, "norm=mix", "trainer.max_steps=3", "trainer.val_check_interval=null", "trainer.limit_val_batches=2",
-                "trainer.enable_progress_bar=false", "grad_norm_every_n_steps=1", f"data.cache_dir={tmp_path / 'cache'}",
-                f"results_dir={tmp_path}"]
+    run_args = [
+        "run",
+        *TINY_LM,
+        "norm=mix",
+        "trainer.max_steps=3",
+        "trainer.val_check_interval=null",
+        "trainer.limit_val_batches=2",
+        "trainer.enable_progress_bar=false",
+        "grad_norm_every_n_steps=1",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"results_dir={tmp_path}",
+    ]
     assert main(run_args) == 0
     (record,) = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
     run_dir = Path(record["run_dir"])
@@ -95,8 +111,22 @@ def test_analyze_commands_on_a_run_and_at_init(tmp_path):
     history = json.loads((run_dir / "gradnorm.json").read_text())["history"]
     assert [p["step"] for p in logged["profiles"]] == [0, 1, 2] and logged["profiles"][2]["blocks"] == history[2]["blocks"]
     out = tmp_path / "init"
-    assert main(["analyze", "grad-norm", *TINY_LM, "norm=pre,post,mix", "--batches", "1", "--out", str(out),
-                 f"data.cache_dir={tmp_path / 'cache'}"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "grad-norm",
+                *TINY_LM,
+                "norm=pre,post,mix",
+                "--batches",
+                "1",
+                "--out",
+                str(out),
+                f"data.cache_dir={tmp_path / 'cache'}",
+            ]
+        )
+        == 0
+    )
     profiles = json.loads((out / "grad_norm.json").read_text())
     assert [p["name"] for p in profiles] == ["pre", "post", "mix(α=0.25)"] and (out / "grad_norm.png").is_file()
 

@@ -1,13 +1,22 @@
 """End to end: ``mixbench run`` with a tiny budget on the embedded data, then ``mixbench table``."""
+
 import json
 from pathlib import Path
 
 import pytest
 
-from mixbench.cli import main
+from mixbench.cli.app import main
 
-TINY_VIT = ["divergence.unigram_floor=false", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=3", "trainer.max_epochs=1",
-            "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]
+TINY_VIT = [
+    "divergence.unigram_floor=false",
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "trainer.max_steps=3",
+    "trainer.max_epochs=1",
+    "trainer.limit_val_batches=1",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def records(results_dir: Path) -> list[dict]:
@@ -35,9 +44,20 @@ def test_vit_run_then_table(tmp_path, capsys):
 
 
 def test_llama_run_records_perplexity(tmp_path):
-    args = ["run", "task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "norm=mix", "trainer.max_steps=2",
-            "trainer.val_check_interval=null", "trainer.limit_val_batches=2", "data.seq_len=32", "trainer.enable_progress_bar=false",
-            "divergence.unigram_floor=false", f"results_dir={tmp_path}"]  # 2 steps learn nothing: not the point here
+    args = [
+        "run",
+        "task=llama_lm",
+        "model=llama_debug",
+        "model.vocab_size=8192",
+        "norm=mix",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=null",
+        "trainer.limit_val_batches=2",
+        "data.seq_len=32",
+        "trainer.enable_progress_bar=false",
+        "divergence.unigram_floor=false",
+        f"results_dir={tmp_path}",
+    ]  # 2 steps learn nothing: not the point here
     assert main(args) == 0
     (rec,) = records(tmp_path)
     assert rec["status"] == "completed" and rec["norm"]["plan"] == ["post", "pre", "pre", "pre"]

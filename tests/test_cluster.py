@@ -1,4 +1,5 @@
 """Cluster operations: one writer per run folder, config errors before anything is written."""
+
 import json
 import logging
 import socket
@@ -10,13 +11,21 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
-from mixbench.config import compose, norm_spec
-from mixbench.tasks import discover_tasks
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.core.tasks import discover_tasks
+from mixbench.training.config import compose, norm_spec
 
-TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "trainer.val_check_interval=null",
-           "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
+TINY_LM = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "data.seq_len=16",
+    "trainer.val_check_interval=null",
+    "trainer.limit_val_batches=1",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",
+]
 SOURCES = ("path", "root", "hub")  # where a data group reads from
 
 
@@ -66,32 +75,58 @@ def fake_run(folder: Path, args: list[str]) -> Path:
     spec = norm_spec(cfg)
     options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
     folder.mkdir(parents=True)
-    (folder / "model_config.json").write_text(json.dumps({
-        "family": cfg.task.family, "model": cfg.model.name, "options": options, "norm": spec.to_dict(), "norm_label": spec.label(),
-        "plan": spec.plan(int(cfg.model.num_layers))}))
+    (folder / "model_config.json").write_text(
+        json.dumps(
+            {
+                "family": cfg.task.family,
+                "model": cfg.model.name,
+                "options": options,
+                "norm": spec.to_dict(),
+                "norm_label": spec.label(),
+                "plan": spec.plan(int(cfg.model.num_layers)),
+            }
+        )
+    )
     return folder
 
 
-@pytest.mark.parametrize("theirs, expected", [
-    (["task=llama_lm", "model=llama_71m"], "does not fit this run's llama_250m: model.hidden_size=768 (weights: 512)"),
-    (["task=llama_lm", "model=llama_250m", "norm=post"], "was trained with norm post"),
-    (["task=vit_tiny"], "holds a vision model"),
-    (None, "no such file or folder"),
-])
+@pytest.mark.parametrize(
+    "theirs, expected",
+    [
+        (["task=llama_lm", "model=llama_71m"], "does not fit this run's llama_250m: model.hidden_size=768 (weights: 512)"),
+        (["task=llama_lm", "model=llama_250m", "norm=post"], "was trained with norm post"),
+        (["task=vit_tiny"], "holds a vision model"),
+        (None, "no such file or folder"),
+    ],
+)
 def test_init_from_that_does_not_fit_exits_2_before_anything_is_written(theirs, expected, tmp_path, caplog):
     source = fake_run(tmp_path / "pretrained", theirs) if theirs else tmp_path / "missing"
     (tmp_path / "sft.json").write_text("[]")
-    assert main(["run", "task=sft_commonsense", f"init_from={source}", f"data.path={tmp_path / 'sft.json'}", "data.tokenizer=embedded",
-                 f"results_dir={tmp_path / 'results'}"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "task=sft_commonsense",
+                f"init_from={source}",
+                f"data.path={tmp_path / 'sft.json'}",
+                "data.tokenizer=embedded",
+                f"results_dir={tmp_path / 'results'}",
+            ]
+        )
+        == 2
+    )
     (message,) = errors(caplog)
     assert expected in message, message
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["trainer.num_nodes=2", "trainer.strategy=ddp"], "set run_dir= to a folder on storage every node shares"),
-    (["data.batch_size=4", "data.global_batch_size=6"], "data.global_batch_size=6 is not a multiple of data.batch_size=4"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["trainer.num_nodes=2", "trainer.strategy=ddp"], "set run_dir= to a folder on storage every node shares"),
+        (["data.batch_size=4", "data.global_batch_size=6"], "data.global_batch_size=6 is not a multiple of data.batch_size=4"),
+    ],
+)
 def test_batch_and_node_settings_that_cannot_run_exit_2_before_anything_is_written(args, expected, tmp_path, caplog):
     assert main(["run", *TINY_LM, *args, f"results_dir={tmp_path / 'results'}"]) == 2
     (message,) = errors(caplog)
@@ -164,8 +199,11 @@ def test_slurm_launcher_runs_each_cell_as_a_job_names_the_jobs_and_resume_skips_
 def test_slurm_pre_timeout_signal_checkpoints_requeues_and_the_job_continues_exactly(slurm, slurm_grid, tmp_path):
     results = tmp_path / "results"
     with open(tmp_path / "launcher.log", "w") as output:
-        launcher = subprocess.Popen([sys.executable, "-m", "mixbench.cli", "run", "-m", *SLURM_RUN, "seed=0", f"results_dir={results}"],
-                                    stdout=output, stderr=subprocess.STDOUT)
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "mixbench.cli", "run", "-m", *SLURM_RUN, "seed=0", f"results_dir={results}"],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 180
         while not list(results.rglob("epoch=0-step=2.ckpt")):  # training is under way
@@ -192,8 +230,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-MULTI = [*TINY_LM, "trainer.max_steps=4", "trainer.accelerator=cpu", "trainer.deterministic=true", "data.batch_size=4",
-         "data.global_batch_size=8", "save_weights=true"]
+MULTI = [
+    *TINY_LM,
+    "trainer.max_steps=4",
+    "trainer.accelerator=cpu",
+    "trainer.deterministic=true",
+    "data.batch_size=4",
+    "data.global_batch_size=8",
+    "save_weights=true",
+]
 
 
 def test_two_nodes_under_torchrun_train_like_one_process_with_the_same_global_batch(tmp_path):
@@ -206,10 +251,32 @@ def test_two_nodes_under_torchrun_train_like_one_process_with_the_same_global_ba
     one, two = tmp_path / "one", tmp_path / "two"
     assert main(["run", *MULTI, "trainer.limit_val_batches=2", f"run_dir={one}"]) == 0
     port = free_port()
-    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={rank}",
-                               "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "mixbench.cli", "run", *MULTI,
-                               "trainer.num_nodes=2", "trainer.devices=1", "trainer.strategy=ddp", f"run_dir={two}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                f"--node-rank={rank}",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                "-m",
+                "mixbench.cli",
+                "run",
+                *MULTI,
+                "trainer.num_nodes=2",
+                "trainer.devices=1",
+                "trainer.strategy=ddp",
+                f"run_dir={two}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
     outputs = [node.communicate(timeout=300)[1] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], [o[-1500:] for o in outputs]
     single, double = (json.loads((d / "record.json").read_text()) for d in (one, two))
@@ -236,8 +303,12 @@ def test_srun_ranks_under_lightnings_slurm_environment_train_like_one_process(sl
     """A job of 2 tasks (``srun``, one per device, gloo): Lightning's SLURM environment makes them the ranks of one run;
     rank 0 alone writes the record, which matches one process accumulating the same global batch."""
     assert main(["run", *MULTI, "trainer.limit_val_batches=2", f"run_dir={tmp_path / 'one'}"]) == 0
-    assert main(["run", "-m", *MULTI, "trainer.devices=2", "trainer.strategy=ddp", f"results_dir={tmp_path / 'results'}",
-                 "--launcher", "slurm"]) == 0
+    assert (
+        main(
+            ["run", "-m", *MULTI, "trainer.devices=2", "trainer.strategy=ddp", f"results_dir={tmp_path / 'results'}", "--launcher", "slurm"]
+        )
+        == 0
+    )
     (double,) = records(tmp_path / "results")
     single = json.loads((tmp_path / "one" / "record.json").read_text())
     assert double["effective"]["world_size"] == 2 and double["effective"]["global_batch_size"] == 8
@@ -246,14 +317,17 @@ def test_srun_ranks_under_lightnings_slurm_environment_train_like_one_process(sl
     assert double["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-6, abs=0)
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["run", *TINY_LM, "--launcher", "slurm"], "--launcher belong to sweeps (-m)"),
-    (["run", "-m", *TINY_LM, "seed=0,1", "--launcher", "slurm", "--jobs", "2"], "--jobs is for the local launcher"),
-    (["run", "-m", *TINY_LM, "seed=0,1", "trainer.devices=-1", "--launcher", "slurm"], "needs trainer.devices as a number"),
-    (["run", "-m", *TINY_LM, "seed=0,1", "--launcher", "slurm"], "needs SLURM's sbatch on PATH"),
-    (["reproduce", "table2", "--scale", "proxy", "--launcher", "slurm"], "run with the local launcher only"),
-    (["run", "-m", "task=sft_commonsense", "seed=0,1", "--launcher", "slurm"], "set data.path"),  # every cell checked first
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["run", *TINY_LM, "--launcher", "slurm"], "--launcher belong to sweeps (-m)"),
+        (["run", "-m", *TINY_LM, "seed=0,1", "--launcher", "slurm", "--jobs", "2"], "--jobs is for the local launcher"),
+        (["run", "-m", *TINY_LM, "seed=0,1", "trainer.devices=-1", "--launcher", "slurm"], "needs trainer.devices as a number"),
+        (["run", "-m", *TINY_LM, "seed=0,1", "--launcher", "slurm"], "needs SLURM's sbatch on PATH"),
+        (["reproduce", "table2", "--scale", "proxy", "--launcher", "slurm"], "run with the local launcher only"),
+        (["run", "-m", "task=sft_commonsense", "seed=0,1", "--launcher", "slurm"], "set data.path"),  # every cell checked first
+    ],
+)
 def test_slurm_launcher_input_errors_exit_2_before_anything_is_submitted_or_written(args, expected, tmp_path, caplog, monkeypatch):
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # no sbatch here
     assert main([*args, f"results_dir={tmp_path / 'results'}"]) == 2

@@ -1,14 +1,16 @@
 import pytest
 
-from mixbench.config import ConfigError, compose
-from mixbench.tasks import TaskError
+from mixbench.core.tasks import TaskError
+from mixbench.training.config import ConfigError, compose
 
 
 def test_group_choices_and_dotted_overrides_compose_in_order():
     cfg = compose(["task=vit_small", "norm=mix", "norm.alpha=0.5", "trainer.max_steps=100", "seed=1", "results_dir=/tmp/x"])
     assert cfg.norm.placement == "mix" and cfg.norm.alpha == 0.5
     assert cfg.trainer.max_steps == 100 and cfg.seed == 1 and cfg.results_dir == "/tmp/x"
-    assert cfg.model.name == "vit_small" and cfg.model.patch_size == 8 and cfg.model.num_classes is None  # recipe over model defaults; classes from the data
+    assert (
+        cfg.model.name == "vit_small" and cfg.model.patch_size == 8 and cfg.model.num_classes is None
+    )  # recipe over model defaults; classes from the data
     assert cfg.choices.data == "cifar10_embedded"
 
 
@@ -62,7 +64,8 @@ def _project_with(tmp_path, task_recipe: str = "", data_extra: str = ""):
     (tmp_path / "configs" / "data").mkdir(parents=True)
     (tmp_path / "tasks" / "t" / "task.yaml").write_text(
         "name: t\nfamily: vision\nmodel: vit_debug\ndata: mydata\nmetrics: [{name: val/top1, higher_is_better: true, primary: true}]\n"
-        + task_recipe)
+        + task_recipe
+    )
     (tmp_path / "configs" / "data" / "mydata.yaml").write_text("loader: cifar10\nbatch_size: 8\n" + data_extra)
     return tmp_path
 
@@ -81,16 +84,23 @@ def test_every_layer_is_strict_and_names_its_file(tmp_path):
         compose(["task=t", "norm=mine"], root=project)
 
 
-@pytest.mark.parametrize("key, hint", [("logger", "use logger=csv,tensorboard"), ("callbacks", "grad_norm_every_n_steps"),
-                                       ("default_root_dir", "results_dir"), ("enable_checkpointing", "checkpoint.every_n_steps")])
+@pytest.mark.parametrize(
+    "key, hint",
+    [
+        ("logger", "use logger=csv,tensorboard"),
+        ("callbacks", "grad_norm_every_n_steps"),
+        ("default_root_dir", "results_dir"),
+        ("enable_checkpointing", "checkpoint.every_n_steps"),
+    ],
+)
 def test_keys_mixbench_fills_name_the_option_to_use(key, hint):
     with pytest.raises(ConfigError, match=f"trainer.{key} is set by mixbench.*{hint}"):
         compose(["task=vit_small", f"+trainer.{key}=false"])
 
 
 def test_data_modules_declare_their_arguments():
-    from mixbench.config import data_arguments
     from mixbench.data import get_datamodule_class, list_datamodules
+    from mixbench.training.config import data_arguments
 
     for name in list_datamodules():
         assert "batch_size" in data_arguments(get_datamodule_class(name))

@@ -1,4 +1,5 @@
 """Crash-safe runs: SIGKILL at several moments, `resume=auto`, and the uninterrupted run's result exactly."""
+
 import json
 import logging
 import os
@@ -9,14 +10,27 @@ from pathlib import Path
 
 import pytest
 
-from mixbench.checkpointing import newest_checkpoint
-from mixbench.cli import main
-from mixbench.preemption import PREEMPTED_EXIT
+from mixbench.cli.app import main
+from mixbench.training.checkpointing import newest_checkpoint
+from mixbench.training.preemption import PREEMPTED_EXIT
 
 HERE = Path(__file__).parent
-COMMON = ["task=llama_lm", "norm=mix", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "data.batch_size=4",
-          "trainer.max_steps=8", "trainer.val_check_interval=4", "trainer.limit_val_batches=3", "trainer.enable_progress_bar=false",
-          "divergence.unigram_floor=false", "checkpoint.every_n_steps=2", "checkpoint.keep_last=2", "trainer.deterministic=true"]
+COMMON = [
+    "task=llama_lm",
+    "norm=mix",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "data.seq_len=16",
+    "data.batch_size=4",
+    "trainer.max_steps=8",
+    "trainer.val_check_interval=4",
+    "trainer.limit_val_batches=3",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",
+    "checkpoint.every_n_steps=2",
+    "checkpoint.keep_last=2",
+    "trainer.deterministic=true",
+]
 
 
 def record(run_dir: Path) -> dict:
@@ -34,8 +48,13 @@ def uninterrupted(tmp_path_factory):
 def test_kill_then_resume_gives_the_uninterrupted_result_exactly(tmp_path, uninterrupted, moment, step):
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    killed = subprocess.run([sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *COMMON, f"run_dir={run_dir}"],
-                            env=env, capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *COMMON, f"run_dir={run_dir}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert not (run_dir / "record.json").exists()
     if moment == "write":  # the interrupted write left only a temporary file, never a .ckpt a resume could pick
@@ -69,8 +88,13 @@ def test_resume_auto_finds_the_unfinished_folder_of_the_same_config_and_skips_fi
 def interrupt(moment: str, step: int, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
     """``mixbench run COMMON ARGS run_dir=RUN_DIR`` through the kill harness (see ``kill_harness.py``)."""
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    return subprocess.run([sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *COMMON, *args, f"run_dir={run_dir}"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *COMMON, *args, f"run_dir={run_dir}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_damaged_newest_checkpoints_are_skipped_and_the_newest_intact_one_resumes_exactly(tmp_path, uninterrupted, caplog):
@@ -104,8 +128,9 @@ def test_every_checkpoint_damaged_is_exit_2_naming_them_and_nothing_is_overwritt
     assert files() == before  # the lock's files (.run.*) aside
 
 
-@pytest.mark.parametrize("signame, extra", [("SIGTERM", []),
-                                            pytest.param("SIGUSR1", ["data.global_batch_size=8"], marks=pytest.mark.slow)])  # 2 micro-batches a step
+@pytest.mark.parametrize(
+    "signame, extra", [("SIGTERM", []), pytest.param("SIGUSR1", ["data.global_batch_size=8"], marks=pytest.mark.slow)]
+)  # 2 micro-batches a step
 def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_resumes_exactly(tmp_path, uninterrupted, signame, extra):
     if extra:
         assert main(["run", *COMMON, *extra, f"run_dir={tmp_path / 'full'}"]) == 0

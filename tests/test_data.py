@@ -28,10 +28,10 @@ class FakeStore:
         self.num_tokens, self.num_documents = len(self.tokens), len(docs)
 
     def read(self, start, length):
-        return self.tokens[start:start + length]
+        return self.tokens[start : start + length]
 
     def document(self, i):
-        return self.tokens[self.doc_offsets[i]:self.doc_offsets[i + 1]]
+        return self.tokens[self.doc_offsets[i] : self.doc_offsets[i + 1]]
 
 
 def write_c4_shards(folder, split, docs_per_shard):
@@ -140,7 +140,9 @@ SHARED_CIFAR = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar1
 def test_cifar_npz_is_split_stratified_and_resized(tmp_path):
     rng = np.random.default_rng(0)
     path = tmp_path / "c.npz"
-    np.savez(path, x=rng.integers(0, 255, (100, 32, 32, 3), dtype=np.uint8), y=np.repeat(np.arange(10), 10), classes=np.array(list("abcdefghij")))
+    np.savez(
+        path, x=rng.integers(0, 255, (100, 32, 32, 3), dtype=np.uint8), y=np.repeat(np.arange(10), 10), classes=np.array(list("abcdefghij"))
+    )
     dm = CifarArrayDataModule(path=str(path), val_per_class=3, img_size=64, batch_size=5)
     dm.setup()
     assert len(dm.train_set) == 70 and torch.bincount(dm.val_set.labels).tolist() == [3] * 10

@@ -1,4 +1,5 @@
 """The GPU-side image pipeline (data.pipeline=gpu) against timm's CPU recipe, run on the CPU."""
+
 import io
 
 import numpy as np
@@ -24,19 +25,38 @@ def photos():
     return images, torch.stack([torch.from_numpy(np.array(i)).permute(2, 0, 1) for i in images])
 
 
-PIXEL_OPS = [("AutoContrast", aa.auto_contrast, None), ("Equalize", aa.equalize, None), ("Invert", aa.invert, None),
-             ("PosterizeIncreasing", aa.posterize, 2), ("PosterizeIncreasing", aa.posterize, 0), ("SolarizeIncreasing", aa.solarize, 100),
-             ("SolarizeAdd", aa.solarize_add, 80), ("ColorIncreasing", aa.color, 1.7), ("ColorIncreasing", aa.color, 0.2),
-             ("ContrastIncreasing", aa.contrast, 1.8), ("ContrastIncreasing", aa.contrast, 0.3), ("BrightnessIncreasing", aa.brightness, 1.6),
-             ("SharpnessIncreasing", aa.sharpness, 1.9), ("SharpnessIncreasing", aa.sharpness, 0.1)]
-GEOMETRIC_OPS = [("Rotate", aa.rotate, 17.0), ("Rotate", aa.rotate, -25.0), ("ShearX", aa.shear_x, 0.25), ("ShearY", aa.shear_y, -0.2),
-                 ("TranslateXRel", aa.translate_x_rel, 0.3), ("TranslateYRel", aa.translate_y_rel, -0.4)]
+PIXEL_OPS = [
+    ("AutoContrast", aa.auto_contrast, None),
+    ("Equalize", aa.equalize, None),
+    ("Invert", aa.invert, None),
+    ("PosterizeIncreasing", aa.posterize, 2),
+    ("PosterizeIncreasing", aa.posterize, 0),
+    ("SolarizeIncreasing", aa.solarize, 100),
+    ("SolarizeAdd", aa.solarize_add, 80),
+    ("ColorIncreasing", aa.color, 1.7),
+    ("ColorIncreasing", aa.color, 0.2),
+    ("ContrastIncreasing", aa.contrast, 1.8),
+    ("ContrastIncreasing", aa.contrast, 0.3),
+    ("BrightnessIncreasing", aa.brightness, 1.6),
+    ("SharpnessIncreasing", aa.sharpness, 1.9),
+    ("SharpnessIncreasing", aa.sharpness, 0.1),
+]
+GEOMETRIC_OPS = [
+    ("Rotate", aa.rotate, 17.0),
+    ("Rotate", aa.rotate, -25.0),
+    ("ShearX", aa.shear_x, 0.25),
+    ("ShearY", aa.shear_y, -0.2),
+    ("TranslateXRel", aa.translate_x_rel, 0.3),
+    ("TranslateYRel", aa.translate_y_rel, -0.4),
+]
 
 
 def _both(photos, name, timm_fn, arg):
     images, batch = photos
     args = () if arg is None else (arg,)
-    ref = torch.stack([torch.from_numpy(np.array(timm_fn(i, *args, fillcolor=FILL, resample=Image.BICUBIC))).permute(2, 0, 1) for i in images])
+    ref = torch.stack(
+        [torch.from_numpy(np.array(timm_fn(i, *args, fillcolor=FILL, resample=Image.BICUBIC))).permute(2, 0, 1) for i in images]
+    )
     out = ra.apply_op(name, batch.clone(), torch.full((len(batch),), float(arg or 0)), torch.tensor(FILL, dtype=torch.float32))
     assert out.dtype == torch.uint8 and out.shape == batch.shape
     return (out.float() - ref.float()).abs()
@@ -97,8 +117,17 @@ def test_train_pipeline_without_randomness_is_a_resize_and_normalize(photos):
     encoded = [_jpeg_bytes(p) for p in images]
     plain = dp.DeviceImagePipeline(dp.CropGeometry(32, scale=(1.0, 1.0), ratio=(1.0, 1.0)), auto_augment=None, re_prob=0.0, hflip=0.0)
     ours, _ = plain(dp.EncodedImages.from_files(encoded, torch.zeros(4, dtype=torch.long), train=True), "cpu")
-    timm_train = create_transform(32, is_training=True, auto_augment=None, re_prob=0.0, hflip=0.0, color_jitter=None, scale=(1.0, 1.0),
-                                  ratio=(1.0, 1.0), interpolation="bicubic")
+    timm_train = create_transform(
+        32,
+        is_training=True,
+        auto_augment=None,
+        re_prob=0.0,
+        hflip=0.0,
+        color_jitter=None,
+        scale=(1.0, 1.0),
+        ratio=(1.0, 1.0),
+        interpolation="bicubic",
+    )
     ref = torch.stack([timm_train(Image.open(io.BytesIO(e.numpy().tobytes())).convert("RGB")) for e in encoded])
     assert (ours - ref).abs().mean() < 0.02
 
@@ -107,7 +136,9 @@ def _train_batch(encoded, re_prob):
     import random
 
     random.seed(0), np.random.seed(0), torch.manual_seed(0)
-    return dp.DeviceImagePipeline(dp.CropGeometry(48), re_prob=re_prob)(dp.EncodedImages.from_files(encoded, torch.arange(len(encoded)), train=True), "cpu")
+    return dp.DeviceImagePipeline(dp.CropGeometry(48), re_prob=re_prob)(
+        dp.EncodedImages.from_files(encoded, torch.arange(len(encoded)), train=True), "cpu"
+    )
 
 
 def test_full_train_recipe_crops_augments_and_erases_one_box(photos):
@@ -131,14 +162,14 @@ def test_decode_batch_reads_jpeg_and_png():
 
 
 def test_unknown_pipeline_is_one_clear_error(tmp_path):
-    from mixbench.errors import ConfigError
+    from mixbench.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.pipeline"):
         ImageFolderDataModule(root=str(tmp_path), pipeline="dali")
 
 
 def test_rand_augment_ops_without_a_batched_version_are_one_clear_error():
-    from mixbench.errors import ConfigError
+    from mixbench.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.pipeline=cpu"):
         ra.BatchRandAugment("rand-m9-t3a", 64, (0.5, 0.5, 0.5))  # timm's '3a' set has Desaturate and GaussianBlur
@@ -158,7 +189,7 @@ def test_erasing_draws_the_boxes_timm_erases_and_fills_only_them():
     boxes = torch.tensor([dp.erase_box(recipe.eraser, 40, 48) for _ in range(32)])
     masks = torch.zeros(32, 40, 48, dtype=torch.bool)
     for mask, (top, left, h, w) in zip(masks, boxes.tolist()):
-        mask[top:top + h, left:left + w] = True
+        mask[top : top + h, left : left + w] = True
     assert 5 < (boxes[:, 2] > 0).sum() < 27  # p = 0.5
     assert torch.equal(images.ne(0).any(dim=1), masks)  # timm's boxes, from the same `random` draws
     erased = dp.erase(torch.full((32, 3, 40, 48), 7.0), boxes)
@@ -175,7 +206,7 @@ def _rand_augment_image_by_image(rand_augment, images, fill):
             op = rand_augment.ops[k]
             args = rand_augment._draw_args(op)
             if args is not None:
-                out[i:i + 1] = ra.apply_op(op.name, out[i:i + 1], torch.tensor([float(args[0]) if args else 0.0]), fill)
+                out[i : i + 1] = ra.apply_op(op.name, out[i : i + 1], torch.tensor([float(args[0]) if args else 0.0]), fill)
     return out
 
 
@@ -221,9 +252,9 @@ def test_device_half_is_deterministic_given_the_workers_draws(tmp_path):
 def test_worker_nice_lowers_the_workers_priority(tmp_path):
     import os
 
-    from mixbench.errors import ConfigError
-
     from test_images import make_folder
+
+    from mixbench.core.errors import ConfigError
 
     dm = ImageFolderDataModule(root=str(make_folder(tmp_path)), img_size=32, batch_size=2, num_workers=1, worker_nice=3)
     dm.setup()

@@ -1,5 +1,6 @@
 """Downstream evaluation: the batched scorer against brute force, the harness model class, `mixbench eval` offline on
 the embedded items (harness and generate-and-match protocols, results in the run's record), the item formats."""
+
 import json
 import math
 from collections import Counter
@@ -8,14 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.core.jsonitems import read_items
 from mixbench.evaluation.formats import TABLE2_TASKS, TASKS, extract_answer, to_harness, to_instruction
 from mixbench.evaluation.scoring import Scorer
 from mixbench.evaluation.suites import EMBEDDED_DIR, find_task_data
-from mixbench.jsonitems import read_items
-
-from downstream_fixtures import pretrain_run, sft_run  # noqa: F401  (fixtures)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -28,8 +27,10 @@ def tiny_model(seed: int = 0):
 
 def test_scorer_matches_full_logits_and_greedy():
     model, g = tiny_model(), torch.Generator().manual_seed(0)
-    pairs = [(torch.randint(0, 512, (n,), generator=g).tolist(), torch.randint(0, 512, (k,), generator=g).tolist())
-             for n, k in ((5, 1), (9, 3), (1, 2), (30, 4), (70, 2))]  # the last one is left-truncated to max_length
+    pairs = [
+        (torch.randint(0, 512, (n,), generator=g).tolist(), torch.randint(0, 512, (k,), generator=g).tolist())
+        for n, k in ((5, 1), (9, 3), (1, 2), (30, 4), (70, 2))
+    ]  # the last one is left-truncated to max_length
     pairs.append((pairs[0][0], pairs[0][1]))  # a duplicate input is run once, scored twice
     scorer = Scorer(model, "cpu", batch_size=2, max_length=64)
     for (context, continuation), (logprob, greedy) in zip(pairs, scorer.loglikelihood(pairs)):
@@ -57,7 +58,7 @@ def test_batched_greedy_generation_equals_one_at_a_time():
         for _ in range(6):
             with torch.no_grad():
                 ids.append(model(torch.tensor([ids]))[0, -1].argmax().item())
-        assert out == ids[len(prompt):]
+        assert out == ids[len(prompt) :]
     eos = batched[0][2]
     assert scorer.generate(prompts[:1], 6, eos_id=eos) == [batched[0][:2]]
     assert scorer.generate(prompts[:1], 6, stop=lambda ids: len(ids) == 3) == [batched[0][:3]]

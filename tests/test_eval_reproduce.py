@@ -1,16 +1,16 @@
 """`mixbench reproduce table2`: pretrain → SFT → eval chains (dry run, stage options, reuse of finished stages) and
 `mixbench table --paper table2` next to the paper's numbers."""
+
 import json
 from pathlib import Path
 
 import pytest
-
-from mixbench.cli import main
-from mixbench.errors import ConfigError
-from mixbench.reproduce import grid
-from mixbench.reproduce_downstream import chains, same_settings, split_overrides
-
 from downstream_fixtures import TINY, write_records
+
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.grids.downstream import chains, same_settings, split_overrides
+from mixbench.grids.reproduce import grid
 
 
 def test_table2_grid_holds_the_paper_numbers():
@@ -25,18 +25,26 @@ def test_table2_grid_holds_the_paper_numbers():
 def test_dry_run_lists_every_stage_with_its_dependencies(capsys):
     assert main(["reproduce", "table2", "--dry-run", "sft:data.path=/data/commonsense_170k.json", "eval:limit=100"]) == 0
     out = capsys.readouterr().out
-    assert out.count("[pretrain] mixbench run task=c4_llama_") == 8 and out.count("[sft]      mixbench run") == 8 and out.count("[eval]     mixbench eval") == 8
+    assert (
+        out.count("[pretrain] mixbench run task=c4_llama_") == 8
+        and out.count("[sft]      mixbench run") == 8
+        and out.count("[eval]     mixbench eval") == 8
+    )
     assert "task=sft_commonsense model=llama_250m norm=mix" in out and "'init_from=<pretrain run>'" in out
     assert "--num-fewshot 5" in out and "--limit 100" in out and "data.path=/data/commonsense_170k.json" in out
     assert main(["reproduce", "table2", "--dry-run"]) == 0
     assert "add sft:data.path=" in capsys.readouterr().out
     assert main(["reproduce", "table2", "--dry-run", "--only", "norm=mix", "sft:data.path=x"]) == 0
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("# ")] == [
-        "# c4_llama_250m · mix(α=0.25) · seed 0", "# c4_llama_1b · mix(α=0.25) · seed 0"]
+        "# c4_llama_250m · mix(α=0.25) · seed 0",
+        "# c4_llama_1b · mix(α=0.25) · seed 0",
+    ]
 
 
 def test_stage_options_and_settings_comparison():
-    common, pre, sft, options = split_overrides(("seed=1", "pretrain:data.path=a", "sft:data.path=b", "eval:tasks=boolq,piqa", "eval:limit=5"))
+    common, pre, sft, options = split_overrides(
+        ("seed=1", "pretrain:data.path=a", "sft:data.path=b", "eval:tasks=boolq,piqa", "eval:limit=5")
+    )
     assert (common, pre, sft, options) == (["seed=1"], ["data.path=a"], ["data.path=b"], {"tasks": ["boolq", "piqa"], "limit": 5})
     with pytest.raises(ConfigError, match="unknown evaluation option"):
         split_overrides(("eval:shots=5",))
@@ -50,10 +58,20 @@ def test_stage_options_and_settings_comparison():
 def _sft_record(root: Path, norm_label: str, seed: int, accuracy: float) -> None:
     tasks = grid("table2")["tasks"]
     metrics = {"val/loss": 1.0, **{f"eval/{t}/acc": accuracy for t in tasks}, "eval/avg/acc": accuracy}
-    record = {"schema": "mixbench.result/1", "task": "sft_commonsense", "scale": "paper", "seed": seed, "status": "completed",
-              "model": {"name": "llama_250m"}, "norm": {"label": norm_label}, "dataset": {"name": "commonsense_170k"},
-              "metrics": metrics, "primary_metric": {"name": "val/loss", "higher_is_better": False, "value": 1.0},
-              "downstream": {"harness": {"tasks": {t: {"acc": accuracy} for t in tasks}}}, "started_at": f"2026-01-0{seed + 1}"}
+    record = {
+        "schema": "mixbench.result/1",
+        "task": "sft_commonsense",
+        "scale": "paper",
+        "seed": seed,
+        "status": "completed",
+        "model": {"name": "llama_250m"},
+        "norm": {"label": norm_label},
+        "dataset": {"name": "commonsense_170k"},
+        "metrics": metrics,
+        "primary_metric": {"name": "val/loss", "higher_is_better": False, "value": 1.0},
+        "downstream": {"harness": {"tasks": {t: {"acc": accuracy} for t in tasks}}},
+        "started_at": f"2026-01-0{seed + 1}",
+    }
     folder = root / "runs" / f"{norm_label}-{seed}"
     folder.mkdir(parents=True)
     (folder / "record.json").write_text(json.dumps(record))
@@ -74,11 +92,31 @@ def test_table_paper_table2_puts_ours_next_to_the_paper(tmp_path, capsys):
 def test_reproduce_table2_proxy_chains_run_and_are_reused(tmp_path, capsys):
     """The whole proxy grid at toy size on the CPU (4 chains × pretrain, SFT, eval), then again: nothing re-runs."""
     data = write_records(tmp_path / "sft.json")
-    args = ["reproduce", "table2", "--scale", "proxy", f"results_dir={tmp_path / 'results'}", *TINY[1:], "model.num_layers=2",
-            "data.tokenizer=embedded", "model.vocab_size=8192", "trainer.precision=32-true", "compile=false",
-            "pretrain:data.path=embedded", "pretrain:trainer.max_steps=2", "pretrain:data.batch_size=4", "pretrain:data.global_batch_size=4",
-            "pretrain:trainer.val_check_interval=2", "pretrain:data.max_val_tokens=2000", f"sft:data.path={data}", "sft:data.val_size=4",
-            "sft:trainer.max_steps=2", "eval:data=embedded", "eval:limit=3", "eval:tasks=arc_easy,winogrande"]
+    args = [
+        "reproduce",
+        "table2",
+        "--scale",
+        "proxy",
+        f"results_dir={tmp_path / 'results'}",
+        *TINY[1:],
+        "model.num_layers=2",
+        "data.tokenizer=embedded",
+        "model.vocab_size=8192",
+        "trainer.precision=32-true",
+        "compile=false",
+        "pretrain:data.path=embedded",
+        "pretrain:trainer.max_steps=2",
+        "pretrain:data.batch_size=4",
+        "pretrain:data.global_batch_size=4",
+        "pretrain:trainer.val_check_interval=2",
+        "pretrain:data.max_val_tokens=2000",
+        f"sft:data.path={data}",
+        "sft:data.val_size=4",
+        "sft:trainer.max_steps=2",
+        "eval:data=embedded",
+        "eval:limit=3",
+        "eval:tasks=arc_easy,winogrande",
+    ]
     assert main(args) == 0
     records = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("record.json")]
     sft = [r for r in records if r["task"] == "sft_commonsense"]
@@ -95,8 +133,10 @@ def test_floors_are_chance_and_majority_of_the_evaluated_items(tmp_path):
 
     docs = [{"question": f"q{i}", "passage": "", "label": int(i < 3)} for i in range(4)]  # 3 of 4 gold answers are "yes"
     (tmp_path / "boolq.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
-    arc = [{"id": str(i), "question": "q", "answerKey": key, "choices": {"text": list("abcde"[:n]), "label": list("ABCDE"[:n])}}
-           for i, (key, n) in enumerate([("A", 4), ("B", 5), ("A", 4), ("C", 4)])]
+    arc = [
+        {"id": str(i), "question": "q", "answerKey": key, "choices": {"text": list("abcde"[:n]), "label": list("ABCDE"[:n])}}
+        for i, (key, n) in enumerate([("A", 4), ("B", 5), ("A", 4), ("C", 4)])
+    ]
     (tmp_path / "arc_easy.jsonl").write_text("".join(json.dumps(d) + "\n" for d in arc))
     boolq, arc_easy = task_floors("boolq", [str(tmp_path)]), task_floors("arc_easy", [str(tmp_path)])
     assert (boolq["n"], boolq["chance"], boolq["majority"], boolq["majority_answer"]) == (4, 50.0, 75.0, "1")
@@ -105,7 +145,7 @@ def test_floors_are_chance_and_majority_of_the_evaluated_items(tmp_path):
 
 def test_seeds_report_counts_divergence_and_gives_welch_intervals():
     from mixbench.evaluation.report import seeds_report
-    from mixbench.stats import welch_interval
+    from mixbench.results.stats import welch_interval
 
     def rec(acc, status="completed"):
         return {"status": status, "metrics": {"eval/piqa/acc": acc, "eval/piqa/acc_stderr": 0.01}}
@@ -121,7 +161,7 @@ def test_seeds_report_counts_divergence_and_gives_welch_intervals():
 def test_committed_proxy_table2_renders_with_its_pretraining_runs(capsys):
     """The committed proxy records moved from the device's results folder: each SFT record still finds its pretraining
     run (by folder name), and the report counts Post-LN's diverged fine-tuning runs."""
-    from mixbench.reproduce_downstream import main as downstream_main
+    from mixbench.grids.downstream import main as downstream_main
 
     root = Path(__file__).resolve().parents[1] / "results" / "proxy" / "table2"
     assert downstream_main(["--results-dir", str(root), "--scale", "proxy", "--data", "embedded"]) == 0

@@ -1,6 +1,7 @@
 """`mixbench export --format hf`: for every registered placement (and the q/k-norm option) the exported folder loads
 with transformers' AutoModelForCausalLM (trust_remote_code) and gives our logits; `lm_eval --model hf` runs it on a
 local task with the same accuracy as the in-process harness model."""
+
 import json
 import os
 import subprocess
@@ -9,15 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import randomize_norms
 
 from mixbench import build_model
 from mixbench.export.bundle import BundleError, module_closure, rewrite_module
 from mixbench.export.hf import export_hf
 from mixbench.layers import NormSpec, block_placements, list_placements
-from mixbench.weights import describe_model, save_weights
-
-from conftest import randomize_norms
-from downstream_fixtures import pretrain_run, sft_run  # noqa: F401  (fixtures)
+from mixbench.training.weights import describe_model, save_weights
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,7 +40,9 @@ def make_run(folder: Path, spec: NormSpec, seed: int = 0) -> Path:
     model = build_model("llama_debug", spec, seed=seed, num_layers=3, vocab_size=8192, hidden_size=32, intermediate_size=64, num_heads=2)
     randomize_norms(model, torch.Generator().manual_seed(seed))
     folder.mkdir(parents=True)
-    save_weights(model, folder, describe_model("lm", "llama_debug", {k: getattr(model.cfg, k) for k in model.cfg.__dataclass_fields__}, model))
+    save_weights(
+        model, folder, describe_model("lm", "llama_debug", {k: getattr(model.cfg, k) for k in model.cfg.__dataclass_fields__}, model)
+    )
     (folder / "config.yaml").write_text("data:\n  tokenizer: embedded\n")
     return folder
 
@@ -49,7 +50,7 @@ def make_run(folder: Path, spec: NormSpec, seed: int = 0) -> Path:
 def test_exported_model_gives_our_logits_for_every_placement(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from mixbench.trained import load_trained
+    from mixbench.training.trained import load_trained
 
     ids = torch.randint(0, 8192, (2, 11), generator=torch.Generator().manual_seed(0))
     specs = norm_specs()
@@ -66,12 +67,14 @@ def test_exported_model_gives_our_logits_for_every_placement(tmp_path):
             mask[0, :4] = 0  # left padding: the real tokens' logits are those of the unpadded sequence
             assert torch.allclose(hf(ids, attention_mask=mask).logits[0, 4:], ours(ids[:1, 4:])[0], atol=1e-5, rtol=1e-5), name
         config = json.loads((out / "config.json").read_text())
-        assert config["mixbench_plan"] == ours.plan and config["auto_map"]["AutoModelForCausalLM"] == "modeling_mixbench.MixbenchForCausalLM"
+        assert (
+            config["mixbench_plan"] == ours.plan and config["auto_map"]["AutoModelForCausalLM"] == "modeling_mixbench.MixbenchForCausalLM"
+        )
 
 
 def test_bundle_covers_the_model_code_and_rewrites_only_imports():
     modules = module_closure("mixbench.models.llama")
-    assert {"mixbench.models.llama", "mixbench.layers", "mixbench.layers.placements", "mixbench.errors"} <= set(modules)
+    assert {"mixbench.models.llama", "mixbench.layers", "mixbench.layers.placements", "mixbench.core.errors"} <= set(modules)
     text = rewrite_module("mixbench.models.llama")
     assert "from .mb_layers import" in text and "from ..layers" not in text and "class Llama(" in text
     norm = rewrite_module("mixbench.layers.norm")
@@ -83,7 +86,7 @@ def test_bundle_covers_the_model_code_and_rewrites_only_imports():
 def test_export_cli_tokenizer_and_generation(sft_run, tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     capsys.readouterr()
     assert main(["export", "--format", "hf", str(sft_run), "--out", str(tmp_path / "hf")]) == 0
@@ -107,12 +110,37 @@ def test_lm_eval_hf_runs_the_export_on_a_local_task_with_our_accuracy(sft_run, t
     out = export_hf(sft_run, tmp_path / "hf")
     write_harness_tasks([find_task_data("arc_easy", ["embedded"])], tmp_path / "tasks")
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={out},trust_remote_code=True,dtype=float32",
-                           "--tasks", "arc_easy", "--include_path", str(tmp_path / "tasks"), "--device", "cpu", "--batch_size", "8",
-                           "--limit", "20", "--output_path", str(tmp_path / "lm_eval_out")],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={out},trust_remote_code=True,dtype=float32",
+            "--tasks",
+            "arc_easy",
+            "--include_path",
+            str(tmp_path / "tasks"),
+            "--device",
+            "cpu",
+            "--batch_size",
+            "8",
+            "--limit",
+            "20",
+            "--output_path",
+            str(tmp_path / "lm_eval_out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (result_file,) = (tmp_path / "lm_eval_out").rglob("results*.json")
     theirs = json.loads(result_file.read_text())["results"]["arc_easy"]
-    ours = evaluate(str(sft_run), ["arc_easy"], data=["embedded"], limit=20, out=str(tmp_path / "ours"), update_record=False)["tasks"]["arc_easy"]
+    ours = evaluate(str(sft_run), ["arc_easy"], data=["embedded"], limit=20, out=str(tmp_path / "ours"), update_record=False)["tasks"][
+        "arc_easy"
+    ]
     assert theirs["acc,none"] == pytest.approx(ours["acc"]) and theirs["acc_norm,none"] == pytest.approx(ours["acc_norm"])

@@ -1,4 +1,5 @@
 """Every placement of both families against its formula written out by hand."""
+
 import math
 
 import pytest
@@ -50,7 +51,7 @@ def llama_reference_block(block, x, cos, sin, a):
     def attention(z):
         q, k, v = (z @ block.attn.qkv.weight.T).split(h, dim=-1)
         q, k, v = (t.view(*z.shape[:2], heads, hd).transpose(1, 2) for t in (q, k, v))
-        rot = lambda t: torch.cat([-t[..., hd // 2:], t[..., : hd // 2]], -1)  # noqa: E731
+        rot = lambda t: torch.cat([-t[..., hd // 2 :], t[..., : hd // 2]], -1)  # noqa: E731
         q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
         scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
         t = z.shape[1]
@@ -62,7 +63,7 @@ def llama_reference_block(block, x, cos, sin, a):
         gate, up = (z @ block.mlp.fc1.weight.T).chunk(2, dim=-1)
         return (F.silu(gate) * up) @ block.mlp.fc2.weight.T
 
-    n = lambda m: (lambda z: rms_norm(z, m.weight))  # noqa: E731
+    n = lambda m: lambda z: rms_norm(z, m.weight)  # noqa: E731
     p = block.placement
     n1b = n(block.norm1_post) if p == "sandwich" else None
     n2b = n(block.norm2_post) if p == "sandwich" else None
@@ -122,7 +123,7 @@ def test_vit_block_matches_formula(norm, rng):
     a, _ = deepnorm_constants(len(model.blocks))
     x = torch.randn(2, 5, 32, generator=rng)
     for block in model.blocks:
-        n = lambda m: (lambda z: layer_norm(z, m.weight, m.bias))  # noqa: E731
+        n = lambda m: lambda z: layer_norm(z, m.weight, m.bias)  # noqa: E731
         attn = block.attn
         mlp = lambda z: block.mlp.fc2(F.gelu(block.mlp.fc1(z)))  # noqa: E731, B023 - used within the iteration
         p = block.placement
@@ -177,9 +178,9 @@ def test_scaled_init_and_scaled_embed_options():
     assert scaled.blocks[5].mlp.fc2.weight.std().item() == pytest.approx(target, rel=0.05)
     assert base.blocks[5].mlp.fc2.weight.std().item() == pytest.approx(0.02, rel=0.05)
     ids = torch.arange(6)[None]
-    torch.testing.assert_close(scaled.embed(ids) * 512 ** 0.5, scaled.embed(ids) * scaled.embed_scale)
-    assert scaled.embed_scale == pytest.approx(512 ** 0.5) and base.embed_scale == 1.0
+    torch.testing.assert_close(scaled.embed(ids) * 512**0.5, scaled.embed(ids) * scaled.embed_scale)
+    assert scaled.embed_scale == pytest.approx(512**0.5) and base.embed_scale == 1.0
     vit = build_model("vit_debug", norm=NormSpec(scaled_embed=True), img_size=16, patch_size=8, seed=0)
     plain = build_model("vit_debug", img_size=16, patch_size=8, seed=0)
     images = torch.randn(1, 3, 16, 16)
-    torch.testing.assert_close(vit.patch_embed(images), plain.patch_embed(images) * 32 ** 0.5)
+    torch.testing.assert_close(vit.patch_embed(images), plain.patch_embed(images) * 32**0.5)

@@ -1,5 +1,6 @@
 """The placements beyond the Mix-LN paper (lns, peri, reordered, hybrid, hybrid_star, dyt) and ``norm.qk_norm``,
 for LLaMA and ViT, each against its formula written out by hand (explicit norms, tanh, attention with RoPE)."""
+
 import math
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def hand_norm(m, family):
 
 def rope(t, cos, sin):
     hd = t.shape[-1]
-    return t * cos + torch.cat([-t[..., hd // 2:], t[..., : hd // 2]], -1) * sin
+    return t * cos + torch.cat([-t[..., hd // 2 :], t[..., : hd // 2]], -1) * sin
 
 
 def attention_by_hand(attn, z, family, cos=None, sin=None, qk=None, v_norm=False):
@@ -177,8 +178,9 @@ def test_qk_norm_head_on_vit_uses_timms_own_slots():
 
 
 # ------------------------------------------------------------------------------------------------ whole models
-@pytest.mark.parametrize("norm", [*NEW, NormSpec(placement="peri", options={"embed_norm": True}),
-                                  NormSpec(placement="reordered", qk_norm="full")], ids=label)
+@pytest.mark.parametrize(
+    "norm", [*NEW, NormSpec(placement="peri", options={"embed_norm": True}), NormSpec(placement="reordered", qk_norm="full")], ids=label
+)
 def test_llama_logits_match_formula(norm, rng):
     model = build("llama", norm)
     spec = model.norm_spec
@@ -226,7 +228,7 @@ def test_lns_scale_is_one_for_the_first_block_and_one_over_sqrt_l_after():
     for key, value in pre.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
     vit = build("vit", NormSpec(placement="custom", layers=["post", "lns", "lns", "pre"]))
-    assert [getattr(b, "lns_scale", None) for b in vit.blocks] == [None, pytest.approx(2 ** -0.5), pytest.approx(3 ** -0.5), None]
+    assert [getattr(b, "lns_scale", None) for b in vit.blocks] == [None, pytest.approx(2**-0.5), pytest.approx(3**-0.5), None]
 
 
 @pytest.mark.parametrize("family", ["llama", "vit"])
@@ -290,8 +292,12 @@ def test_hybrid_star_first_block_differs_from_the_rest(family, rng):
 def test_dyt_replaces_every_norm_with_alpha0_per_position(family):
     spec = NormSpec(placement="dyt", qk_norm="head", options={"dyt_alpha_attn": 0.8, "dyt_alpha_mlp": 0.2, "dyt_alpha_final": 0.3})
     model = build(family, spec)
-    norms = [m for m in model.modules() if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.GroupNorm))
-             or type(m).__name__ in ("LayerNorm", "RmsNorm", "TokenGroupNorm")]
+    norms = [
+        m
+        for m in model.modules()
+        if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.GroupNorm))
+        or type(m).__name__ in ("LayerNorm", "RmsNorm", "TokenGroupNorm")
+    ]
     assert norms == []
     assert spec.label() == "dyt(α0=0.8/0.2/0.3)+qk_norm=head" and NormSpec(placement="dyt").label() == "dyt"
     alpha = lambda m: m.alpha.item()  # noqa: E731
@@ -320,8 +326,14 @@ def test_hybrid_rejects_full_qk_norm_and_accepts_head():
 
 
 # ------------------------------------------------------------------------------------------------ counts, guards, configs
-VARIANTS = [*NEW, NormSpec(placement="peri", options={"embed_norm": True}), NormSpec(qk_norm="head"), NormSpec(qk_norm="full"),
-            NormSpec(placement="dyt", qk_norm="full"), NormSpec(placement="custom", layers=["hybrid_first", "dyt", "peri", "hybrid"] * 3)]
+VARIANTS = [
+    *NEW,
+    NormSpec(placement="peri", options={"embed_norm": True}),
+    NormSpec(qk_norm="head"),
+    NormSpec(qk_norm="full"),
+    NormSpec(placement="dyt", qk_norm="full"),
+    NormSpec(placement="custom", layers=["hybrid_first", "dyt", "peri", "hybrid"] * 3),
+]
 
 
 @pytest.mark.parametrize("family", ["llama", "vit"])

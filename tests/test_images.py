@@ -1,4 +1,5 @@
 """Folder-per-class and ImageNet-layout image data through the same pipeline."""
+
 import json
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mixbench.cli import main
+from mixbench.cli.app import main
 from mixbench.data.folders import ImageFolderDataModule
 
 
@@ -45,8 +46,9 @@ def test_hf_parquet_layout(tmp_path, pipeline):
     Image.fromarray(np.zeros((40, 40, 3), dtype=np.uint8)).save(buf, format="JPEG")
     feats = Features({"image": HFImage(), "label": Value("int64")})
     for split in ("train", "validation"):
-        Dataset.from_dict({"image": [{"bytes": buf.getvalue(), "path": None}] * 4, "label": [0, 1, 2, 1]}, features=feats) \
-            .to_parquet(str(tmp_path / "data" / f"{split}-00000-of-00001.parquet"))
+        Dataset.from_dict({"image": [{"bytes": buf.getvalue(), "path": None}] * 4, "label": [0, 1, 2, 1]}, features=feats).to_parquet(
+            str(tmp_path / "data" / f"{split}-00000-of-00001.parquet")
+        )
     dm = ImageFolderDataModule(root=str(tmp_path), img_size=32, batch_size=2, num_workers=0, pipeline=pipeline)
     dm.setup()
     assert dm.layout == "parquet" and dm.num_classes == 3 and len(dm.val_set) == 4
@@ -62,13 +64,34 @@ def test_missing_imagenet_says_what_to_set(tmp_path, caplog):
     assert "set data.root=/path/to/imagenet" in caplog.text
 
 
-@pytest.mark.parametrize("pipeline", ["cpu", "gpu", "nvjpeg"])  # gpu / nvjpeg: recipe finished in transfer_batch_to_device (here on the CPU)
+@pytest.mark.parametrize(
+    "pipeline", ["cpu", "gpu", "nvjpeg"]
+)  # gpu / nvjpeg: recipe finished in transfer_batch_to_device (here on the CPU)
 def test_vit_small_mix_on_an_image_folder(tmp_path, pipeline):
     root = make_folder(tmp_path / "folder")
-    args = ["run", "task=vit_small", "norm=mix", "data=imagefolder", f"data.root={root}", f"data.pipeline={pipeline}", "data.img_size=32", "data.num_workers=0",
-            "data.batch_size=4", "data.eval_batch_size=6", "trainer.max_steps=2", "model.num_layers=4", "model.hidden_size=32",
-            "model.num_heads=2", "mixup.mixup_alpha=0.8", "mixup.cutmix_alpha=1.0", "loss.label_smoothing=0.1", "ema.decay=0.9",
-            "trainer.enable_progress_bar=false", "divergence.unigram_floor=false", f"results_dir={tmp_path / 'results'}"]
+    args = [
+        "run",
+        "task=vit_small",
+        "norm=mix",
+        "data=imagefolder",
+        f"data.root={root}",
+        f"data.pipeline={pipeline}",
+        "data.img_size=32",
+        "data.num_workers=0",
+        "data.batch_size=4",
+        "data.eval_batch_size=6",
+        "trainer.max_steps=2",
+        "model.num_layers=4",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "mixup.mixup_alpha=0.8",
+        "mixup.cutmix_alpha=1.0",
+        "loss.label_smoothing=0.1",
+        "ema.decay=0.9",
+        "trainer.enable_progress_bar=false",
+        "divergence.unigram_floor=false",
+        f"results_dir={tmp_path / 'results'}",
+    ]
     assert main(args) == 0
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("record.json")]
     assert rec["status"] == "completed" and rec["dataset"]["name"] == "folder" and rec["dataset"]["num_classes"] == 3
@@ -84,14 +107,42 @@ def test_vit_throughput_benchmark_smoke(tmp_path):
     from pathlib import Path
 
     out = tmp_path / "vit.json"
-    cmd = [sys.executable, "bench/vit_throughput.py", "--device", "cpu", "--no-compile", "--models", "vit_tiny", "--size-models",
-           "--candidates", "--late-candidates", "--norms", "pre", "mix", "--img-size", "32", "--batch", "2", "--rounds", "1",
-           "--window-s", "0.01", "--warmup", "1", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "bench/vit_throughput.py",
+        "--device",
+        "cpu",
+        "--no-compile",
+        "--models",
+        "vit_tiny",
+        "--size-models",
+        "--candidates",
+        "--late-candidates",
+        "--norms",
+        "pre",
+        "mix",
+        "--img-size",
+        "32",
+        "--batch",
+        "2",
+        "--rounds",
+        "1",
+        "--window-s",
+        "0.01",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
     rows = json.loads(out.read_text())["rows"]
     assert [(r["phase"], r["impl"]) for r in rows] == [
-        ("candidates", "timm vit_tiny_patch16_224"), ("candidates", "mixbench pre"),
-        ("norms", "timm vit_tiny_patch16_224"), ("norms", "mixbench pre"), ("norms", "mixbench mix")]
+        ("candidates", "timm vit_tiny_patch16_224"),
+        ("candidates", "mixbench pre"),
+        ("norms", "timm vit_tiny_patch16_224"),
+        ("norms", "mixbench pre"),
+        ("norms", "mixbench mix"),
+    ]
     assert all(r["images_per_sec"] > 0 and r["vs_timm"] > 0 for r in rows)
 
 
@@ -108,8 +159,21 @@ def test_ddp_trains_a_vit_with_its_ema(tmp_path):
     unused trainable parameters (it stopped every 2-GPU ViT run of the recipe, which keeps an EMA)."""
     from test_cli import TINY_VIT
 
-    cmd = [sys.executable, "-m", "mixbench.cli", "run", "task=vit_tiny", "ema.decay=0.99", "trainer.devices=2", "trainer.strategy=ddp",
-           "trainer.accelerator=cpu", "data.batch_size=4", "save_weights=false", f"results_dir={tmp_path}", *TINY_VIT]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mixbench.cli",
+        "run",
+        "task=vit_tiny",
+        "ema.decay=0.99",
+        "trainer.devices=2",
+        "trainer.strategy=ddp",
+        "trainer.accelerator=cpu",
+        "data.batch_size=4",
+        "save_weights=false",
+        f"results_dir={tmp_path}",
+        *TINY_VIT,
+    ]
     proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (record,) = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
@@ -123,15 +187,19 @@ def test_multi_gpu_benchmark_rows_name_valid_settings_on_the_chosen_gpus(tmp_pat
     import sys
     from pathlib import Path
 
-    from mixbench.config import compose
+    from mixbench.training.config import compose
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     multi_gpu = importlib.import_module("multi_gpu")
     args = multi_gpu.parse_args(["--gpus", "2,3", "--ddp-variants", "ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true"])
     phases = multi_gpu.rows_for(args, tmp_path / "jpegs", tmp_path / "cache")
     assert [[(r.name, r.gpus) for r in phase] for phase in phases] == [
-        [("llama_130m 1 GPU", "2"), ("vit_small 1 GPU", "3")], [("llama_130m DDP 2 GPUs", "2,3")], [("vit_small DDP 2 GPUs", "2,3")],
-        [("llama_1b FSDP 2 GPUs", "2,3")], [("llama_130m DDP 2 GPUs ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true", "2,3")]]
+        [("llama_130m 1 GPU", "2"), ("vit_small 1 GPU", "3")],
+        [("llama_130m DDP 2 GPUs", "2,3")],
+        [("vit_small DDP 2 GPUs", "2,3")],
+        [("llama_1b FSDP 2 GPUs", "2,3")],
+        [("llama_130m DDP 2 GPUs ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true", "2,3")],
+    ]
     for row in (r for phase in phases for r in phase):
         cfg = compose(row.args)
         assert cfg.model.name == row.model and cfg.trainer.devices == row.num_gpus

@@ -1,4 +1,5 @@
 """C4-format pretraining path end to end on CPU: local shards, divergence handling, DDP, paper grids."""
+
 import json
 import math
 import subprocess
@@ -10,15 +11,23 @@ import pytest
 import torch
 from test_data import write_c4_shards
 
-from mixbench.callbacks import DivergenceMonitor
-from mixbench.cli import main
-from mixbench.errors import ConfigError
-from mixbench.reproduce import expand
-from mixbench.train import accumulation_steps
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.grids.reproduce import expand
+from mixbench.training.callbacks import DivergenceMonitor
+from mixbench.training.strategy import accumulation_steps
 
 SHARED_TEXTMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "textmix"
-TINY_LM = ["model=llama_debug", "model.vocab_size=8192", "compile=false", "trainer.precision=32-true", "divergence.unigram_floor=false",
-           "trainer.enable_progress_bar=false", "trainer.val_check_interval=null", "data.num_workers=0"]
+TINY_LM = [
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "compile=false",
+    "trainer.precision=32-true",
+    "divergence.unigram_floor=false",
+    "trainer.enable_progress_bar=false",
+    "trainer.val_check_interval=null",
+    "data.num_workers=0",
+]
 
 
 def records(results_dir: Path) -> list[dict]:
@@ -37,9 +46,22 @@ def c4_folder(tmp_path):
 
 @pytest.mark.parametrize("mode", ["pad", "pack"])
 def test_c4_task_runs_offline_on_local_shards(tmp_path, c4_folder, mode):
-    args = ["run", "task=c4_llama_71m", "norm=mix", f"data.path={c4_folder}/c4-train.*.json.gz", "data.tokenizer=embedded",
-            f"data.mode={mode}", "data.seq_len=32", "data.batch_size=2", "data.global_batch_size=4", "trainer.max_steps=2",
-            "data.max_val_tokens=300", f"data.cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path / 'results'}", *TINY_LM]
+    args = [
+        "run",
+        "task=c4_llama_71m",
+        "norm=mix",
+        f"data.path={c4_folder}/c4-train.*.json.gz",
+        "data.tokenizer=embedded",
+        f"data.mode={mode}",
+        "data.seq_len=32",
+        "data.batch_size=2",
+        "data.global_batch_size=4",
+        "trainer.max_steps=2",
+        "data.max_val_tokens=300",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"results_dir={tmp_path / 'results'}",
+        *TINY_LM,
+    ]
     assert main(args) == 0
     (rec,) = records(tmp_path / "results")
     assert rec["status"] == "completed" and rec["scale"] == "paper" and rec["steps"] == 2
@@ -53,10 +75,22 @@ def test_c4_task_runs_offline_on_local_shards(tmp_path, c4_folder, mode):
 
 @pytest.mark.skipif(not SHARED_TEXTMIX.is_dir(), reason="needs ../shared/data/textmix")
 def test_c4_task_on_the_shared_textmix_corpus(tmp_path):
-    args = ["run", "task=c4_llama_130m", f"data.path={SHARED_TEXTMIX}/pkgtext-train.00006-of-00009.json.gz",
-            f"data.val_path={SHARED_TEXTMIX}/pkgtext-validation.*.json.gz", "data.tokenizer=embedded", "data.mode=pack",
-            "data.seq_len=64", "data.batch_size=4", "data.global_batch_size=8", "trainer.max_steps=3", "data.max_val_tokens=2000",
-            f"data.cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path / 'results'}", *TINY_LM]
+    args = [
+        "run",
+        "task=c4_llama_130m",
+        f"data.path={SHARED_TEXTMIX}/pkgtext-train.00006-of-00009.json.gz",
+        f"data.val_path={SHARED_TEXTMIX}/pkgtext-validation.*.json.gz",
+        "data.tokenizer=embedded",
+        "data.mode=pack",
+        "data.seq_len=64",
+        "data.batch_size=4",
+        "data.global_batch_size=8",
+        "trainer.max_steps=3",
+        "data.max_val_tokens=2000",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"results_dir={tmp_path / 'results'}",
+        *TINY_LM,
+    ]
     assert main(args) == 0
     (rec,) = records(tmp_path / "results")
     assert rec["status"] == "completed" and rec["dataset"]["num_val_target_tokens"] <= 2000
@@ -71,8 +105,13 @@ def test_gradient_accumulation_reaches_the_global_batch():
 
 class FakeTrainer(SimpleNamespace):
     def __init__(self, accumulate_grad_batches: int = 1):
-        super().__init__(global_step=0, should_stop=False, callback_metrics={}, accumulate_grad_batches=accumulate_grad_batches,
-                         strategy=SimpleNamespace(reduce_boolean_decision=lambda flag, all=False: flag))
+        super().__init__(
+            global_step=0,
+            should_stop=False,
+            callback_metrics={},
+            accumulate_grad_batches=accumulate_grad_batches,
+            strategy=SimpleNamespace(reduce_boolean_decision=lambda flag, all=False: flag),
+        )
 
 
 def feed(monitor, trainer, losses):
@@ -101,9 +140,21 @@ def test_divergence_monitor_judges_the_real_loss_under_gradient_accumulation():
 
 
 def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys):
-    args = ["run", "task=llama_lm", "norm=post", "optim.lr=1e6", "optim.warmup_steps=0", "trainer.max_steps=30",
-            "divergence.check_every_n_steps=2", "divergence.patience=1", "data.seq_len=32", "trainer.limit_val_batches=2",
-            f"data.cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path}", *TINY_LM]
+    args = [
+        "run",
+        "task=llama_lm",
+        "norm=post",
+        "optim.lr=1e6",
+        "optim.warmup_steps=0",
+        "trainer.max_steps=30",
+        "divergence.check_every_n_steps=2",
+        "divergence.patience=1",
+        "data.seq_len=32",
+        "trainer.limit_val_batches=2",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"results_dir={tmp_path}",
+        *TINY_LM,
+    ]
     assert main(args) == 0
     (rec,) = records(tmp_path)
     assert rec["status"] == "diverged" and rec["divergence"]["step"] is not None and rec["steps"] < 30
@@ -113,14 +164,34 @@ def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys):
 
 
 def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
-    common = ["task=llama_lm", "norm=mix", "data.seq_len=16", "data.global_batch_size=4", "trainer.max_steps=3",
-              "trainer.accelerator=cpu", "trainer.limit_val_batches=4", "data.eval_batch_size=4", "save_weights=false",
-              f"data.cache_dir={tmp_path / 'cache'}", *TINY_LM]
+    common = [
+        "task=llama_lm",
+        "norm=mix",
+        "data.seq_len=16",
+        "data.global_batch_size=4",
+        "trainer.max_steps=3",
+        "trainer.accelerator=cpu",
+        "trainer.limit_val_batches=4",
+        "data.eval_batch_size=4",
+        "save_weights=false",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *TINY_LM,
+    ]
     assert main(["run", *common, "data.batch_size=4", "trainer.devices=1", f"results_dir={tmp_path / 'one'}"]) == 0
     # the real launch path: Lightning re-runs this command line for rank 1 (gloo on CPU)
-    cmd = [sys.executable, "-m", "mixbench.cli", "run", *common, "data.batch_size=2", "trainer.devices=2", "trainer.strategy=ddp",
-           "ddp.bucket_cap_mb=1", "ddp.gradient_as_bucket_view=true",  # several buckets, gradients viewing them
-           f"results_dir={tmp_path / 'two'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mixbench.cli",
+        "run",
+        *common,
+        "data.batch_size=2",
+        "trainer.devices=2",
+        "trainer.strategy=ddp",
+        "ddp.bucket_cap_mb=1",
+        "ddp.gradient_as_bucket_view=true",  # several buckets, gradients viewing them
+        f"results_dir={tmp_path / 'two'}",
+    ]
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True, timeout=300)
     (one,), (two,) = records(tmp_path / "one"), records(tmp_path / "two")  # one run folder and record, written by rank 0
     assert one["steps"] == two["steps"] == 3 and two["effective"]["world_size"] == 2 and two["effective"]["global_batch_size"] == 4
@@ -140,11 +211,20 @@ def test_reproduce_dry_run_and_proxy_grid(capsys):
 
 
 def test_paper_comparison_table(tmp_path, capsys):
-    from mixbench.results import SCHEMA, write_record
+    from mixbench.results.table import SCHEMA, write_record
 
-    rec = {"schema": SCHEMA, "task": "c4_llama_71m", "model": {"name": "llama_71m"}, "norm": {"label": "mix(α=0.25)"},
-           "seed": 0, "status": "completed", "metrics": {"val/ppl": 33.5}, "scale": "paper", "dataset": {"name": "c4"},
-           "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": 33.5}}
+    rec = {
+        "schema": SCHEMA,
+        "task": "c4_llama_71m",
+        "model": {"name": "llama_71m"},
+        "norm": {"label": "mix(α=0.25)"},
+        "seed": 0,
+        "status": "completed",
+        "metrics": {"val/ppl": 33.5},
+        "scale": "paper",
+        "dataset": {"name": "c4"},
+        "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": 33.5},
+    }
     write_record(rec, tmp_path / "a" / "record.json")
     assert main(["table", "--results-dir", str(tmp_path), "--paper", "table1"]) == 0
     out = capsys.readouterr().out
@@ -153,8 +233,34 @@ def test_paper_comparison_table(tmp_path, capsys):
 
 def test_lm_throughput_benchmark_smoke(tmp_path):
     out = tmp_path / "lm.json"
-    cmd = [sys.executable, "bench/lm_throughput.py", "--device", "cpu", "--no-compile", "--no-hf", "--models", "llama_debug",
-           "--norms", "pre", "mix", "--size-models", "--candidates", "loss=chunked", "--best", "loss=chunked", "--batch", "2", "--seq", "16", "--steps", "1", "--warmup", "1", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "bench/lm_throughput.py",
+        "--device",
+        "cpu",
+        "--no-compile",
+        "--no-hf",
+        "--models",
+        "llama_debug",
+        "--norms",
+        "pre",
+        "mix",
+        "--size-models",
+        "--candidates",
+        "loss=chunked",
+        "--best",
+        "loss=chunked",
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
     result = json.loads(out.read_text())
     assert len(result["rows"]) == 4 and all(r["tokens_per_sec"] > 0 for r in result["rows"])
@@ -183,39 +289,75 @@ def test_throughput_window_restarts_after_validation(monkeypatch):
 
 
 def test_resumed_run_continues_where_it_stopped(tmp_path):
-    common = ["task=llama_lm", "norm=mix", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=6",
-              "trainer.limit_val_batches=4", "save_weights=false", f"data.cache_dir={tmp_path / 'cache'}", *TINY_LM]
+    common = [
+        "task=llama_lm",
+        "norm=mix",
+        "data.seq_len=16",
+        "data.batch_size=4",
+        "trainer.max_steps=6",
+        "trainer.limit_val_batches=4",
+        "save_weights=false",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *TINY_LM,
+    ]
     assert main(["run", *common, "checkpoint.every_n_steps=3", "checkpoint.keep_last=null", f"results_dir={tmp_path / 'full'}"]) == 0
     (full,) = records(tmp_path / "full")
     (ckpt,) = Path(full["run_dir"]).glob("checkpoints/*step=3.ckpt")
-    assert main(["run", *common, f"resume_from={ckpt}", "checkpoint.every_n_steps=3", "checkpoint.keep_last=null", f"results_dir={tmp_path / 'resumed'}"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                *common,
+                f"resume_from={ckpt}",
+                "checkpoint.every_n_steps=3",
+                "checkpoint.keep_last=null",
+                f"results_dir={tmp_path / 'resumed'}",
+            ]
+        )
+        == 0
+    )
     (resumed,) = records(tmp_path / "resumed")
     assert resumed["steps"] == 6
     # same weights, optimizer state, schedule *and* data position: the same model at step 6
     assert resumed["metrics"]["val/loss"] == pytest.approx(full["metrics"]["val/loss"], rel=1e-6)
-    positions = [torch.load(next(Path(r["run_dir"]).glob("checkpoints/*step=6.ckpt")), weights_only=False)["TextDataModule"]
-                 for r in (full, resumed)]
+    positions = [
+        torch.load(next(Path(r["run_dir"]).glob("checkpoints/*step=6.ckpt")), weights_only=False)["TextDataModule"] for r in (full, resumed)
+    ]
     assert positions[0] == positions[1] == {"epoch": 0, "consumed": 24, "seed": 0}
 
 
 def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
     """--jobs 2: the table4 proxy grid as concurrent `mixbench run` subprocesses, every record written and counted."""
-    from mixbench.results import load_records
+    from mixbench.results.table import load_records
 
-    tiny = ["data.path=embedded", "data.num_workers=0", "data.batch_size=16", "data.eval_batch_size=200", "compile=false",
-            "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_epochs=1", "trainer.max_steps=2",
-            "trainer.check_val_every_n_epoch=1", "trainer.enable_progress_bar=false", "trainer.precision=32-true", "divergence.unigram_floor=false",
-            f"results_dir={tmp_path}"]
+    tiny = [
+        "data.path=embedded",
+        "data.num_workers=0",
+        "data.batch_size=16",
+        "data.eval_batch_size=200",
+        "compile=false",
+        "model.num_layers=2",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "trainer.max_epochs=1",
+        "trainer.max_steps=2",
+        "trainer.check_val_every_n_epoch=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.precision=32-true",
+        "divergence.unigram_floor=false",
+        f"results_dir={tmp_path}",
+    ]
     assert main(["reproduce", "table4", "--scale", "proxy", "--jobs", "2", *tiny]) == 0
     records, problems = load_records(tmp_path)
     assert not problems and len(records) == 4 and {r["status"] for r in records} == {"completed"}
     assert {(r["task"], r["norm"]["label"]) for r in records} == {
-        (t, n) for t in ("in1k_vit_tiny", "in1k_vit_small") for n in ("pre", "mix(α=0.25)")}
+        (t, n) for t in ("in1k_vit_tiny", "in1k_vit_small") for n in ("pre", "mix(α=0.25)")
+    }
     assert all(r["scale"] == "proxy" and (Path(r["_path"]).parent / "console.log").is_file() for r in records)
 
 
 def test_final_validation_is_checked_against_the_last_validation_in_fit():
-    from mixbench.train import check_final_validation
+    from mixbench.training.run import check_final_validation
 
     record = {"metrics": {"val/top1": 61.75}}
     check_final_validation(record, {"step": 3100, "val/top1": 66.4}, "val/top1", 3100)
@@ -231,8 +373,18 @@ def test_a_run_that_never_learns_is_stalled_whether_or_not_it_stopped_improving(
     """A tiny lr keeps the initial model: its loss (≈ ln V) stays above the validation tokens' unigram entropy and the
     training loss does not improve → stalled.  The same run cut after 2 steps never beat chance either: stalled too
     (a run that never beat chance is never completed), its reason saying it was too short to judge its progress."""
-    common = ["run", "task=llama_lm", "norm=pre", "optim.lr=1e-9", "data.seq_len=32", "trainer.limit_val_batches=2",
-              "divergence.check_every_n_steps=1", f"data.cache_dir={tmp_path / 'cache'}", *TINY_LM, "divergence.unigram_floor=true"]
+    common = [
+        "run",
+        "task=llama_lm",
+        "norm=pre",
+        "optim.lr=1e-9",
+        "data.seq_len=32",
+        "trainer.limit_val_batches=2",
+        "divergence.check_every_n_steps=1",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *TINY_LM,
+        "divergence.unigram_floor=true",
+    ]
     assert main([*common, "trainer.max_steps=16", f"results_dir={tmp_path / 'long'}"]) == 0
     (rec,) = records(tmp_path / "long")
     assert rec["status"] == "stalled" and "never learned beyond token frequencies" in rec["divergence"]["reason"]
@@ -246,8 +398,8 @@ def test_a_run_that_never_learns_is_stalled_whether_or_not_it_stopped_improving(
 def test_unigram_entropy_of_the_validation_tokens(tmp_path):
     import numpy as np
 
-    from mixbench.config import compose
-    from mixbench.train import build_datamodule
+    from mixbench.training.builders import build_datamodule
+    from mixbench.training.config import compose
 
     dm = build_datamodule(compose(["task=llama_lm", "data.seq_len=32", "data.max_val_tokens=4096", f"data.cache_dir={tmp_path}"]))
     dm.setup("fit")
@@ -261,8 +413,26 @@ def test_unigram_entropy_of_the_validation_tokens(tmp_path):
 def test_fp8_throughput_benchmark_smoke(tmp_path):
     """The fp8 bench builds its steps from bench/lm_throughput.py's helpers: a bf16-only CPU row keeps that wiring honest."""
     out = tmp_path / "fp8.json"
-    cmd = [sys.executable, "bench/fp8_throughput.py", "--device", "cpu", "--no-compile", "--recipes", "--models", "llama_debug",
-           "--batch", "2", "--seq", "16", "--steps", "1", "--warmup", "1", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "bench/fp8_throughput.py",
+        "--device",
+        "cpu",
+        "--no-compile",
+        "--recipes",
+        "--models",
+        "llama_debug",
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
     rows = json.loads(out.read_text())["rows"]
     assert [r["precision"] for r in rows] == ["bf16"] and rows[0]["tokens_per_sec"] > 0
@@ -271,9 +441,33 @@ def test_fp8_throughput_benchmark_smoke(tmp_path):
 def test_trainer_rate_benchmark_smoke(tmp_path, c4_folder):
     """bench/trainer_rate.py times the bare step and a real `mixbench run` of the same batch, and reports their ratio."""
     out = tmp_path / "rate.json"
-    cmd = [sys.executable, "bench/trainer_rate.py", "--device", "cpu", "--no-compile", "--model", "llama_tiny", "--text",
-           f"{c4_folder}/c4-train.*.json.gz", "--batch", "2", "--seq", "32", "--steps", "2", "--warmup", "1", "--run-steps", "6",
-           "--log-every", "2", "--workers", "0", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "bench/trainer_rate.py",
+        "--device",
+        "cpu",
+        "--no-compile",
+        "--model",
+        "llama_tiny",
+        "--text",
+        f"{c4_folder}/c4-train.*.json.gz",
+        "--batch",
+        "2",
+        "--seq",
+        "32",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--run-steps",
+        "6",
+        "--log-every",
+        "2",
+        "--workers",
+        "0",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
     (row,) = json.loads(out.read_text())["rows"]
     assert row["trainer"]["status"] == "completed" and len(row["trainer"]["windows"]) == 2  # timing starts after step 1

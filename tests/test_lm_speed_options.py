@@ -1,4 +1,5 @@
 """LLaMA speed options (loss.impl, model.attention_backend, the bench's liger layers) compute what the reference computes."""
+
 import importlib.util
 import json
 import sys
@@ -9,11 +10,11 @@ import torch
 import torch.nn.functional as F
 
 import mixbench
-from mixbench.config import compose
-from mixbench.errors import ConfigError
-from mixbench.lit import CausalLMModule, OptimConfig
-from mixbench.lit.lm import causal_lm_loss_sum
-from mixbench.lit.losses import linear_cross_entropy_sum
+from mixbench.core.errors import ConfigError
+from mixbench.training.config import compose
+from mixbench.training.lit import CausalLMModule, OptimConfig
+from mixbench.training.lit.lm import causal_lm_loss_sum
+from mixbench.training.lit.losses import linear_cross_entropy_sum
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -105,12 +106,41 @@ def test_speed_options_are_settings():
 def test_bench_smoke_writes_rows_options_and_profile(tmp_path):
     bench = bench_module()
     out = tmp_path / "lm.json"
-    bench.main(["--device", "cpu", "--no-compile", "--no-hf", "--models", "llama_debug", "--size-models", "--batch", "2",
-                "--seq", "16", "--steps", "1", "--warmup", "1", "--candidates", "loss=chunked", "--best", "loss=chunked",
-                "--norms", "pre", "mix", "--out", str(out)])
+    bench.main(
+        [
+            "--device",
+            "cpu",
+            "--no-compile",
+            "--no-hf",
+            "--models",
+            "llama_debug",
+            "--size-models",
+            "--batch",
+            "2",
+            "--seq",
+            "16",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--candidates",
+            "loss=chunked",
+            "--best",
+            "loss=chunked",
+            "--norms",
+            "pre",
+            "mix",
+            "--out",
+            str(out),
+        ]
+    )
     data = json.loads(out.read_text())
     assert [(r["norm"], r["options"]) for r in data["rows"]] == [
-        ("pre", "defaults"), ("pre", "loss=chunked"), ("pre", "loss=chunked"), ("mix", "loss=chunked")]
+        ("pre", "defaults"),
+        ("pre", "loss=chunked"),
+        ("pre", "loss=chunked"),
+        ("mix", "loss=chunked"),
+    ]
     assert all(r["tokens_per_sec"] > 0 for r in data["rows"])
     assert data["rows"][-1]["vs_pre"] > 0 and "options" in data["table"]
     profile = (tmp_path / "lm_profile.txt").read_text()
@@ -124,9 +154,13 @@ def test_bench_variants_parse_and_pick_the_best_per_axis():
     assert V.parse("defaults").options() == "defaults"
     b = bench.Bench.__new__(bench.Bench)
     b.args = type("A", (), {"best": None, "min_gain": 0.01})()
-    tried = [(V(loss="cce"), {"tokens_per_sec": 120}), (V(loss="liger"), {"tokens_per_sec": 110}),
-             (V(sdpa="cudnn"), {"tokens_per_sec": 100.5}), (V(mode="max-autotune-no-cudagraphs"), {"tokens_per_sec": 105}),
-             (V(kernels="liger"), None)]
+    tried = [
+        (V(loss="cce"), {"tokens_per_sec": 120}),
+        (V(loss="liger"), {"tokens_per_sec": 110}),
+        (V(sdpa="cudnn"), {"tokens_per_sec": 100.5}),
+        (V(mode="max-autotune-no-cudagraphs"), {"tokens_per_sec": 105}),
+        (V(kernels="liger"), None),
+    ]
     assert b.best_variant({"tokens_per_sec": 100}, tried) == V(loss="cce", mode="max-autotune-no-cudagraphs")
     assert bench.kernel_class("sm90_xmma_gemm_bf16bf16_bf16f32") == "gemm"
     assert bench.kernel_class("flash_fwd_kernel") == "attention"

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mixbench.lit.losses import chunked_cross_entropy_sum
+from mixbench.training.lit.losses import chunked_cross_entropy_sum
 
 
 @pytest.mark.parametrize("chunk", [3, 7, 64])

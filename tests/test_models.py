@@ -72,7 +72,7 @@ def test_deepnorm_scales_value_output_and_mlp_init_by_beta():
     beta = (8 * layers) ** -0.25
     for bp, bd in zip(pre.blocks, deep.blocks):
         torch.testing.assert_close(bd.attn.qkv.weight[: 2 * h], bp.attn.qkv.weight[: 2 * h])  # q, k unchanged
-        torch.testing.assert_close(bd.attn.qkv.weight[2 * h:], beta * bp.attn.qkv.weight[2 * h:])
+        torch.testing.assert_close(bd.attn.qkv.weight[2 * h :], beta * bp.attn.qkv.weight[2 * h :])
         for name in ("attn.proj", "mlp.fc1", "mlp.fc2"):
             torch.testing.assert_close(bd.get_submodule(name).weight, beta * bp.get_submodule(name).weight)
         assert bd.residual_scale == pytest.approx((2 * layers) ** 0.25)
@@ -82,7 +82,7 @@ def test_deepnorm_paper_compat_reproduces_official_constants():
     spec = mixbench.NormSpec(placement="deepnorm", paper_compat=True)
     model = build_model("llama_71m", norm=spec, seed=0)
     block = model.blocks[0]
-    assert block.residual_scale == pytest.approx(8 ** 0.5)
+    assert block.residual_scale == pytest.approx(8**0.5)
     gain = (8 * 12) ** 0.25  # official code: positive exponent
     expected_std = gain * (2 / (512 + 512)) ** 0.5
     assert block.attn.proj.weight.std().item() == pytest.approx(expected_std, rel=0.05)
@@ -92,8 +92,8 @@ def test_vit_deepnorm_scales_only_value_rows_of_fused_qkv():
     pre = build_model("vit_debug", norm="pre", seed=0, img_size=16, patch_size=8)
     deep = build_model("vit_debug", norm="deepnorm", seed=0, img_size=16, patch_size=8)
     beta, d = (8 * 4) ** -0.25, 32
-    torch.testing.assert_close(deep.blocks[1].attn.qkv.weight[:2 * d], pre.blocks[1].attn.qkv.weight[:2 * d])
-    torch.testing.assert_close(deep.blocks[1].attn.qkv.weight[2 * d:], beta * pre.blocks[1].attn.qkv.weight[2 * d:])
+    torch.testing.assert_close(deep.blocks[1].attn.qkv.weight[: 2 * d], pre.blocks[1].attn.qkv.weight[: 2 * d])
+    torch.testing.assert_close(deep.blocks[1].attn.qkv.weight[2 * d :], beta * pre.blocks[1].attn.qkv.weight[2 * d :])
     torch.testing.assert_close(deep.blocks[1].mlp.fc2.weight, beta * pre.blocks[1].mlp.fc2.weight)
 
 

@@ -1,5 +1,6 @@
 """Operations: bad input is one clear line and exit status 2 (fuzzed), nothing earlier is lost; concurrent runs;
 sweeps and grids that report failures; replaying a run."""
+
 import gzip
 import json
 import logging
@@ -11,12 +12,30 @@ from pathlib import Path
 import pytest
 from test_images import make_folder
 
-from mixbench.cli import main
+from mixbench.cli.app import main
 
-TINY_VIT = ["divergence.unigram_floor=false", "task=vit_tiny", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=2",
-            "trainer.max_epochs=1", "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]
-TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=2", "trainer.val_check_interval=null",
-           "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
+TINY_VIT = [
+    "divergence.unigram_floor=false",
+    "task=vit_tiny",
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "trainer.max_steps=2",
+    "trainer.max_epochs=1",
+    "trainer.limit_val_batches=1",
+    "trainer.enable_progress_bar=false",
+]
+TINY_LM = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=null",
+    "trainer.limit_val_batches=1",
+    "data.seq_len=16",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",
+]
 
 
 def records(folder: Path) -> list[dict]:
@@ -39,7 +58,7 @@ def bad_arguments(count: int, seed: int = 0) -> list[list[str]]:
 
     def misspell(key: str) -> str:
         i = rng.randrange(len(key))
-        return key[:i] + rng.choice("xqzj") + key[i + 1:]
+        return key[:i] + rng.choice("xqzj") + key[i + 1 :]
 
     makers = [
         lambda: [f"{misspell(rng.choice(numbers + flags))}=1"],
@@ -50,9 +69,25 @@ def bad_arguments(count: int, seed: int = 0) -> list[list[str]]:
         lambda: [f"{rng.choice(texts)}={rng.choice(['[a, b]', '{k: v}'])}"],
         lambda: [rng.choice(numbers + texts) + "=" + rng.choice(["[", "{", '"open', "a: b: c", "${nope}"])],
         lambda: [f"{rng.choice(['norm', 'model', 'data', 'task'])}={rng.choice(['nope', 'mixx', 'vit_smal', 'cifar', ''])}"],
-        lambda: [rng.choice(["norm.alpha=1.5", "norm.alpha=-0.1", "norm.num_post=-1", "norm.kind=batchnorm", "optim.name=sgd",
-                             "data.batch_size=0", "optim.lr=-1", "seed=0.5", "norm.qk_norm=both", "resume=yes", "norm=custom",
-                             "norm.layers=[pre,postt]", "checkpoint.keep_last=0.5"])],
+        lambda: [
+            rng.choice(
+                [
+                    "norm.alpha=1.5",
+                    "norm.alpha=-0.1",
+                    "norm.num_post=-1",
+                    "norm.kind=batchnorm",
+                    "optim.name=sgd",
+                    "data.batch_size=0",
+                    "optim.lr=-1",
+                    "seed=0.5",
+                    "norm.qk_norm=both",
+                    "resume=yes",
+                    "norm=custom",
+                    "norm.layers=[pre,postt]",
+                    "checkpoint.keep_last=0.5",
+                ]
+            )
+        ],
         lambda: [f"+trainer.{rng.choice(['logger', 'callbacks', 'default_root_dir', 'enable_checkpointing'])}=false"],
         lambda: [rng.choice(["seed", "norm.alpha", "=3", "a..b=1", ".x=1", "norm.=1", "trainer.max_steps==3"])],
         lambda: [f"{rng.choice(['foo', 'optim.fancy', 'trainer.max_stepz', 'data.nope'])}.{rng.choice(['a', 'b'])}=1"],
@@ -92,7 +127,10 @@ def test_run_time_input_errors_are_one_line_and_keep_earlier_results(tmp_path, c
     (tmp_path / "empty").mkdir()
     (tmp_path / "a-file").write_text("x")
     cases = {
-        "truncated": ([*TINY_LM, f"data.path={shards}/c4-train.*.json.gz", f"data.cache_dir={tmp_path / 'cache'}"], "c4-train.00000-of-00001.json.gz: truncated or corrupt"),
+        "truncated": (
+            [*TINY_LM, f"data.path={shards}/c4-train.*.json.gz", f"data.cache_dir={tmp_path / 'cache'}"],
+            "c4-train.00000-of-00001.json.gz: truncated or corrupt",
+        ),
         "tokenizer": ([*TINY_LM, f"data.tokenizer={tmp_path / 'bad-tokenizer.json'}"], "does not parse as a Hugging Face tokenizer.json"),
         "no folder": ([*TINY_VIT, "data=imagefolder", f"data.root={tmp_path / 'nothing'}"], "set data.root"),
         "empty folder": ([*TINY_VIT, "data=imagefolder", f"data.root={tmp_path / 'empty'}"], str(tmp_path / "empty")),
@@ -114,9 +152,22 @@ def test_a_corrupt_image_is_fatal_by_default_and_skipped_and_counted_on_request(
     root = make_folder(tmp_path / "folder")
     victim = sorted((root / "train").rglob("*.*"))[0]
     victim.write_bytes(victim.read_bytes()[:40])  # a truncated JPEG
-    args = ["run", "task=vit_tiny", "data=imagefolder", f"data.root={root}", "data.img_size=32", "data.num_workers=0", "data.batch_size=4",
-            "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-            "divergence.unigram_floor=false", f"results_dir={tmp_path / 'results'}"]
+    args = [
+        "run",
+        "task=vit_tiny",
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.img_size=32",
+        "data.num_workers=0",
+        "data.batch_size=4",
+        "model.num_layers=2",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "divergence.unigram_floor=false",
+        f"results_dir={tmp_path / 'results'}",
+    ]
     assert main(args) == 2
     (message,) = errors(caplog)
     assert str(victim) in message and "data.skip_bad_images=true" in message

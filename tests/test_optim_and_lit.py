@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mixbench import build_model
-from mixbench.lit import CausalLMModule, OptimConfig
-from mixbench.optim import param_groups, warmup_cosine
+from mixbench.training.lit import CausalLMModule, OptimConfig
+from mixbench.training.optim import param_groups, warmup_cosine
 
 
 def test_warmup_then_cosine_to_the_floor():
@@ -38,7 +38,7 @@ def test_validation_loss_is_token_weighted_whatever_the_batch_size():
     for batch_size in (1, 2, 3, 6):
         module = CausalLMModule(model, OptimConfig())
         for start in range(0, 6, batch_size):
-            module.validation_step({"input_ids": ids[start:start + batch_size], "labels": labels[start:start + batch_size]}, 0)
+            module.validation_step({"input_ids": ids[start : start + batch_size], "labels": labels[start : start + batch_size]}, 0)
         assert module.val_loss.compute().item() == pytest.approx(expected.item(), rel=1e-5)
         assert math.isfinite(expected.item())
 
@@ -49,14 +49,20 @@ def test_gradient_clipping_takes_the_unfused_optimizer(monkeypatch, clip, fused)
     trainer.gradient_clip_val gets foreach Adam(W); without clipping the fused one stays the default on GPU."""
     import types
 
-    import mixbench.lit.base as base
+    import mixbench.training.lit.base as base
 
     seen = {}
     real = base.build_optimizer
     monkeypatch.setattr(base, "build_optimizer", lambda *a, **k: seen.update(k) or real(*a, **k))
     module = CausalLMModule(build_model("llama_debug", seed=0), OptimConfig())
-    trainer = types.SimpleNamespace(gradient_clip_val=clip, estimated_stepping_batches=10, max_epochs=None, world_size=1,
-                                    accumulate_grad_batches=1, datamodule=types.SimpleNamespace(batch_size=4))
+    trainer = types.SimpleNamespace(
+        gradient_clip_val=clip,
+        estimated_stepping_batches=10,
+        max_epochs=None,
+        world_size=1,
+        accumulate_grad_batches=1,
+        datamodule=types.SimpleNamespace(batch_size=4),
+    )
     monkeypatch.setattr(type(module), "trainer", property(lambda self: trainer))
     module.configure_optimizers()
     assert seen["fused"] is fused

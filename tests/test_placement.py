@@ -65,9 +65,9 @@ def test_num_post_larger_than_depth_fails():
 
 def test_deepnorm_constants_follow_deepnet_and_compat_follows_official_code():
     a, b = deepnorm_constants(12)
-    assert a == pytest.approx(24 ** 0.25) and b == pytest.approx(96 ** -0.25)
+    assert a == pytest.approx(24**0.25) and b == pytest.approx(96**-0.25)
     a, b = deepnorm_constants(12, paper_compat=True)
-    assert a == pytest.approx(math.sqrt(8)) and b == pytest.approx(96 ** 0.25)
+    assert a == pytest.approx(math.sqrt(8)) and b == pytest.approx(96**0.25)
 
 
 def test_labels():

@@ -1,13 +1,14 @@
 """The core is family- and placement-agnostic: a task plugin brings a third model family (tests/plugins/), and
 `mixbench run`, `table` and `analyze` work on it without any core change."""
+
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.project import select_project
+from mixbench.cli.app import main
+from mixbench.core.project import select_project
 
 PLUGINS = Path(__file__).parent / "plugins"
 
@@ -40,8 +41,8 @@ def test_a_plugin_family_runs_tables_and_analyzes(toy_project, tmp_path, capsys)
 
 
 def test_the_plugin_family_is_unknown_without_its_project(toy_project):
-    from mixbench.config import compose
-    from mixbench.errors import ConfigError
+    from mixbench.core.errors import ConfigError
+    from mixbench.training.config import compose
 
     with pytest.raises(ConfigError, match="unknown task 'toyseq'"):
         compose(["task=toyseq"])
@@ -55,13 +56,38 @@ def test_the_plugin_family_is_unknown_without_its_project(toy_project):
 def test_python_api_compose_run_load_records(tmp_path):
     import mixbench
 
-    cfg = mixbench.compose(task="vit_tiny", norm="mix", **{"norm.alpha": 0.5, "model.num_layers": 2, "model.hidden_size": 32,
-                                                           "model.num_heads": 2, "trainer.max_steps": 2, "trainer.max_epochs": 1,
-                                                           "trainer.limit_val_batches": 1, "trainer.enable_progress_bar": False,
-                                                           "divergence.unigram_floor": False, "results_dir": str(tmp_path)})
-    assert cfg == mixbench.compose(["task=vit_tiny", "norm=mix", "norm.alpha=0.5", "model.num_layers=2", "model.hidden_size=32",
-                                    "model.num_heads=2", "trainer.max_steps=2", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
-                                    "trainer.enable_progress_bar=false", "divergence.unigram_floor=false", f"results_dir={tmp_path}"])
+    cfg = mixbench.compose(
+        task="vit_tiny",
+        norm="mix",
+        **{
+            "norm.alpha": 0.5,
+            "model.num_layers": 2,
+            "model.hidden_size": 32,
+            "model.num_heads": 2,
+            "trainer.max_steps": 2,
+            "trainer.max_epochs": 1,
+            "trainer.limit_val_batches": 1,
+            "trainer.enable_progress_bar": False,
+            "divergence.unigram_floor": False,
+            "results_dir": str(tmp_path),
+        },
+    )
+    assert cfg == mixbench.compose(
+        [
+            "task=vit_tiny",
+            "norm=mix",
+            "norm.alpha=0.5",
+            "model.num_layers=2",
+            "model.hidden_size=32",
+            "model.num_heads=2",
+            "trainer.max_steps=2",
+            "trainer.max_epochs=1",
+            "trainer.limit_val_batches=1",
+            "trainer.enable_progress_bar=false",
+            "divergence.unigram_floor=false",
+            f"results_dir={tmp_path}",
+        ]
+    )
     record = mixbench.run(cfg)
     assert record["status"] == "completed" and record["norm"]["plan"] == ["post", "pre"]
     frame = mixbench.load_records(tmp_path)

@@ -1,5 +1,6 @@
 """trainer.precision=fp8 (torchao float8 Linear layers) and trainer.strategy=fsdp: selection, errors and config plumbing
 on the CPU (torchao faked); a real float8 conversion on an fp8-capable GPU (``-m gpu``)."""
+
 import logging
 import sys
 import types
@@ -9,14 +10,23 @@ import torch
 from torch import nn
 
 import mixbench
-from mixbench.cli import main
-from mixbench.config import compose
-from mixbench.errors import ConfigError
-from mixbench.precision import apply_fp8, check_fp8_runtime, fp8_candidates, lightning_precision
-from mixbench.strategy import fsdp_mixed_precision, make_strategy
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.training.config import compose
+from mixbench.training.precision import apply_fp8, check_fp8_runtime, fp8_candidates, lightning_precision
+from mixbench.training.strategy import fsdp_mixed_precision, make_strategy
 
-TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=2", "trainer.val_check_interval=null",
-           "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
+TINY_LM = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=null",
+    "trainer.limit_val_batches=1",
+    "data.seq_len=16",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",
+]
 LLAMA_FP8 = {f"blocks.{i}.{name}" for i in range(4) for name in ("attn.qkv", "attn.proj")}  # with MLP widths 100 / 200 ∤ 16
 
 
@@ -92,7 +102,7 @@ def test_torchao_converts_the_selected_layers_and_keeps_the_weights():
     pytest.importorskip("torchao.float8")
     from torchao.float8.float8_linear import Float8Linear
 
-    from mixbench.precision import convert_fp8
+    from mixbench.training.precision import convert_fp8
 
     model = llama_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -140,8 +150,9 @@ def test_fp8_run_without_a_gpu_fails_with_one_clear_error(tmp_path, caplog, monk
     assert "trainer.precision=fp8 needs" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("task, block", [("c4_llama_1b", "mixbench.models.llama.LlamaBlock"),
-                                         ("in1k_vit_small", "mixbench.models.vit.PlacedViTBlock")])
+@pytest.mark.parametrize(
+    "task, block", [("c4_llama_1b", "mixbench.models.llama.LlamaBlock"), ("in1k_vit_small", "mixbench.models.vit.PlacedViTBlock")]
+)
 def test_fsdp_wraps_and_checkpoints_each_transformer_block_in_bf16(task, block):
     from lightning.pytorch.strategies import FSDPStrategy
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -212,7 +223,7 @@ def test_fsdp_evaluation_after_fit_reuses_the_fits_root_wrapper(monkeypatch):
     from lightning.pytorch.strategies import FSDPStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from mixbench.lit.fsdp import RootKeepingFSDPStrategy
+    from mixbench.training.lit.fsdp import RootKeepingFSDPStrategy
 
     wraps = []
 

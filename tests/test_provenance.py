@@ -1,6 +1,6 @@
 import subprocess
 
-from mixbench.provenance import digest_at, source_digest, which_commits
+from mixbench.results.provenance import digest_at, source_digest, which_commits
 
 
 def _git(root, *args):

@@ -2,22 +2,41 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
-from mixbench.results import (SCHEMA, aggregate, cells_frame, find_baseline, load_records, load_records_frame, records_frame, render,
-                              rich_table, write_record)
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.results.table import (
+    SCHEMA,
+    aggregate,
+    cells_frame,
+    find_baseline,
+    load_records,
+    load_records_frame,
+    print_rich,
+    records_frame,
+    render,
+    write_record,
+)
 
 
 def record(norm, value, seed=0, status="completed", task="vit_small", metric="val/top1", hib=True, started=None, with_value=True):
     """A minimal record; ``with_value=False`` leaves the primary metric out of ``metrics``."""
     return {
-        "schema": SCHEMA, "task": task, "family": "vision", "model": {"name": task}, "norm": {"label": norm, "placement": norm},
-        "seed": seed, "status": status, "metrics": {metric: value} if with_value else {}, "scale": "embedded",
+        "schema": SCHEMA,
+        "task": task,
+        "family": "vision",
+        "model": {"name": task},
+        "norm": {"label": norm, "placement": norm},
+        "seed": seed,
+        "status": status,
+        "metrics": {metric: value} if with_value else {},
+        "scale": "embedded",
         "primary_metric": {"name": metric, "higher_is_better": hib, "value": value if with_value else None},
-        "dataset": {"name": "cifar10_embedded"}, "started_at": started,
+        "dataset": {"name": "cifar10_embedded"},
+        "started_at": started,
     }
 
 
@@ -37,19 +56,26 @@ def test_failed_write_keeps_the_previous_record(tmp_path):
 
 def _raise_midway(path):
     """Serialization that fails after part of the file has been written."""
+
     class Boom:
         def __str__(self):
             raise TypeError("cannot serialize")
+
     write_record({"value": Boom()}, path)
 
 
 def test_aggregate_mean_std_and_best(tmp_path):
-    recs = [record("pre", 50.0, 0), record("pre", 52.0, 1), record("mix(α=0.25)", 55.0, 0), record("mix(α=0.25)", 57.0, 1),
-            record("post", float("nan"), 0, status="diverged")]
+    recs = [
+        record("pre", 50.0, 0),
+        record("pre", 52.0, 1),
+        record("mix(α=0.25)", 55.0, 0),
+        record("mix(α=0.25)", 57.0, 1),
+        record("post", float("nan"), 0, status="diverged"),
+    ]
     table = aggregate(recs)
     (col,) = table.columns
     assert table.cells[("pre", col)].mean == 51.0
-    assert table.cells[("pre", col)].std == pytest.approx(2 ** 0.5)
+    assert table.cells[("pre", col)].std == pytest.approx(2**0.5)
     assert table.best[col] == "mix(α=0.25)"
     assert table.cells[("post", col)].text() == "1/1 diverged"
     md = render(table, "md")
@@ -87,22 +113,27 @@ def test_significance_mark_only_where_the_interval_excludes_zero():
 
 
 def test_repeats_of_a_seed_are_one_sample():
-    recs = [record("pre", 30.0, 0, started="2026-01-01T10:00:00+00:00"), record("pre", 30.2, 0, started="2026-01-02T10:00:00+00:00"),
-            record("pre", 31.0, 1)]
+    recs = [
+        record("pre", 30.0, 0, started="2026-01-01T10:00:00+00:00"),
+        record("pre", 30.2, 0, started="2026-01-02T10:00:00+00:00"),
+        record("pre", 31.0, 1),
+    ]
     cell = aggregate(recs).cells[("pre", aggregate(recs).columns[0])]
     assert (cell.n, cell.n_seeds, cell.records, cell.repeats) == (2, 2, 3, 1)
-    assert cell.mean == pytest.approx((30.1 + 31.0) / 2) and cell.std == pytest.approx(abs(31.0 - 30.1) / 2 ** 0.5)
+    assert cell.mean == pytest.approx((30.1 + 31.0) / 2) and cell.std == pytest.approx(abs(31.0 - 30.1) / 2**0.5)
     assert cell.summary() == "30.55 ± 0.64 (n=2 seeds, 1 repeat)"
     only_repeats = aggregate([record("pre", 30.0, 0), record("pre", 30.2, 0)])
     assert only_repeats.cells[("pre", only_repeats.columns[0])].summary() == "30.10 (n=1 seed, 1 repeat)"  # no std of repeats
 
 
 def test_a_seed_counts_by_its_latest_record_and_a_crash_decides_nothing():
-    recs = [record("pre", 30.0, 0, started="2026-01-01T00:00:00+00:00"),
-            record("pre", float("nan"), 0, status="diverged", started="2026-01-02T00:00:00+00:00"),  # re-run diverged
-            record("pre", 31.0, 1, started="2026-01-01T00:00:00+00:00"),
-            record("pre", None, 1, status="failed", started="2026-01-03T00:00:00+00:00"),  # later crash: seed 1 stays finished
-            record("pre", None, 2, status="failed")]
+    recs = [
+        record("pre", 30.0, 0, started="2026-01-01T00:00:00+00:00"),
+        record("pre", float("nan"), 0, status="diverged", started="2026-01-02T00:00:00+00:00"),  # re-run diverged
+        record("pre", 31.0, 1, started="2026-01-01T00:00:00+00:00"),
+        record("pre", None, 1, status="failed", started="2026-01-03T00:00:00+00:00"),  # later crash: seed 1 stays finished
+        record("pre", None, 2, status="failed"),
+    ]
     table = aggregate(recs)
     cell = table.cells[("pre", table.columns[0])]
     assert cell.outcomes == {0: "diverged", 1: "completed", 2: "failed"}
@@ -111,9 +142,16 @@ def test_a_seed_counts_by_its_latest_record_and_a_crash_decides_nothing():
 
 
 def test_diverged_and_stalled_seeds_are_counted_and_the_mean_is_over_finished_seeds(tmp_path):
-    recs = [record("pre", 30.0, 0), record("pre", 32.0, 1), record("pre", 30.0, 2),
-            record("mix(α=0.25)", 28.0, 0), record("mix(α=0.25)", 29.0, 1), record("mix(α=0.25)", float("nan"), 2, status="diverged"),
-            record("mix(α=0.25)", 1e3, 3, status="stalled"), record("post", 28.0, 0, status="completed", with_value=False)]
+    recs = [
+        record("pre", 30.0, 0),
+        record("pre", 32.0, 1),
+        record("pre", 30.0, 2),
+        record("mix(α=0.25)", 28.0, 0),
+        record("mix(α=0.25)", 29.0, 1),
+        record("mix(α=0.25)", float("nan"), 2, status="diverged"),
+        record("mix(α=0.25)", 1e3, 3, status="stalled"),
+        record("post", 28.0, 0, status="completed", with_value=False),
+    ]
     table = aggregate(recs)
     (col,) = table.columns
     mix = table.cells[("mix(α=0.25)", col)]
@@ -137,8 +175,25 @@ def test_csv_has_numeric_columns(tmp_path, capsys):
         write_record(r, tmp_path / str(i) / "record.json")
     assert main(["table", "--results-dir", str(tmp_path), "--format", "csv"]) == 0
     rows = {row["norm"]: row for row in csv.DictReader(io.StringIO(capsys.readouterr().out))}
-    numeric = ("higher_is_better", "mean", "std", "n", "n_seeds", "records", "repeats", "diverged", "stalled", "failed",
-               "delta", "ci_low", "ci_high", "dof", "confidence", "significant", "best")
+    numeric = (
+        "higher_is_better",
+        "mean",
+        "std",
+        "n",
+        "n_seeds",
+        "records",
+        "repeats",
+        "diverged",
+        "stalled",
+        "failed",
+        "delta",
+        "ci_low",
+        "ci_high",
+        "dof",
+        "confidence",
+        "significant",
+        "best",
+    )
     for row in rows.values():
         for name in numeric:
             assert row[name] == "" or isinstance(float(row[name]), float), (name, row[name])
@@ -146,7 +201,14 @@ def test_csv_has_numeric_columns(tmp_path, capsys):
     assert float(mix["mean"]) == 28.0 and float(mix["std"]) == 1.0 and float(mix["n"]) == 3
     assert float(mix["delta"]) == -3.0 and float(mix["ci_low"]) == pytest.approx(-5.2666, abs=1e-3)
     assert float(mix["ci_high"]) == pytest.approx(-0.7334, abs=1e-3) and float(mix["significant"]) == 1 and float(mix["best"]) == 0
-    assert (post["n"], post["n_seeds"], post["diverged"], post["delta"], post["ci_low"], post["significant"]) == ("1", "2", "1", "-2.0", "", "")
+    assert (post["n"], post["n_seeds"], post["diverged"], post["delta"], post["ci_low"], post["significant"]) == (
+        "1",
+        "2",
+        "1",
+        "-2.0",
+        "",
+        "",
+    )
     assert pre["baseline"] == "pre" and pre["delta"] == "" and float(pre["best"]) == 1
     assert pre["task"] == "vit_small" and pre["dataset"] == "cifar10_embedded" and pre["metric"] == "val/top1"
     frame = cells_frame(aggregate(load_records(tmp_path)[0]))  # the same numbers as a DataFrame
@@ -155,13 +217,22 @@ def test_csv_has_numeric_columns(tmp_path, capsys):
 
 
 def test_missing_baseline_gives_no_delta(capsys, tmp_path):
-    recs = [record("pre", 50.0, 0), record("pre", 52.0, 1), record("mix(α=0.25)", 55.0, 0), record("mix(α=0.25)", 57.0, 1),
-            record("post", 40.0, 0, task="other"), record("post", 41.0, 1, task="other")]  # a column without pre
+    recs = [
+        record("pre", 50.0, 0),
+        record("pre", 52.0, 1),
+        record("mix(α=0.25)", 55.0, 0),
+        record("mix(α=0.25)", 57.0, 1),
+        record("post", 40.0, 0, task="other"),
+        record("post", 41.0, 1, task="other"),
+    ]  # a column without pre
     table = aggregate(recs, baseline="sandwich")
     assert all(cell.delta is None for cell in table.cells.values())
     assert "Δ" not in render(table, "md").split("\n\n")[0] and "No baseline row 'sandwich'" in render(table, "md")
     table = aggregate(recs)  # pre: present in one column only
-    assert table.baseline_of == {"other · other · cifar10_embedded [embedded]": None, "vit_small · vit_small · cifar10_embedded [embedded]": "pre"}
+    assert table.baseline_of == {
+        "other · other · cifar10_embedded [embedded]": None,
+        "vit_small · vit_small · cifar10_embedded [embedded]": "pre",
+    }
     assert table.cells[("post", "other · other · cifar10_embedded [embedded]")].delta is None
     assert table.cells[("mix(α=0.25)", "vit_small · vit_small · cifar10_embedded [embedded]")].delta.diff == 5.0
     for i, r in enumerate(recs):
@@ -197,7 +268,8 @@ def test_tidy_has_one_row_per_run_and_metric(tmp_path, capsys):
     assert len(rows) == 3 * 2 + 1
     assert {(r["norm"], r["seed"], r["metric"]) for r in rows} == {
         *((n, s, m) for n, s in (("pre", "0"), ("pre", "1"), ("mix(α=0.25)", "0")) for m in ("val/top1", "val/top5")),
-        ("mix(α=0.25)", "1", "val/top1")}
+        ("mix(α=0.25)", "1", "val/top1"),
+    }
     assert all(float(r["value"]) > 0 for r in rows if r["status"] == "completed")
     failed = next(r for r in rows if r["status"] == "failed")
     assert failed["value"] == "" and failed["primary"] == "1"
@@ -214,9 +286,24 @@ def test_records_frame_columns_and_dtypes(tmp_path):
     write_record(record("post", float("nan"), 1, status="diverged"), tmp_path / "c" / "record.json")
     frame, problems = load_records_frame(tmp_path)
     assert not problems and len(frame) == 3
-    assert list(frame.columns) == ["task", "family", "model", "dataset", "scale", "norm", "seed", "repeat", "status",
-                                   "primary_metric", "primary_value", "higher_is_better", "wall_time_s", "run_dir",
-                                   "val/loss", "val/top1"]
+    assert list(frame.columns) == [
+        "task",
+        "family",
+        "model",
+        "dataset",
+        "scale",
+        "norm",
+        "seed",
+        "repeat",
+        "status",
+        "primary_metric",
+        "primary_value",
+        "higher_is_better",
+        "wall_time_s",
+        "run_dir",
+        "val/loss",
+        "val/top1",
+    ]
     for name in ("primary_value", "wall_time_s", "val/loss", "val/top1"):
         assert pd.api.types.is_float_dtype(frame[name]), name
     assert pd.api.types.is_integer_dtype(frame["seed"]) and pd.api.types.is_integer_dtype(frame["repeat"])
@@ -231,18 +318,72 @@ def test_records_frame_columns_and_dtypes(tmp_path):
 def test_rich_table_keeps_brackets_and_prints_the_legend(tmp_path):
     from rich.console import Console
 
-    table = aggregate([record("pre", v, s) for s, v in enumerate((30.0, 31.0))] + [record("mix(α=0.25)", v, s) for s, v in enumerate((27.0, 28.0))])
+    table = aggregate(
+        [record("pre", v, s) for s, v in enumerate((30.0, 31.0))] + [record("mix(α=0.25)", v, s) for s, v in enumerate((27.0, 28.0))]
+    )
     console = Console(record=True, width=200)
-    console.print(rich_table(table))
+    print_rich(table, console)
     text = " ".join(console.export_text().split())  # the legend wraps at the table's width
     assert "[embedded]" in text and "[low, high]" in text and "Welch 95 %" in text and "Δ −3.00 [−6.04, 0.04]" in text
 
 
+COMMITTED = Path(__file__).resolve().parents[1] / "results" / "proxy"
+
+
+@pytest.mark.parametrize("folder", ["placements", "."], ids=["placements", "every-proxy-grid"])
+def test_a_table_wider_than_the_terminal_fits_80_columns_and_cuts_no_cell(folder):
+    """The committed proxy results (13 placements × tasks; all of them: a dozen columns) in an 80-column terminal: every
+    line fits, and every cell's text and every header line appear whole on one line, never broken into pieces."""
+    from rich.console import Console
+
+    records, problems = load_records(COMMITTED / folder)
+    assert records and not problems
+    table = aggregate(records)
+    console = Console(record=True, width=80, file=io.StringIO())
+    print_rich(table, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    for (row, col), cell in table.cells.items():
+        for piece in (row, cell.summary(), cell.delta_text()):
+            assert not piece or piece in text, (row, col, piece)
+    for col in table.columns:  # header parts broken only after commas
+        info = table.info[col]
+        for part in (info["task"], f"{info['dataset']} [{info['scale']}]", *info["model"].split(",")):
+            assert part in text, part
+    if len(table.columns) > 2:
+        assert sum("mixbench results (" in line for line in lines) > 1  # split into blocks, the norm column in each
+
+
+def test_table_shows_your_runs_by_default_not_the_committed_proxies(tmp_path, monkeypatch, capsys):
+    """``mixbench table`` reads results/runs (where ``mixbench run`` writes); results/proxy stays a --results-dir away."""
+    write_record(record("pre", 41.0), tmp_path / "results" / "runs" / "vit_small" / "a" / "record.json")
+    write_record(record("post", 12.0), tmp_path / "results" / "proxy" / "grid" / "b" / "record.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(["table", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["norm"] for r in rows] == ["pre"]
+    assert main(["table", "--format", "csv", "--results-dir", "results/proxy"]) == 0
+    assert [r["norm"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))] == ["post"]
+
+
 def test_paper_comparison_counts_seeds(tmp_path, capsys):
-    base = {"schema": SCHEMA, "task": "c4_llama_71m", "model": {"name": "llama_71m"}, "norm": {"label": "mix(α=0.25)"},
-            "status": "completed", "scale": "paper", "dataset": {"name": "c4"}}
+    base = {
+        "schema": SCHEMA,
+        "task": "c4_llama_71m",
+        "model": {"name": "llama_71m"},
+        "norm": {"label": "mix(α=0.25)"},
+        "status": "completed",
+        "scale": "paper",
+        "dataset": {"name": "c4"},
+    }
     for i, (seed, ppl) in enumerate([(0, 33.0), (0, 33.2), (1, 34.0)]):
-        rec = {**base, "seed": seed, "metrics": {"val/ppl": ppl}, "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": ppl}}
+        rec = {
+            **base,
+            "seed": seed,
+            "metrics": {"val/ppl": ppl},
+            "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": ppl},
+        }
         write_record(rec, tmp_path / str(i) / "record.json")
     assert main(["table", "--results-dir", str(tmp_path), "--paper", "table1"]) == 0
     out = capsys.readouterr().out
@@ -266,42 +407,49 @@ def test_table_cli_skips_malformed_records(tmp_path, capsys):
 def test_an_fp8_run_never_shares_a_cell_with_the_bf16_run_of_its_seed():
     bf16, fp8 = record("pre", 3.60, 0), {**record("pre", 3.64, 0), "fp8": {"recipe": "tensorwise", "skip": ["head"]}}
     table = aggregate([bf16, fp8])
-    assert sorted(table.columns) == ["vit_small · vit_small · cifar10_embedded [embedded]",
-                                     "vit_small · vit_small+fp8(tensorwise) · cifar10_embedded [embedded]"]
+    assert sorted(table.columns) == [
+        "vit_small · vit_small · cifar10_embedded [embedded]",
+        "vit_small · vit_small+fp8(tensorwise) · cifar10_embedded [embedded]",
+    ]
     assert sorted(c.mean for c in table.cells.values()) == [3.60, 3.64]  # not one cell of two repeats averaged to 3.62
 
 
 def with_validations(r, steps_values, total=100, **extra):
     """``r`` with validations inside fit at ``(step, value)`` pairs of a ``total``-step budget."""
     metric = r["primary_metric"]["name"]
-    return {**r, "budget": {"total_steps": total}, **extra,
-            "validations": [{"step": s, "fraction": s / total, "metrics": {metric: v}} for s, v in steps_values]}
+    return {
+        **r,
+        "budget": {"total_steps": total},
+        **extra,
+        "validations": [{"step": s, "fraction": s / total, "metrics": {metric: v}} for s, v in steps_values],
+    }
 
 
 def test_table_at_budget_fractions_shows_early_speed_and_final_quality_apart():
-    from mixbench.results import budget_views
+    from mixbench.results.table import budget_views
 
     records = [with_validations(record("pre", 60.0 + s, seed=s), [(25, 20.0 + s), (50, 40.0 + s)]) for s in range(3)]
     records += [with_validations(record("mix", 55.0 + s, seed=s), [(25, 30.0 + s), (50, 45.0 + s)]) for s in range(3)]
     # diverged at step 60: it reached 25 % and 50 % with finite metrics, so it counts there, and as diverged at the end
-    records.append(with_validations(record("post", float("nan"), seed=0, status="diverged"), [(25, 35.0), (50, 50.0)],
-                                    divergence={"step": 60}))
+    records.append(
+        with_validations(record("post", float("nan"), seed=0, status="diverged"), [(25, 35.0), (50, 50.0)], divergence={"step": 60})
+    )
     records.append(record("post", 0.0, seed=1, status="stalled"))  # never beat chance: stalled at every budget
     table = aggregate(budget_views(records, [0.25, 0.5, 1.0]), baseline="pre")
     cols = {table.info[c]["budget"]: c for c in table.columns}
     assert sorted(cols) == [0.25, 0.5, 1.0] and table.columns == [cols[0.25], cols[0.5], cols[1.0]]
     assert table.cells[("mix", cols[0.25])].mean == pytest.approx(31.0)
-    assert table.cells[("mix", cols[0.25])].delta.diff == pytest.approx(10.0)   # mix ahead early ...
-    assert table.cells[("mix", cols[1.0])].delta.diff == pytest.approx(-5.0)    # ... behind at the end
+    assert table.cells[("mix", cols[0.25])].delta.diff == pytest.approx(10.0)  # mix ahead early ...
+    assert table.cells[("mix", cols[1.0])].delta.diff == pytest.approx(-5.0)  # ... behind at the end
     post25, post100 = table.cells[("post", cols[0.25])], table.cells[("post", cols[1.0])]
     assert (post25.n, post25.diverged, post25.stalled) == (1, 0, 1) and post25.mean == 35.0
     assert (post100.n, post100.diverged, post100.stalled) == (0, 1, 1)
 
 
 def test_table_at_rejects_bad_fractions_and_skips_records_without_validations(tmp_path, capsys):
-    from mixbench.results import at_budget
+    from mixbench.results.table import at_budget
 
-    assert at_budget(record("pre", 50.0), 0.5) is None           # an older record: no validation at that budget
+    assert at_budget(record("pre", 50.0), 0.5) is None  # an older record: no validation at that budget
     assert at_budget(record("pre", 50.0), 1.0)["metrics"] == {"val/top1": 50.0}
     with pytest.raises(SystemExit):
         main(["table", "--results-dir", str(tmp_path), "--at", "0.5,1.5"])

@@ -1,14 +1,14 @@
 """RLHF (paper Table 3): KV-cache generation, preference data, the reward model, ReMax, and the tiny CPU chain."""
+
 from pathlib import Path
 
 import pytest
 import torch
+from downstream_fixtures import TINY
 
 from mixbench.layers import NormSpec, list_placements
 from mixbench.models import build_model
 from mixbench.rlhf.generation import generate, response_logprobs, top_p_filter
-
-from downstream_fixtures import TINY, pretrain_run, sft_run  # noqa: F401  (fixtures; pretrain_run is sft_run's)
 
 
 def _spec(placement: str) -> NormSpec:
@@ -32,8 +32,21 @@ def test_cached_and_uncached_generation_give_the_same_tokens(placement):
     model = build_model("llama_debug", spec, seed=0).eval()
     ids, mask = _prompts()
     for greedy in (True, False):
-        runs = [generate(model, ids, mask, 10, eos_id=2, pad_id=0, greedy=greedy, top_p=0.9,
-                         generator=torch.Generator().manual_seed(1), use_cache=cached) for cached in (True, False)]
+        runs = [
+            generate(
+                model,
+                ids,
+                mask,
+                10,
+                eos_id=2,
+                pad_id=0,
+                greedy=greedy,
+                top_p=0.9,
+                generator=torch.Generator().manual_seed(1),
+                use_cache=cached,
+            )
+            for cached in (True, False)
+        ]
         assert torch.equal(runs[0].tokens, runs[1].tokens) and torch.equal(runs[0].mask, runs[1].mask)
     assert runs[0].tokens.shape == (3, 10)
 
@@ -57,7 +70,7 @@ def test_responses_stop_at_eos_and_log_probs_match_the_decoder():
     out = generate(model, ids, mask, 12, eos_id=2, pad_id=0, greedy=False, generator=torch.Generator().manual_seed(0))
     for row, m in zip(out.tokens, out.mask):
         n = int(m.sum())
-        assert (row[:n - 1] != 2).all() and (row[n:] == 0).all()
+        assert (row[: n - 1] != 2).all() and (row[n:] == 0).all()
         assert m[:n].all() and not m[n:].any()
     greedy = generate(model, ids, mask, 6, eos_id=2, pad_id=0, greedy=True)
     logp = response_logprobs(model, ids, mask, greedy)
@@ -75,6 +88,7 @@ def test_top_p_keeps_the_smallest_nucleus():
 
 
 # --------------------------------------------------------------------------- formulas
+
 
 def test_bradley_terry_against_hand_computed_values():
     import math
@@ -120,7 +134,7 @@ def test_binarized_sample_and_pairs_batches():
     batch = next(iter(pairs.train_dataloader()))
     assert batch["input_ids"].shape[0] == 8 and len(pairs.train_set) == 40 and len(pairs.val_set) == 8
     for row, last in zip(batch["input_ids"], batch["last"]):
-        assert row[last] == pairs.eos_id and (row[last + 1:] == pairs.pad_id).all()
+        assert row[last] == pairs.eos_id and (row[last + 1 :] == pairs.pad_id).all()
     text = pairs.tok.decode(batch["input_ids"][0].tolist())
     assert "### Instruction:" in text and "### Response:" in text
     prompts = PromptDataModule(path="embedded", tokenizer="embedded", val_size=8, batch_size=4)
@@ -140,7 +154,7 @@ def test_stage_shares_are_disjoint_and_cover_the_source():
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/commonsense is absent")
 def test_commonsense_proxy_pairs_name_a_wrong_option():
-    from mixbench.jsonitems import read_items
+    from mixbench.core.jsonitems import read_items
     from mixbench.rlhf.data import commonsense_pairs
 
     records = read_items(SHARED / "ARC-Challenge" / "train.json")[:50] + read_items(SHARED / "boolq" / "train.json")[:50]
@@ -152,7 +166,7 @@ def test_commonsense_proxy_pairs_name_a_wrong_option():
 
 
 def test_data_errors_name_the_fix(tmp_path):
-    from mixbench.errors import ConfigError
+    from mixbench.core.errors import ConfigError
     from mixbench.rlhf.data import PreferenceDataModule
 
     bad = tmp_path / "bad.json"
@@ -164,6 +178,7 @@ def test_data_errors_name_the_fix(tmp_path):
 
 
 # --------------------------------------------------------------------------- ReMax with the rule reward
+
 
 def test_remax_with_the_rule_reward_raises_a_tiny_policys_reward():
     """A bare policy (vocab 16, one-token answers) must learn to answer each prompt with its known answer, a token that
@@ -194,7 +209,7 @@ def test_remax_with_the_rule_reward_raises_a_tiny_policys_reward():
     before = greedy_reward()
     STEPS = 80
     g = torch.Generator().manual_seed(0)
-    for step in range(STEPS):
+    for _ in range(STEPS):
         loss, stats = remax_step(policy, reference, reward, batch(64, g), settings, eos, 0)
         optimizer.zero_grad()
         loss.backward()
@@ -205,19 +220,39 @@ def test_remax_with_the_rule_reward_raises_a_tiny_policys_reward():
 
 # --------------------------------------------------------------------------- the chain pretrain → SFT → RM → ReMax
 
-CHAIN = [*TINY, "norm=mix", "norm.alpha=0.5", "model.vocab_size=8192", "data.path=embedded", "data.val_size=4",
-         "trainer.max_steps=2", "trainer.log_every_n_steps=1"]
+CHAIN = [
+    *TINY,
+    "norm=mix",
+    "norm.alpha=0.5",
+    "model.vocab_size=8192",
+    "data.path=embedded",
+    "data.val_size=4",
+    "trainer.max_steps=2",
+    "trainer.log_every_n_steps=1",
+]
 _RM: dict = {}
 
 
 @pytest.fixture(scope="module")
 def rm_run(sft_run, tmp_path_factory):
     if "rm" not in _RM:
-        from mixbench.cli import main
+        from mixbench.cli.app import main
 
         results = tmp_path_factory.mktemp("rm")
-        assert main(["run", "task=rm_preferences", *CHAIN, f"init_from={sft_run}", "data.batch_size=2", "data.global_batch_size=2",
-                     f"results_dir={results}"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "task=rm_preferences",
+                    *CHAIN,
+                    f"init_from={sft_run}",
+                    "data.batch_size=2",
+                    "data.global_batch_size=2",
+                    f"results_dir={results}",
+                ]
+            )
+            == 0
+        )
         (record,) = results.rglob("record.json")
         _RM["rm"] = record.parent
     return _RM["rm"]
@@ -226,13 +261,27 @@ def rm_run(sft_run, tmp_path_factory):
 def test_tiny_chain_pretrain_sft_rm_remax_writes_final_reward(sft_run, rm_run, tmp_path):
     import json
 
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     rm = json.loads((rm_run / "record.json").read_text())
     assert rm["status"] == "completed" and rm["init_from"]["source"] == str(sft_run)
     assert {"val/accuracy", "val/margin", "val/loss"} <= set(rm["metrics"]) and 0 <= rm["metrics"]["val/accuracy"] <= 100
-    assert main(["run", "task=rlhf_remax", *CHAIN, f"init_from={sft_run}", f"rlhf.reward_model={rm_run}", "rlhf.max_new_tokens=6",
-                 "data.batch_size=2", "data.global_batch_size=2", f"results_dir={tmp_path}"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "task=rlhf_remax",
+                *CHAIN,
+                f"init_from={sft_run}",
+                f"rlhf.reward_model={rm_run}",
+                "rlhf.max_new_tokens=6",
+                "data.batch_size=2",
+                "data.global_batch_size=2",
+                f"results_dir={tmp_path}",
+            ]
+        )
+        == 0
+    )
     (path,) = tmp_path.rglob("record.json")
     rl = json.loads(path.read_text())
     assert rl["status"] == "completed" and rl["task"] == "rlhf_remax"
@@ -246,18 +295,22 @@ def test_tiny_chain_pretrain_sft_rm_remax_writes_final_reward(sft_run, rm_run, t
 
 
 def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm_run, pretrain_run, tmp_path, caplog):
-    from mixbench.cli import main
+    from mixbench.cli.app import main
     from mixbench.data import ASSETS_DIR
 
     base = ["run", "task=rlhf_remax", *CHAIN, f"results_dir={tmp_path}"]
-    cases = [([f"init_from={rm_run}", f"rlhf.reward_model={rm_run}"], "is a reward-model run"),
-             ([f"init_from={sft_run}"], "needs rlhf.reward_model="),
-             ([f"init_from={sft_run}", f"rlhf.reward_model={tmp_path / 'nope'}"], "no such run folder"),
-             ([f"init_from={sft_run}", f"rlhf.reward_model={sft_run}"], "is not a reward model"),
-             ([f"init_from={sft_run}", f"rlhf.reward_model={rm_run}", f"data.tokenizer={ASSETS_DIR / 'tokenizer.json'}"],
-              "differs from the reward model's"),
-             ([f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.max_new_tokens=3000"], "exceeds model.max_seq_len"),
-             ([f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.top_p=0"], "top_p=0 (in (0, 1])")]
+    cases = [
+        ([f"init_from={rm_run}", f"rlhf.reward_model={rm_run}"], "is a reward-model run"),
+        ([f"init_from={sft_run}"], "needs rlhf.reward_model="),
+        ([f"init_from={sft_run}", f"rlhf.reward_model={tmp_path / 'nope'}"], "no such run folder"),
+        ([f"init_from={sft_run}", f"rlhf.reward_model={sft_run}"], "is not a reward model"),
+        (
+            [f"init_from={sft_run}", f"rlhf.reward_model={rm_run}", f"data.tokenizer={ASSETS_DIR / 'tokenizer.json'}"],
+            "differs from the reward model's",
+        ),
+        ([f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.max_new_tokens=3000"], "exceeds model.max_seq_len"),
+        ([f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.top_p=0"], "top_p=0 (in (0, 1])"),
+    ]
     for extra, message in cases:
         caplog.clear()
         assert main([*base, *extra]) == 2, message
@@ -266,7 +319,7 @@ def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm
 
 
 def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys):
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     assert main(["reproduce", "table3", "--scale", "proxy", "--seeds", "2", "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -280,13 +333,23 @@ def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys):
 def test_table3_renders_final_reward_rm_accuracy_and_the_paper(sft_run, rm_run, tmp_path):
     import json
 
-    from mixbench.reproduce_rlhf import paper_numbers, rlhf_table
+    from mixbench.grids.rlhf import paper_numbers, rlhf_table
 
     rm = json.loads((rm_run / "record.json").read_text())
-    base = {"task": "rlhf_remax", "status": "completed", "model": {"name": "llama_1b", "options": {}}, "scale": "paper",
-            "primary_metric": {"name": "val/final_reward"}, "reward_model": {"source": str(rm_run)}, "started_at": "2026"}
-    records = [{**base, "seed": s, "norm": {"label": label}, "metrics": {"val/final_reward": v, "val/initial_reward": v - 0.5}}
-               for label, values in (("pre", (0.7, 0.8)), ("mix(α=0.25)", (1.3, 1.4))) for s, v in enumerate(values)]
+    base = {
+        "task": "rlhf_remax",
+        "status": "completed",
+        "model": {"name": "llama_1b", "options": {}},
+        "scale": "paper",
+        "primary_metric": {"name": "val/final_reward"},
+        "reward_model": {"source": str(rm_run)},
+        "started_at": "2026",
+    }
+    records = [
+        {**base, "seed": s, "norm": {"label": label}, "metrics": {"val/final_reward": v, "val/initial_reward": v - 0.5}}
+        for label, values in (("pre", (0.7, 0.8)), ("mix(α=0.25)", (1.3, 1.4)))
+        for s, v in enumerate(values)
+    ]
     text = rlhf_table(records, paper_numbers("table3"))
     rows = {line.split(" | ")[0]: line for line in text.splitlines()[2:]}
     assert "0.750 ± 0.071 (n=2)" in rows["| llama_1b · pre · paper"] and rows["| llama_1b · pre · paper"].endswith("| 0.75 |")
@@ -320,10 +383,24 @@ def test_binarized_pairs_from_local_parquet(tmp_path):
 def test_remax_task_with_the_rule_reward_needs_no_reward_model(sft_run, tmp_path):
     import json
 
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
-    assert main(["run", "task=rlhf_remax", *CHAIN, f"init_from={sft_run}", "rlhf.reward=rule", "rlhf.max_new_tokens=4",
-                 "data.batch_size=2", "data.global_batch_size=2", f"results_dir={tmp_path}"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "task=rlhf_remax",
+                *CHAIN,
+                f"init_from={sft_run}",
+                "rlhf.reward=rule",
+                "rlhf.max_new_tokens=4",
+                "data.batch_size=2",
+                "data.global_batch_size=2",
+                f"results_dir={tmp_path}",
+            ]
+        )
+        == 0
+    )
     (path,) = tmp_path.rglob("record.json")
     record = json.loads(path.read_text())
     assert record["status"] == "completed" and record["reward"].startswith("rule") and "reward_model" not in record
@@ -335,16 +412,42 @@ def test_reproduce_table3_runs_a_chain_and_reuses_its_finished_stages(tmp_path, 
     run afterwards reuses all four stages and running again makes no new run."""
     import json
 
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
-    args = ["reproduce", "table3", "--scale", "proxy", "--seeds", "1", "--only", "norm=pre", f"results_dir={tmp_path}", *TINY[1:],
-            "model.num_layers=2", "data.tokenizer=embedded", "model.vocab_size=8192", "compile=false", "trainer.max_steps=2",
-            "pretrain:data.path=embedded", "pretrain:data.batch_size=4", "pretrain:data.global_batch_size=4",
-            "pretrain:trainer.val_check_interval=2", "pretrain:data.max_val_tokens=2000", "sft:data.format=binarized",
-            *[f"{stage}:{setting}" for stage in ("sft", "rm", "rl") for setting in ("data.path=embedded", "data.stage_split=4,3,3",
-                                                                                    "data.val_size=4")],
-            "rm:data.batch_size=2", "rm:data.global_batch_size=2", "rl:data.batch_size=2", "rl:data.global_batch_size=2",
-            "rl:data.eval_batch_size=4", "rl:rlhf.max_new_tokens=4"]
+    args = [
+        "reproduce",
+        "table3",
+        "--scale",
+        "proxy",
+        "--seeds",
+        "1",
+        "--only",
+        "norm=pre",
+        f"results_dir={tmp_path}",
+        *TINY[1:],
+        "model.num_layers=2",
+        "data.tokenizer=embedded",
+        "model.vocab_size=8192",
+        "compile=false",
+        "trainer.max_steps=2",
+        "pretrain:data.path=embedded",
+        "pretrain:data.batch_size=4",
+        "pretrain:data.global_batch_size=4",
+        "pretrain:trainer.val_check_interval=2",
+        "pretrain:data.max_val_tokens=2000",
+        "sft:data.format=binarized",
+        *[
+            f"{stage}:{setting}"
+            for stage in ("sft", "rm", "rl")
+            for setting in ("data.path=embedded", "data.stage_split=4,3,3", "data.val_size=4")
+        ],
+        "rm:data.batch_size=2",
+        "rm:data.global_batch_size=2",
+        "rl:data.batch_size=2",
+        "rl:data.global_batch_size=2",
+        "rl:data.eval_batch_size=4",
+        "rl:rlhf.max_new_tokens=4",
+    ]
     assert main(args) == 0
     records = {r["task"]: r for r in (json.loads(p.read_text()) for p in tmp_path.rglob("record.json"))}
     assert set(records) == {"c4_llama_71m", "sft_commonsense", "rm_preferences", "rlhf_remax"}

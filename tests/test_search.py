@@ -1,25 +1,40 @@
 """mixbench search: the plan grammar, a tiny multi-fidelity study that resumes from its SQLite file, a pruned trial's
 record, the confirmation runs and the report."""
+
 import json
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.errors import ConfigError
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.grids.search_space import Space, grammar_plans
 from mixbench.layers.placement import NormSpec
-from mixbench.search_space import Space, grammar_plans
 
 optuna = pytest.importorskip("optuna")
 
-TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=4", "trainer.val_check_interval=2",
-           "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false",
-           "save_weights=false"]
+TINY_LM = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.limit_val_batches=1",
+    "data.seq_len=16",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",
+    "save_weights=false",
+]
 
 
 def test_plan_grammar_for_small_depths():
     assert grammar_plans(2, ("sandwich",)) == [
-        ("pre", "pre"), ("pre", "sandwich"), ("sandwich", "sandwich"),
-        ("post", "pre"), ("post", "sandwich"), ("post", "post")]
+        ("pre", "pre"),
+        ("pre", "sandwich"),
+        ("sandwich", "sandwich"),
+        ("post", "pre"),
+        ("post", "sandwich"),
+        ("post", "post"),
+    ]
     for L in (1, 3, 4):
         plans = grammar_plans(L, ("sandwich", "lns"))
         assert len(plans) == len(set(plans)) == (L + 1) + 2 * L * (L + 1) // 2  # k = 0..L; j = 1..L-k per kind
@@ -44,8 +59,22 @@ def trial_records(folder):
 
 
 def test_tiny_search_resumes_from_its_sqlite_file(tmp_path):
-    args = ["search", "--study", "tiny", "--space", "alpha", "--pruner", "halving", "--min-steps", "2", "--reduction-factor", "2",
-            "--results-dir", str(tmp_path), *TINY_LM]
+    args = [
+        "search",
+        "--study",
+        "tiny",
+        "--space",
+        "alpha",
+        "--pruner",
+        "halving",
+        "--min-steps",
+        "2",
+        "--reduction-factor",
+        "2",
+        "--results-dir",
+        str(tmp_path),
+        *TINY_LM,
+    ]
     assert main([*args, "--trials", "4"]) == 0
     folder = tmp_path / "search" / "tiny"
     storage = f"sqlite:///{folder / 'study.sqlite3'}"
@@ -74,9 +103,9 @@ def test_tiny_search_resumes_from_its_sqlite_file(tmp_path):
 
 
 def test_a_pruned_trial_is_recorded_as_pruned_at_its_step(tmp_path):
-    from mixbench.callbacks import TrialPruning
-    from mixbench.config import compose
-    from mixbench.train import run
+    from mixbench.training.callbacks import TrialPruning
+    from mixbench.training.config import compose
+    from mixbench.training.run import run
 
     class AlwaysPrune:
         reported = []
@@ -88,33 +117,56 @@ def test_a_pruned_trial_is_recorded_as_pruned_at_its_step(tmp_path):
             return True
 
     trial = AlwaysPrune()
-    record = run(compose([*TINY_LM, f"results_dir={tmp_path}"]), callbacks=(TrialPruning(trial, "val/loss"),),
-                 record_extra={"search": {"study": "s", "trial": 0}})
+    record = run(
+        compose([*TINY_LM, f"results_dir={tmp_path}"]),
+        callbacks=(TrialPruning(trial, "val/loss"),),
+        record_extra={"search": {"study": "s", "trial": 0}},
+    )
     assert record["status"] == "pruned" and record["steps"] == 2 and record["budget"]["stopped_early"]
     assert record["search"] == {"study": "s", "trial": 0, "pruned_at_step": 2} and trial.reported == [2]
     assert json.loads((tmp_path.glob("runs/*/*/*/*/record.json").__next__()).read_text())["status"] == "pruned"
 
 
 def synthetic(folder, norm: dict, label: str, seed: int, value: float):
-    from mixbench.results import SCHEMA, write_record
+    from mixbench.results.table import SCHEMA, write_record
 
     run = folder / "confirm" / "runs" / label / f"seed{seed}"
-    write_record({"schema": SCHEMA, "task": "llama_lm", "family": "llama", "model": {"name": "llama_debug"}, "norm": {**norm, "label": label},
-                  "seed": seed, "status": "completed", "metrics": {"val/loss": value}, "scale": "embedded",
-                  "primary_metric": {"name": "val/loss", "higher_is_better": False, "value": value}, "dataset": {"name": "tiny"},
-                  "started_at": "2026-11-27T00:00:00"}, run / "record.json")
+    write_record(
+        {
+            "schema": SCHEMA,
+            "task": "llama_lm",
+            "family": "llama",
+            "model": {"name": "llama_debug"},
+            "norm": {**norm, "label": label},
+            "seed": seed,
+            "status": "completed",
+            "metrics": {"val/loss": value},
+            "scale": "embedded",
+            "primary_metric": {"name": "val/loss", "higher_is_better": False, "value": value},
+            "dataset": {"name": "tiny"},
+            "started_at": "2026-11-27T00:00:00",
+        },
+        run / "record.json",
+    )
 
 
 def test_report_on_synthetic_records(tmp_path, capsys):
-    from mixbench.search import Settings, open_study
+    from mixbench.grids.search import Settings, open_study
 
     settings = Settings("alpha", (), tuple(TINY_LM), "halving", 2, 2)
     study, _, space, _ = open_study(tmp_path, "syn", settings)
     dist = {"num_post": optuna.distributions.IntDistribution(0, space.num_layers)}
     study.add_trial(optuna.trial.create_trial(params={"num_post": 1}, distributions=dist, value=5.0, intermediate_values={2: 6.0}))
     study.add_trial(optuna.trial.create_trial(params={"num_post": 0}, distributions=dist, value=5.5))
-    study.add_trial(optuna.trial.create_trial(params={"num_post": 2}, distributions=dist, state=optuna.trial.TrialState.PRUNED,
-                                              intermediate_values={2: 7.0}, user_attrs={"pruned_at_step": 2}))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"num_post": 2},
+            distributions=dist,
+            state=optuna.trial.TrialState.PRUNED,
+            intermediate_values={2: 7.0},
+            user_attrs={"pruned_at_step": 2},
+        )
+    )
     folder = tmp_path / "search" / "syn"
     for seed, (best, pre, mix) in zip((1, 2, 3), ((5.0, 6.0, 5.05), (5.1, 6.1, 5.0), (4.9, 6.2, 5.1))):
         synthetic(folder, {"placement": "mix", "num_post": 1}, "mix(post=1)", seed, best)
@@ -140,8 +192,15 @@ def test_proxy_search_script_plans_both_studies(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "DRY_RUN": "1", "GPUS": "2", "JOBS": "2", "TRIALS": "8", "RESULTS": str(tmp_path),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "GPUS": "2",
+        "JOBS": "2",
+        "TRIALS": "8",
+        "RESULTS": str(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
     done = subprocess.run(["bash", str(root / "bench" / "search_proxy.sh")], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("mixbench search")]

@@ -1,23 +1,26 @@
 """Supervised fine-tuning data (Commonsense170K format): response-only loss in both sequence modes, clear errors, and
 `mixbench run task=sft_commonsense` from a pretraining run (its tokenizer and weights)."""
+
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from downstream_fixtures import RECORDS, write_records
 
-from mixbench.constants import IGNORE_INDEX
+from mixbench.core.constants import IGNORE_INDEX
+from mixbench.core.errors import ConfigError
 from mixbench.data.tokens import TokenizerSpec
-from mixbench.errors import ConfigError
 from mixbench.sft.data import InstructionDataModule, encode_examples
 from mixbench.sft.prompt import build_prompt
 
-from downstream_fixtures import RECORDS, pretrain_run, sft_run, write_records  # noqa: F401  (fixtures)
 
 def test_prompt_is_the_alpaca_template():
-    assert build_prompt("Say hi.") == ("Below is an instruction that describes a task. Write a response that appropriately completes "
-                                       "the request.\n\n### Instruction:\nSay hi.\n\n### Response:\n")
+    assert build_prompt("Say hi.") == (
+        "Below is an instruction that describes a task. Write a response that appropriately completes "
+        "the request.\n\n### Instruction:\nSay hi.\n\n### Response:\n"
+    )
     assert "### Input:\nctx\n\n### Response:\n" in build_prompt("Say hi.", "ctx")
     with pytest.raises(ConfigError, match="unknown prompt template"):
         build_prompt("x", template="chatml")
@@ -25,7 +28,9 @@ def test_prompt_is_the_alpaca_template():
 
 @pytest.mark.parametrize("mode", ["pad", "pack"])
 def test_only_response_tokens_are_scored(tmp_path, mode):
-    dm = InstructionDataModule(path=str(write_records(tmp_path / "d.json")), val_size=4, tokenizer="embedded", mode=mode, seq_len=128, batch_size=4)
+    dm = InstructionDataModule(
+        path=str(write_records(tmp_path / "d.json")), val_size=4, tokenizer="embedded", mode=mode, seq_len=128, batch_size=4
+    )
     dm.setup()
     tok = TokenizerSpec("embedded").load()
     eos = tok.token_to_id("<eos>")
@@ -95,9 +100,24 @@ def test_sft_run_starts_from_the_pretraining_run(sft_run, pretrain_run):
 
 
 def test_sft_needs_the_pretraining_model_and_norm(pretrain_run, tmp_path, caplog):
-    from mixbench.cli import main
+    from mixbench.cli.app import main
 
     data = write_records(tmp_path / "d.json")
-    assert main(["run", "task=sft_commonsense", "model=llama_debug", "norm=pre", f"init_from={pretrain_run}", f"data.path={data}",
-                 "data.val_size=4", "model.vocab_size=8192", f"results_dir={tmp_path}", "trainer.max_steps=1"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "task=sft_commonsense",
+                "model=llama_debug",
+                "norm=pre",
+                f"init_from={pretrain_run}",
+                f"data.path={data}",
+                "data.val_size=4",
+                "model.vocab_size=8192",
+                f"results_dir={tmp_path}",
+                "trainer.max_steps=1",
+            ]
+        )
+        == 2
+    )
     assert "choose the same norm= and norm.* settings" in caplog.text

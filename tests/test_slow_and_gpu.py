@@ -1,11 +1,12 @@
 """Deselected by default: ``python -m pytest -m slow`` (minutes on a CPU) and ``-m gpu`` (needs CUDA)."""
+
 import json
 
 import pytest
 import torch
 
 import mixbench
-from mixbench.cli import main
+from mixbench.cli.app import main
 
 
 @pytest.mark.slow

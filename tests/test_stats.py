@@ -2,12 +2,20 @@ import math
 
 import pytest
 
-from mixbench.stats import excludes_zero, mean_std, t_quantile, welch_dof, welch_interval
+from mixbench.results.stats import excludes_zero, mean_std, t_quantile, welch_dof, welch_interval
 
 
-@pytest.mark.parametrize("p, dof, table_value", [
-    (0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 10, 2.228), (0.95, 30, 1.697), (0.995, 5, 4.032),
-])
+@pytest.mark.parametrize(
+    "p, dof, table_value",
+    [
+        (0.975, 1, 12.706),
+        (0.975, 2, 4.303),
+        (0.975, 4, 2.776),
+        (0.975, 10, 2.228),
+        (0.95, 30, 1.697),
+        (0.995, 5, 4.032),
+    ],
+)
 def test_t_quantile_matches_printed_tables(p, dof, table_value):
     assert t_quantile(p, dof) == pytest.approx(table_value, abs=5e-4)
     assert t_quantile(1 - p, dof) == pytest.approx(-table_value, abs=5e-4)

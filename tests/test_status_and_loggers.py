@@ -1,16 +1,25 @@
 """Statuses that mean what they say, re-classifying old records, experiment loggers and training curves."""
+
 import json
-from pathlib import Path
 
 import pytest
 
-from mixbench.cli import main
-from mixbench.results import write_record
-from mixbench.status import classify, loss_gain
+from mixbench.cli.app import main
+from mixbench.results.table import write_record
+from mixbench.training.status import classify, loss_gain
 
-TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=4", "trainer.val_check_interval=2",
-           "trainer.limit_val_batches=1", "data.seq_len=16", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false",
-           "trainer.log_every_n_steps=1"]
+TINY_LM = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.limit_val_batches=1",
+    "data.seq_len=16",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",
+    "trainer.log_every_n_steps=1",
+]
 FLAT = [(i, 5.0) for i in range(12)]
 FALLING = [(i, 5.0 - 0.1 * i) for i in range(12)]
 
@@ -28,14 +37,25 @@ def test_classify():
 
 
 def test_reclassify_turns_old_never_learned_records_into_stalled(tmp_path):
-    base = {"schema": "mixbench.result/1", "task": "llama_lm", "model": {"name": "llama_tiny"}, "seed": 0, "scale": "embedded",
-            "dataset": {"name": "text"}, "norm": {"label": "pre"}, "metrics": {"val/ppl": 300.0},
-            "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": 300.0}, "status": "diverged",
-            "divergence": {"step": None, "reason": "never learned beyond token frequencies: final val/loss 5.7 ≥ unigram entropy 5.6"}}
+    base = {
+        "schema": "mixbench.result/1",
+        "task": "llama_lm",
+        "model": {"name": "llama_tiny"},
+        "seed": 0,
+        "scale": "embedded",
+        "dataset": {"name": "text"},
+        "norm": {"label": "pre"},
+        "metrics": {"val/ppl": 300.0},
+        "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": 300.0},
+        "status": "diverged",
+        "divergence": {"step": None, "reason": "never learned beyond token frequencies: final val/loss 5.7 ≥ unigram entropy 5.6"},
+    }
     for name, history in (("flat", FLAT), ("falling", FALLING)):
         write_record({**base, "run_dir": str(tmp_path / name), "train_loss_history": history}, tmp_path / name / "record.json")
-    write_record({**base, "run_dir": str(tmp_path / "nan"), "divergence": {"reason": "non-finite training loss (nan)"}},
-                 tmp_path / "nan" / "record.json")
+    write_record(
+        {**base, "run_dir": str(tmp_path / "nan"), "divergence": {"reason": "non-finite training loss (nan)"}},
+        tmp_path / "nan" / "record.json",
+    )
     assert main(["reclassify", "--results-dir", str(tmp_path), "--dry-run"]) == 0
     assert json.loads((tmp_path / "flat" / "record.json").read_text())["status"] == "diverged"  # dry run wrote nothing
     assert main(["reclassify", "--results-dir", str(tmp_path)]) == 0
@@ -45,17 +65,30 @@ def test_reclassify_turns_old_never_learned_records_into_stalled(tmp_path):
     assert falling["reclassified"][0]["from"] == "diverged" and "still falling" in falling["divergence"]["reason"]
 
 
-VIT_RECORD = {"schema": "mixbench.result/1", "task": "in1k_vit_tiny", "family": "vision", "seed": 7, "scale": "proxy",
-              "model": {"name": "vit_tiny", "options": {"num_classes": 10}}, "dataset": {"name": "cifar10"}, "norm": {"label": "sandwich"},
-              "primary_metric": {"name": "val/top1", "higher_is_better": True}, "status": "completed", "train_loss_history": FLAT}
+VIT_RECORD = {
+    "schema": "mixbench.result/1",
+    "task": "in1k_vit_tiny",
+    "family": "vision",
+    "seed": 7,
+    "scale": "proxy",
+    "model": {"name": "vit_tiny", "options": {"num_classes": 10}},
+    "dataset": {"name": "cifar10"},
+    "norm": {"label": "sandwich"},
+    "primary_metric": {"name": "val/top1", "higher_is_better": True},
+    "status": "completed",
+    "train_loss_history": FLAT,
+}
 
 
-@pytest.mark.parametrize("metrics, stalled", [
-    ({"val/top1": 18.90, "val/loss": 2.3005}, True),   # the collapsed grid runs of issue #19: loss at ln 10, top-1 above chance
-    ({"val/top1": 10.60, "val/loss": 2.10}, True),     # top-1 within a point of chance
-    ({"val/top1": 35.10, "val/loss": 1.805}, False),   # DyT: learned, if slowly
-    ({"val/top1": 49.60, "val/loss": 1.456}, False),
-])
+@pytest.mark.parametrize(
+    "metrics, stalled",
+    [
+        ({"val/top1": 18.90, "val/loss": 2.3005}, True),  # the collapsed grid runs of issue #19: loss at ln 10, top-1 above chance
+        ({"val/top1": 10.60, "val/loss": 2.10}, True),  # top-1 within a point of chance
+        ({"val/top1": 35.10, "val/loss": 1.805}, False),  # DyT: learned, if slowly
+        ({"val/top1": 49.60, "val/loss": 1.456}, False),
+    ],
+)
 def test_reclassify_lists_vit_runs_that_ended_at_chance_as_stalled(tmp_path, capsys, metrics, stalled):
     write_record({**VIT_RECORD, "metrics": metrics, "run_dir": str(tmp_path / "r")}, tmp_path / "r" / "record.json")
     assert main(["reclassify", "--results-dir", str(tmp_path), "--dry-run"]) == 0

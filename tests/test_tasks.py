@@ -2,7 +2,7 @@ import sys
 
 import pytest
 
-from mixbench.tasks import TaskError, discover_tasks
+from mixbench.core.tasks import TaskError, discover_tasks
 
 
 def write(root, name, text):
@@ -49,8 +49,7 @@ def test_task_plugin_can_register_a_data_loader(project):
 
     write(project, "beta", GOOD.format(name="beta"))
     (project / "tasks" / "beta" / "task.py").write_text(
-        "from mixbench.data import register_datamodule\n"
-        "register_datamodule('beta_images', 'mixbench.data.images:CifarArrayDataModule')\n"
+        "from mixbench.data import register_datamodule\nregister_datamodule('beta_images', 'mixbench.data.images:CifarArrayDataModule')\n"
     )
     discover_tasks(project)["beta"].load_plugin()
     assert get_datamodule_class("beta_images").__name__ == "CifarArrayDataModule"

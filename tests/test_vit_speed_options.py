@@ -1,4 +1,5 @@
 """ViT speed options (model.attention_backend, the variants of bench/vit_throughput.py) change kernels, not the model."""
+
 import importlib.util
 import json
 import sys
@@ -13,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import mixbench
-from mixbench.config import compose
-from mixbench.errors import ConfigError
+from mixbench.core.errors import ConfigError
+from mixbench.training.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -103,10 +104,24 @@ def fake_bench(bench, **args):
 def test_bench_best_config_takes_the_fastest_winning_value_per_axis():
     bench = bench_module()
     V, b = bench.Variant, fake_bench(bench)
-    for variant, rate in [(V(), 100.0), (V(sdpa="cudnn"), 108.0), (V(sdpa="efficient"), 104.0), (V(cudagraphs=True), 100.5),
-                          (V(tune="pointwise"), 103.0), (V(optimizer="foreach"), None)]:
-        b.rows.append({"phase": "candidates", "model": "vit_small", "norm": "pre", "role": "baseline" if variant == V() else "candidate",
-                       "variant": bench.asdict(variant), "images_per_sec": rate})
+    for variant, rate in [
+        (V(), 100.0),
+        (V(sdpa="cudnn"), 108.0),
+        (V(sdpa="efficient"), 104.0),
+        (V(cudagraphs=True), 100.5),
+        (V(tune="pointwise"), 103.0),
+        (V(optimizer="foreach"), None),
+    ]:
+        b.rows.append(
+            {
+                "phase": "candidates",
+                "model": "vit_small",
+                "norm": "pre",
+                "role": "baseline" if variant == V() else "candidate",
+                "variant": bench.asdict(variant),
+                "images_per_sec": rate,
+            }
+        )
     assert b.best_variant("vit_small") == V(sdpa="cudnn", tune="pointwise")  # cudagraphs: +0.5 % < --min-gain
     b.args.best = "cudagraphs=true"
     assert b.best_variant("vit_small") == V(cudagraphs=True)
@@ -139,15 +154,51 @@ def test_bench_kernel_classes():
 def test_bench_smoke_writes_rows_ratios_and_profiles(tmp_path):
     bench = bench_module()
     out = tmp_path / "vit.json"
-    bench.main(["--device", "cpu", "--no-compile", "--models", "vit_debug", "--size-models", "--img-size", "32", "--batch", "2",
-                "--warmup", "1", "--rounds", "2", "--window-s", "0.01", "--candidates", "sdpa=flash", "sdpa=cudnn", "cudagraphs=true",
-                "--late-candidates", "--best", "sdpa=flash", "--norms", "pre", "mix", "--out", str(out)])
+    bench.main(
+        [
+            "--device",
+            "cpu",
+            "--no-compile",
+            "--models",
+            "vit_debug",
+            "--size-models",
+            "--img-size",
+            "32",
+            "--batch",
+            "2",
+            "--warmup",
+            "1",
+            "--rounds",
+            "2",
+            "--window-s",
+            "0.01",
+            "--candidates",
+            "sdpa=flash",
+            "sdpa=cudnn",
+            "cudagraphs=true",
+            "--late-candidates",
+            "--best",
+            "sdpa=flash",
+            "--norms",
+            "pre",
+            "mix",
+            "--out",
+            str(out),
+        ]
+    )
     data = json.loads(out.read_text())
     rows = {(r["phase"], r["norm"], r["options"]): r for r in data["rows"]}
-    assert list(rows) == [("candidates", None, "defaults"), ("candidates", "pre", "defaults"), ("candidates", "pre", "sdpa=flash"),
-                          ("candidates", "pre", "sdpa=cudnn"), ("candidates", "pre", "cudagraphs=True"),
-                          ("norms", None, "defaults"), ("norms", "pre", "defaults"), ("norms", "pre", "sdpa=flash"),
-                          ("norms", "mix", "sdpa=flash")]
+    assert list(rows) == [
+        ("candidates", None, "defaults"),
+        ("candidates", "pre", "defaults"),
+        ("candidates", "pre", "sdpa=flash"),
+        ("candidates", "pre", "sdpa=cudnn"),
+        ("candidates", "pre", "cudagraphs=True"),
+        ("norms", None, "defaults"),
+        ("norms", "pre", "defaults"),
+        ("norms", "pre", "sdpa=flash"),
+        ("norms", "mix", "sdpa=flash"),
+    ]
     assert "No viable backend" in rows[("candidates", "pre", "sdpa=cudnn")]["error"]
     assert rows[("candidates", "pre", "cudagraphs=True")]["images_per_sec"] is None
     peer, mix, pre = rows[("norms", None, "defaults")], rows[("norms", "mix", "sdpa=flash")], rows[("norms", "pre", "sdpa=flash")]
@@ -181,8 +232,30 @@ def test_attention_backends_agree_on_gpu(backend):
 def test_bench_cuda_graph_rows_capture_on_gpu(tmp_path):
     bench = bench_module()
     out = tmp_path / "vit.json"
-    bench.main(["--models", "vit_debug", "--size-models", "--img-size", "32", "--batch", "8", "--warmup", "3", "--rounds", "2",
-                "--window-s", "0.05", "--candidates", "cudagraphs=true", "--late-candidates", "--norms", "pre", "--out", str(out)])
+    bench.main(
+        [
+            "--models",
+            "vit_debug",
+            "--size-models",
+            "--img-size",
+            "32",
+            "--batch",
+            "8",
+            "--warmup",
+            "3",
+            "--rounds",
+            "2",
+            "--window-s",
+            "0.05",
+            "--candidates",
+            "cudagraphs=true",
+            "--late-candidates",
+            "--norms",
+            "pre",
+            "--out",
+            str(out),
+        ]
+    )
     row = next(r for r in json.loads(out.read_text())["rows"] if r["options"] == "cudagraphs=True")
     assert row["images_per_sec"] and row["cudagraph_skips"] == 0
 
@@ -191,7 +264,7 @@ def test_bench_cuda_graph_rows_capture_on_gpu(tmp_path):
 def test_a_kernel_choice_does_not_split_a_table_cell(name):
     """Runs that differ only in model.attention_backend compute the same function: same model label (same table
     cell); an architecture option still shows."""
-    from mixbench.train import model_label
+    from mixbench.training.run import model_label
 
     assert model_label(name, {"attention_backend": "cudnn"}) == name
     assert model_label(name, {"attention_backend": "cudnn", "num_layers": 3}) == f"{name}[num_layers=3]"

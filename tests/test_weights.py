@@ -1,4 +1,5 @@
 """Portable weights (model.safetensors + model_config.json) and starting a run from trained weights (init_from=)."""
+
 import json
 from pathlib import Path
 
@@ -7,13 +8,30 @@ import timm
 import torch
 
 from mixbench import build_model
-from mixbench.cli import main
-from mixbench.weights import WeightsError, describe_model, init_from, load_weights, save_weights
+from mixbench.cli.app import main
+from mixbench.training.weights import WeightsError, describe_model, init_from, load_weights, save_weights
 
-TINY_VIT = ["divergence.unigram_floor=false", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "trainer.max_steps=2", "trainer.max_epochs=1",
-            "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false"]
-TINY_LM = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "trainer.max_steps=2", "trainer.val_check_interval=null",
-           "trainer.limit_val_batches=1", "data.seq_len=32", "trainer.enable_progress_bar=false", "divergence.unigram_floor=false"]
+TINY_VIT = [
+    "divergence.unigram_floor=false",
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "trainer.max_steps=2",
+    "trainer.max_epochs=1",
+    "trainer.limit_val_batches=1",
+    "trainer.enable_progress_bar=false",
+]
+TINY_LM = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=null",
+    "trainer.limit_val_batches=1",
+    "data.seq_len=32",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",
+]
 
 
 def only_record(folder: Path) -> dict:
@@ -21,7 +39,9 @@ def only_record(folder: Path) -> dict:
     return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("name, family, kwargs", [("llama_debug", "lm", {}), ("vit_debug", "vision", dict(img_size=16, patch_size=8, num_classes=3))])
+@pytest.mark.parametrize(
+    "name, family, kwargs", [("llama_debug", "lm", {}), ("vit_debug", "vision", dict(img_size=16, patch_size=8, num_classes=3))]
+)
 @pytest.mark.parametrize("norm", ["mix", "sandwich"])
 def test_round_trip_both_families(tmp_path, name, family, kwargs, norm):
     model = build_model(name, norm=norm, seed=1, **kwargs)
@@ -37,8 +57,14 @@ def test_round_trip_both_families(tmp_path, name, family, kwargs, norm):
 def test_vit_weights_load_with_timm(tmp_path):
     ours = build_model("vit_tiny", norm="pre", seed=0, img_size=32, patch_size=8, num_classes=10).eval()
     save_weights(ours, tmp_path, describe_model("vision", "vit_tiny", {}, ours))
-    theirs = timm.create_model("vit_tiny_patch16_224", pretrained=True, img_size=32, patch_size=8, num_classes=10,
-                               pretrained_cfg_overlay=dict(file=str(tmp_path / "model.safetensors"), num_classes=10)).eval()
+    theirs = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=True,
+        img_size=32,
+        patch_size=8,
+        num_classes=10,
+        pretrained_cfg_overlay=dict(file=str(tmp_path / "model.safetensors"), num_classes=10),
+    ).eval()
     x = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(theirs(x), ours(x))
 

@@ -1,4 +1,5 @@
 """A wheel built from the repository runs outside the checkout: configs/ and tasks/ ship inside the package."""
+
 import json
 import os
 import subprocess
@@ -16,7 +17,9 @@ def run(cmd, cwd, env=None):
 
 
 def test_wheel_installs_in_a_fresh_venv_and_runs_outside_the_checkout(tmp_path):
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(REPO)], tmp_path)
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(REPO)], tmp_path
+    )
     (wheel,) = (tmp_path / "dist").glob("mixbench-*.whl")
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], tmp_path)
@@ -34,9 +37,26 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_outside_the_checkout(tmp_path):
     assert where.startswith(str(venv)), where
     listing = run([str(venv / "bin" / "mixbench"), "list"], work, env).stdout
     assert "llama_lm" in listing and "vit_small" in listing and "mix" in listing
-    run([str(venv / "bin" / "mixbench"), "run", "task=vit_tiny", "norm=mix", "norm.alpha=0.5", "model.num_layers=2", "model.hidden_size=32",
-         "model.num_heads=2", "trainer.max_steps=2", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
-         "trainer.enable_progress_bar=false", "divergence.unigram_floor=false", f"results_dir={work / 'results'}"], work, env)
+    run(
+        [
+            str(venv / "bin" / "mixbench"),
+            "run",
+            "task=vit_tiny",
+            "norm=mix",
+            "norm.alpha=0.5",
+            "model.num_layers=2",
+            "model.hidden_size=32",
+            "model.num_heads=2",
+            "trainer.max_steps=2",
+            "trainer.max_epochs=1",
+            "trainer.limit_val_batches=1",
+            "trainer.enable_progress_bar=false",
+            "divergence.unigram_floor=false",
+            f"results_dir={work / 'results'}",
+        ],
+        work,
+        env,
+    )
     (record,) = (work / "results").rglob("record.json")
     record = json.loads(record.read_text())
     assert record["status"] == "completed" and record["norm"]["plan"] == ["post", "pre"]

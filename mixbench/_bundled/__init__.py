@@ -1,1 +1,1 @@
-"""In a built wheel this package holds the shipped ``configs/`` and ``tasks/`` (see ``mixbench.project``)."""
+"""In a built wheel this package holds the shipped ``configs/`` and ``tasks/`` (see ``mixbench.core.project``)."""

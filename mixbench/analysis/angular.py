@@ -1,5 +1,6 @@
 """Angular distance between block inputs (paper Eq. 8): d(x^l, x^{l+n}) = arccos(cos(x^l, x^{l+n})) / π per token,
 averaged over every token of a token budget.  x^l is the input of block l (x^L: the last block's output)."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Figures of the layer analyses (matplotlib, Agg backend)."""
+
 from __future__ import annotations
 
 import matplotlib

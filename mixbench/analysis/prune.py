@@ -1,4 +1,5 @@
 """Performance drop of removing one block (paper Eq. 9): ΔP(l) = P_pruned(l) − P_original."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager

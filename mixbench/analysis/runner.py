@@ -1,5 +1,6 @@
 """``mixbench analyze grad-norm | angular | prune``: load a run (or build a model at initialization), measure,
 and write ``<name>.json`` + ``<name>.png`` into the run folder (or ``--out``)."""
+
 from __future__ import annotations
 
 import json
@@ -8,13 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from ..config import compose, load_run_config, norm_spec
-from ..families import get_family
+from ..core.families import get_family
+from ..core.tasks import get_task
 from ..models import build_model
+from ..training.builders import build_datamodule, build_lightning_module, model_options
+from ..training.config import compose, load_run_config, norm_spec
+from ..training.gradnorm import block_grad_norms
+from ..training.weights import load_weights
 from .angular import angular_distance_matrix
-from .gradnorm import block_grad_norms
 from .prune import skip_block
 
 log = logging.getLogger(__name__)
@@ -38,8 +42,6 @@ class Subject:
 
 def subject_from_run(run_dir: str | Path) -> Subject:
     """The trained model of a finished run (its ``config.yaml`` and ``model.safetensors``, or a legacy ``model.pt``)."""
-    from ..train import build_datamodule
-    from ..weights import load_weights
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -51,16 +53,12 @@ def subject_from_run(run_dir: str | Path) -> Subject:
 
 
 def subject_at_init(args: list[str], out_dir: Path) -> Subject:
-    from ..train import build_datamodule
-
     cfg = compose(args)
     datamodule = build_datamodule(cfg)
     return Subject(norm_spec(cfg).label(), cfg, _build(cfg, datamodule).to(analysis_device()), datamodule, out_dir)
 
 
 def _build(cfg: DictConfig, datamodule):
-    from ..train import model_options
-
     return build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **model_options(cfg, datamodule))
 
 
@@ -76,8 +74,12 @@ def grad_norm_profile(subject: Subject, num_batches: int = 8) -> dict:
         norms = block_grad_norms(model.blocks)
         sums = norms if sums is None else [{k: s[k] + n[k] for k in s} for s, n in zip(sums, norms)]
     model.zero_grad(set_to_none=True)
-    return {"name": subject.name, "plan": list(model.plan), "batches": num_batches,
-            "blocks": [{k: v / num_batches for k, v in s.items()} for s in sums]}
+    return {
+        "name": subject.name,
+        "plan": list(model.plan),
+        "batches": num_batches,
+        "blocks": [{k: v / num_batches for k, v in s.items()} for s in sums],
+    }
 
 
 def training_grad_norms(run_dir: str | Path, steps: list[int]) -> dict:
@@ -107,22 +109,30 @@ def _token_batches(subject: Subject):
 
 def angular_profile(subject: Subject, token_budget: int = 262_144) -> dict:
     matrix, tokens = angular_distance_matrix(subject.model.eval(), _token_batches(subject), token_budget)
-    return {"name": subject.name, "plan": list(subject.model.plan), "tokens": tokens, "token_budget": token_budget,
-            "layout": "distance[n-1][l] = mean d(x^l, x^(l+n)); null where l+n > L",
-            "distance": [[None if v != v else round(float(v), 6) for v in row] for row in matrix]}
+    return {
+        "name": subject.name,
+        "plan": list(subject.model.plan),
+        "tokens": tokens,
+        "token_budget": token_budget,
+        "layout": "distance[n-1][l] = mean d(x^l, x^(l+n)); null where l+n > L",
+        "distance": [[None if v != v else round(float(v), 6) for v in row] for row in matrix],
+    }
 
 
 def evaluate(subject: Subject, limit_val_batches=None) -> float:
     """The task's primary metric on the validation data."""
     import lightning as L
 
-    from ..tasks import get_task
-    from ..train import build_lightning_module
-
     module = build_lightning_module(subject.cfg, subject.model, subject.datamodule)
-    trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=limit_val_batches,
-                        use_distributed_sampler=get_family(subject.cfg.task.family).distributed_sampler)
+    trainer = L.Trainer(
+        accelerator="auto",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=limit_val_batches,
+        use_distributed_sampler=get_family(subject.cfg.task.family).distributed_sampler,
+    )
     metrics = trainer.validate(module, datamodule=subject.datamodule, verbose=False)[0]
     return float(metrics[get_task(subject.cfg.task.name).primary_metric.name])
 
@@ -134,11 +144,16 @@ def prune_profile(subject: Subject, limit_val_batches=None) -> dict:
     for index in range(len(subject.model.blocks)):
         with skip_block(subject.model, index):
             deltas.append(evaluate(subject, limit_val_batches) - original)
-    from ..tasks import get_task
 
     metric = get_task(subject.cfg.task.name).primary_metric
-    return {"name": subject.name, "plan": list(subject.model.plan), "metric": metric.name, "higher_is_better": metric.higher_is_better,
-            "original": original, "delta": deltas}
+    return {
+        "name": subject.name,
+        "plan": list(subject.model.plan),
+        "metric": metric.name,
+        "higher_is_better": metric.higher_is_better,
+        "original": original,
+        "delta": deltas,
+    }
 
 
 def describe_data(subject: Subject) -> dict:

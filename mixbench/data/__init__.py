@@ -2,13 +2,14 @@
 
 A task plugin may add its own with :func:`register_datamodule`.
 """
+
 from __future__ import annotations
 
 import difflib
 import importlib
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
@@ -37,8 +38,7 @@ def get_datamodule_class(name: str):
     if name not in _DATAMODULES:
         hint = difflib.get_close_matches(name, _DATAMODULES, n=1)
         raise ConfigError(
-            f"unknown data loader {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "")
-            + f" Valid: {', '.join(list_datamodules())}"
+            f"unknown data loader {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(list_datamodules())}"
         )
     module, attr = _DATAMODULES[name].split(":")
     return getattr(importlib.import_module(module), attr)

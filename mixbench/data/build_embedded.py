@@ -10,6 +10,7 @@
 
 Run once by a developer; nothing at run time reads the shared folder.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,13 @@ def build_cifar(shared: Path) -> None:
     train_idx, val_idx = np.sort(train_idx), np.sort(val_idx)
     np.savez_compressed(
         ASSETS / "cifar10_embedded.npz",
-        train_x=x[train_idx], train_y=y[train_idx], val_x=x[val_idx], val_y=y[val_idx],
-        classes=classes, source_index_train=train_idx, source_index_val=val_idx,
+        train_x=x[train_idx],
+        train_y=y[train_idx],
+        val_x=x[val_idx],
+        val_y=y[val_idx],
+        classes=classes,
+        source_index_train=train_idx,
+        source_index_val=val_idx,
     )
     log.info("cifar: %d train / %d val images", len(train_idx), len(val_idx))
 

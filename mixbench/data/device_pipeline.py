@@ -23,6 +23,7 @@ on a side CUDA stream: the copy and augmentation of batch n+1 overlap the traini
 Crop / resize run per image (every image has its own size); the rest runs on the batch.  On a CPU device the same
 code runs, which is how the tests check it.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,6 +53,7 @@ def upload(tensor: torch.Tensor, device) -> torch.Tensor:
 def _map_tensors(obj, fn, keep: tuple[str, ...] = ()):
     """A copy of dataclass ``obj`` with ``fn`` applied to its tensor and dataclass fields (recursively), except the
     fields named in ``keep``."""
+
     def one(name, value):
         if name in keep:
             return value
@@ -182,11 +184,14 @@ class CropGeometry:
         from timm.data.transforms import RandomResizedCropAndInterpolation
 
         top, left, h, w = RandomResizedCropAndInterpolation.get_params(image, self.scale, self.ratio)
-        return TF.resized_crop(image, top, left, h, w, [self.img_size, self.img_size], interpolation=InterpolationMode(self.interpolation),
-                               antialias=True)
+        return TF.resized_crop(
+            image, top, left, h, w, [self.img_size, self.img_size], interpolation=InterpolationMode(self.interpolation), antialias=True
+        )
 
     def eval_crop(self, image: torch.Tensor) -> torch.Tensor:
-        resized = TF.resize(image, [math.floor(self.img_size / self.crop_pct)], interpolation=InterpolationMode(self.interpolation), antialias=True)
+        resized = TF.resize(
+            image, [math.floor(self.img_size / self.crop_pct)], interpolation=InterpolationMode(self.interpolation), antialias=True
+        )
         return TF.center_crop(resized, [self.img_size])
 
 
@@ -224,8 +229,9 @@ def erase(images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     top, left, h, w = boxes.T.unsqueeze(-1)  # each (n, 1)
     rows = torch.arange(images.shape[-2], device=images.device)
     cols = torch.arange(images.shape[-1], device=images.device)
-    inside = (((rows >= top) & (rows < top + h)).view(len(images), 1, -1, 1)
-              & ((cols >= left) & (cols < left + w)).view(len(images), 1, 1, -1))
+    inside = ((rows >= top) & (rows < top + h)).view(len(images), 1, -1, 1) & ((cols >= left) & (cols < left + w)).view(
+        len(images), 1, 1, -1
+    )
     return torch.where(inside, torch.randn_like(images), images)
 
 
@@ -237,8 +243,16 @@ class DeviceImagePipeline:
     for here.  ``overlap``: on a CUDA device, run on a side stream that the caller's stream waits for, so the
     copy and augmentation of the next batch overlap the step still running on the current one."""
 
-    def __init__(self, geometry: CropGeometry = CropGeometry(), auto_augment: str | None = "rand-m9-mstd0.5-inc1", re_prob: float = 0.25,
-                 hflip: float = 0.5, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), overlap: bool = False):
+    def __init__(
+        self,
+        geometry: CropGeometry = CropGeometry(),
+        auto_augment: str | None = "rand-m9-mstd0.5-inc1",
+        re_prob: float = 0.25,
+        hflip: float = 0.5,
+        mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225),
+        overlap: bool = False,
+    ):
         self.geometry, self.overlap = geometry, overlap
         std = torch.tensor(std).view(1, 3, 1, 1) * 255
         self.scale, self.shift = 1 / std, -torch.tensor(mean).view(1, 3, 1, 1) * 255 / std  # normalize: x · scale + shift

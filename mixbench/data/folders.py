@@ -14,6 +14,7 @@ applied in ``transfer_batch_to_device``; the workers' collate draws the batch's 
 ``overlap`` runs that device half on a side CUDA stream; ``worker_nice`` lowers the workers' CPU priority so the
 process that drives the GPU is not starved when the workers use every core.
 """
+
 from __future__ import annotations
 
 import glob
@@ -27,7 +28,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from .device_pipeline import CropGeometry, CroppedImages, DeviceImagePipeline, EncodedImages, WorkerCrop, collate_cropped, collate_encoded
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +118,10 @@ class TolerantImages(Dataset):
             except (OSError, UnidentifiedImageError, RuntimeError, ValueError) as err:
                 path = self.dataset.samples[index][0] if hasattr(self.dataset, "samples") else f"item {index}"
                 if not self.skip:
-                    raise ConfigError(f"cannot decode image {path} ({type(err).__name__}: {err}); replace or remove the file, "
-                                      "or set data.skip_bad_images=true to skip (and count) undecodable images") from None
+                    raise ConfigError(
+                        f"cannot decode image {path} ({type(err).__name__}: {err}); replace or remove the file, "
+                        "or set data.skip_bad_images=true to skip (and count) undecodable images"
+                    ) from None
                 with self._skipped.get_lock():
                     self._skipped.value += 1
                 log.warning("skipping undecodable image %s (%s)", path, err)
@@ -140,11 +144,30 @@ class ImageFolderDataModule(L.LightningDataModule):
     ``worker_nice``: added to the DataLoader workers' nice value (0: unchanged).
     """
 
-    def __init__(self, root: str | None = None, train_dir: str = "train", val_dir: str = "val", img_size: int = 224,
-                 batch_size: int = 128, eval_batch_size: int | None = None, num_workers: int = 8, auto_augment: str | None = "rand-m9-mstd0.5-inc1",
-                 re_prob: float = 0.25, interpolation: str = "bicubic", crop_pct: float = 0.875, hflip: float = 0.5,
-                 color_jitter: float = 0.4, mean=IMAGENET_MEAN, std=IMAGENET_STD, name: str | None = None, label: str | None = None,
-                 pipeline: str = "cpu", skip_bad_images: bool = False, overlap: bool = False, worker_nice: int = 0):
+    def __init__(
+        self,
+        root: str | None = None,
+        train_dir: str = "train",
+        val_dir: str = "val",
+        img_size: int = 224,
+        batch_size: int = 128,
+        eval_batch_size: int | None = None,
+        num_workers: int = 8,
+        auto_augment: str | None = "rand-m9-mstd0.5-inc1",
+        re_prob: float = 0.25,
+        interpolation: str = "bicubic",
+        crop_pct: float = 0.875,
+        hflip: float = 0.5,
+        color_jitter: float = 0.4,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        name: str | None = None,
+        label: str | None = None,
+        pipeline: str = "cpu",
+        skip_bad_images: bool = False,
+        overlap: bool = False,
+        worker_nice: int = 0,
+    ):
         super().__init__()
         if pipeline not in PIPELINES:
             raise ConfigError(f"unknown data.pipeline={pipeline!r}; valid: {', '.join(PIPELINES)}")
@@ -156,24 +179,34 @@ class ImageFolderDataModule(L.LightningDataModule):
         self.root, self.train_dir, self.val_dir = Path(root).expanduser(), train_dir, val_dir
         self.img_size, self.batch_size, self.eval_batch_size = img_size, batch_size, eval_batch_size or batch_size
         self.num_workers = num_workers
-        self.aug = dict(auto_augment=auto_augment, re_prob=re_prob, interpolation=interpolation, hflip=hflip, color_jitter=color_jitter,
-                        mean=tuple(mean), std=tuple(std))
+        self.aug = dict(
+            auto_augment=auto_augment,
+            re_prob=re_prob,
+            interpolation=interpolation,
+            hflip=hflip,
+            color_jitter=color_jitter,
+            mean=tuple(mean),
+            std=tuple(std),
+        )
         self.crop_pct = crop_pct
         self.dataset_name = name or self.root.name
         self.dataset_label = label or f"image folders {self.root}"
 
     def geometry(self):
-        from .device_pipeline import CropGeometry
-
         return CropGeometry(self.img_size, self.crop_pct, self.aug["interpolation"])
 
     def device_pipeline(self):
         """The device half of the ``gpu`` / ``nvjpeg`` pipelines (built once)."""
         if not hasattr(self, "_device_pipeline"):
-            from .device_pipeline import DeviceImagePipeline
-
-            self._device_pipeline = DeviceImagePipeline(self.geometry(), self.aug["auto_augment"], self.aug["re_prob"], self.aug["hflip"],
-                                                        self.aug["mean"], self.aug["std"], overlap=self.overlap)
+            self._device_pipeline = DeviceImagePipeline(
+                self.geometry(),
+                self.aug["auto_augment"],
+                self.aug["re_prob"],
+                self.aug["hflip"],
+                self.aug["mean"],
+                self.aug["std"],
+                overlap=self.overlap,
+            )
         return self._device_pipeline
 
     def transforms(self):
@@ -181,14 +214,18 @@ class ImageFolderDataModule(L.LightningDataModule):
         if self.pipeline == "nvjpeg":  # the workers only read the files
             return None, None
         if self.pipeline == "gpu":  # the workers decode and crop
-            from .device_pipeline import WorkerCrop
-
             return WorkerCrop(self.geometry(), train=True), WorkerCrop(self.geometry(), train=False)
         from timm.data import create_transform
 
         train = create_transform(self.img_size, is_training=True, re_mode="pixel", re_count=1, **self.aug)
-        val = create_transform(self.img_size, is_training=False, interpolation=self.aug["interpolation"], crop_pct=self.crop_pct,
-                               mean=self.aug["mean"], std=self.aug["std"])
+        val = create_transform(
+            self.img_size,
+            is_training=False,
+            interpolation=self.aug["interpolation"],
+            crop_pct=self.crop_pct,
+            mean=self.aug["mean"],
+            std=self.aug["std"],
+        )
         return train, val
 
     def setup(self, stage: str | None = None) -> None:
@@ -216,11 +253,23 @@ class ImageFolderDataModule(L.LightningDataModule):
         self.num_classes = len(self.classes)
 
     def describe(self) -> dict:
-        return {"name": self.dataset_name, "label": self.dataset_label, "root": str(self.root), "layout": self.layout,
-                "num_train": len(self.train_set), "num_val": len(self.val_set), "num_classes": self.num_classes,
-                "image_size": self.img_size, "eval_crop_pct": self.crop_pct, "pipeline": self.pipeline,
-                "skip_bad_images": self.skip_bad_images, "overlap": self.overlap, "worker_nice": self.worker_nice,
-                "bad_images_skipped": sum(getattr(d, "skipped", 0) for d in (self.train_set, self.val_set)), **{f"aug_{k}": v for k, v in self.aug.items()}}
+        return {
+            "name": self.dataset_name,
+            "label": self.dataset_label,
+            "root": str(self.root),
+            "layout": self.layout,
+            "num_train": len(self.train_set),
+            "num_val": len(self.val_set),
+            "num_classes": self.num_classes,
+            "image_size": self.img_size,
+            "eval_crop_pct": self.crop_pct,
+            "pipeline": self.pipeline,
+            "skip_bad_images": self.skip_bad_images,
+            "overlap": self.overlap,
+            "worker_nice": self.worker_nice,
+            "bad_images_skipped": sum(getattr(d, "skipped", 0) for d in (self.train_set, self.val_set)),
+            **{f"aug_{k}": v for k, v in self.aug.items()},
+        }
 
     def _loader_options(self, train: bool) -> dict:
         """DataLoader arguments: collate (device pipelines: with the train batches' draws), pinning, worker priority."""
@@ -228,7 +277,6 @@ class ImageFolderDataModule(L.LightningDataModule):
         pin = {"pin_memory": torch.cuda.is_available()}
         if self.pipeline == "cpu":
             return options | pin
-        from .device_pipeline import collate_cropped, collate_encoded
 
         draw = self.device_pipeline().draw if train else None
         if self.pipeline == "gpu":
@@ -236,16 +284,23 @@ class ImageFolderDataModule(L.LightningDataModule):
         return options | {"collate_fn": collate_encoded(train, draw)}  # nvJPEG reads the encoded bytes from host memory
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, **self._loader_options(train=True))
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            **self._loader_options(train=True),
+        )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers,
-                          **self._loader_options(train=False))
+        return DataLoader(
+            self.val_set, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers, **self._loader_options(train=False)
+        )
 
     def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
         """``gpu`` / ``nvjpeg`` pipelines: finish the recipe on ``device``; otherwise Lightning's default."""
-        from .device_pipeline import CroppedImages, EncodedImages
 
         if isinstance(batch, (CroppedImages, EncodedImages)):
             return self.device_pipeline()(batch, device)

@@ -1,5 +1,6 @@
 """Image classification data from CIFAR-10 arrays: the subset embedded in the package, or any ``.npz`` with
 ``x`` (N, 32, 32, 3) uint8, ``y`` and ``classes`` (e.g. the official test set), split class-stratified."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import ASSETS_DIR
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -55,8 +56,17 @@ class CifarArrayDataModule(L.LightningDataModule):
 
     num_classes = 10
 
-    def __init__(self, path: str = "embedded", val_per_class: int = 200, img_size: int = 32, batch_size: int = 64,
-                 eval_batch_size: int | None = None, num_workers: int = 0, augment: bool = True, name: str | None = None):
+    def __init__(
+        self,
+        path: str = "embedded",
+        val_per_class: int = 200,
+        img_size: int = 32,
+        batch_size: int = 64,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        augment: bool = True,
+        name: str | None = None,
+    ):
         super().__init__()
         if path is None:
             raise ConfigError("set data.path to a CIFAR-10 .npz (arrays x, y, classes), e.g. the official test set")
@@ -87,16 +97,30 @@ class CifarArrayDataModule(L.LightningDataModule):
         self.train_set = ImageTensorDataset(train_x, train_y, v2.Compose(train_tf + normalize))
         self.val_set = ImageTensorDataset(val_x, val_y, v2.Compose(normalize))
         n_train, n_val = len(train_y), len(val_y)
-        self.dataset_label = f"CIFAR-10 {'embedded subset' if self.path == 'embedded' else 'test set split'} ({n_train} train / {n_val} val, {self.img_size}px)"
+        source = "embedded subset" if self.path == "embedded" else "test set split"
+        self.dataset_label = f"CIFAR-10 {source} ({n_train} train / {n_val} val, {self.img_size}px)"
 
     def describe(self) -> dict:
-        return {"name": self.dataset_name, "label": self.dataset_label, "num_train": len(self.train_set), "num_val": len(self.val_set),
-                "source": "official CIFAR-10 test set (class-stratified split)", "path": str(self.path), "image_size": self.img_size,
-                "train_augmentation": "random crop (pad 4) + horizontal flip" if self.augment else "none"}
+        return {
+            "name": self.dataset_name,
+            "label": self.dataset_label,
+            "num_train": len(self.train_set),
+            "num_val": len(self.val_set),
+            "source": "official CIFAR-10 test set (class-stratified split)",
+            "path": str(self.path),
+            "image_size": self.img_size,
+            "train_augmentation": "random crop (pad 4) + horizontal flip" if self.augment else "none",
+        }
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers)

@@ -10,6 +10,7 @@
 Only the pixel functions are re-written (PIL semantics on uint8 batches, one argument per image); the tests compare
 each with timm's PIL op.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms.v2 import functional as TF
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 def _per_image(arg: torch.Tensor) -> torch.Tensor:
@@ -122,19 +123,35 @@ def affine_matrix(name: str, arg: float, h: int, w: int) -> tuple[float, ...]:
         cos, sin = math.cos(angle), math.sin(angle)
         cx, cy = w / 2.0, h / 2.0
         return cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy
-    return {"ShearX": (1, arg, 0, 0, 1, 0), "ShearY": (1, 0, 0, arg, 1, 0), "TranslateXRel": (1, 0, arg * w, 0, 1, 0),
-            "TranslateYRel": (1, 0, 0, 0, 1, arg * h)}[name]
+    return {
+        "ShearX": (1, arg, 0, 0, 1, 0),
+        "ShearY": (1, 0, 0, arg, 1, 0),
+        "TranslateXRel": (1, 0, arg * w, 0, 1, 0),
+        "TranslateYRel": (1, 0, 0, 0, 1, arg * h),
+    }[name]
 
 
 AFFINE_OPS = ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
 
 # timm op name -> batched pixel function (its argument is timm's level_fn output); the affine ops resample once
 PIXEL_OPS = {
-    "AutoContrast": auto_contrast, "Equalize": equalize, "Invert": invert,
-    "Posterize": posterize, "PosterizeIncreasing": posterize, "PosterizeOriginal": posterize,
-    "Solarize": solarize, "SolarizeIncreasing": solarize, "SolarizeAdd": solarize_add,
-    "Color": color, "ColorIncreasing": color, "Contrast": contrast, "ContrastIncreasing": contrast,
-    "Brightness": brightness, "BrightnessIncreasing": brightness, "Sharpness": sharpness, "SharpnessIncreasing": sharpness,
+    "AutoContrast": auto_contrast,
+    "Equalize": equalize,
+    "Invert": invert,
+    "Posterize": posterize,
+    "PosterizeIncreasing": posterize,
+    "PosterizeOriginal": posterize,
+    "Solarize": solarize,
+    "SolarizeIncreasing": solarize,
+    "SolarizeAdd": solarize_add,
+    "Color": color,
+    "ColorIncreasing": color,
+    "Contrast": contrast,
+    "ContrastIncreasing": contrast,
+    "Brightness": brightness,
+    "BrightnessIncreasing": brightness,
+    "Sharpness": sharpness,
+    "SharpnessIncreasing": sharpness,
 }
 
 
@@ -198,13 +215,18 @@ class BatchRandAugment:
 
     def draw(self, n: int) -> RandAugmentDraws:
         """The draws of ``n`` images (host; timm's RNG use: ``np.random`` for the ops, ``random`` for the rest)."""
-        choices = (np.random.randint(len(self.ops), size=(n, self.num_layers)) if self.weights is None  # = choice with replacement
-                   else np.stack([np.random.choice(len(self.ops), self.num_layers, replace=False, p=self.weights) for _ in range(n)]))
+        choices = (
+            np.random.randint(len(self.ops), size=(n, self.num_layers))
+            if self.weights is None  # = choice with replacement
+            else np.stack([np.random.choice(len(self.ops), self.num_layers, replace=False, p=self.weights) for _ in range(n)])
+        )
         index = np.zeros((self.num_layers, n), np.int64)
         params = np.zeros((self.num_layers, n, 6), np.float32)
         counts = np.zeros((self.num_layers, len(self.groups)), np.int64)
         for layer in range(self.num_layers):
-            drawn = [(self.group_of[k], i, args) for i, k in enumerate(choices[:, layer]) if (args := self._draw_args(self.ops[k])) is not None]
+            drawn = [
+                (self.group_of[k], i, args) for i, k in enumerate(choices[:, layer]) if (args := self._draw_args(self.ops[k])) is not None
+            ]
             drawn.sort(key=lambda d: d[0])  # stable: images of a group stay in batch order
             for j, (group, i, args) in enumerate(drawn):
                 index[layer, j] = i
@@ -218,7 +240,7 @@ class BatchRandAugment:
             bounds = np.cumsum([0, *counts]).tolist()
             if bounds[-1] == 0:
                 continue
-            index, params = draws.index[layer, :bounds[-1]], draws.params[layer]
+            index, params = draws.index[layer, : bounds[-1]], draws.params[layer]
             picked = images.index_select(0, index)
             for group, start, end in zip(self.groups, bounds[:-1], bounds[1:]):
                 if end > start:

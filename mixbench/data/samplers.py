@@ -2,10 +2,13 @@
 
 DataLoader workers then split a rank's batches among themselves, so every sample is read once.
 """
+
 from __future__ import annotations
 
 import torch
 from torch.utils.data import Sampler
+
+from ..core.errors import ConfigError
 
 
 class EpochShuffleSampler(Sampler[int]):
@@ -27,7 +30,11 @@ class EpochShuffleSampler(Sampler[int]):
         self.epoch, self.start = epoch, start
 
     def indices(self) -> list[int]:
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)) if self.shuffle else torch.arange(self.n)
+        order = (
+            torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            if self.shuffle
+            else torch.arange(self.n)
+        )
         usable = self.n - self.n % self.world_size
         return order[self.rank : usable : self.world_size].tolist()
 
@@ -87,7 +94,5 @@ class ResumableOrder:
     def load_state_dict(self, state: dict) -> None:
         if state:
             if state.get("seed") != self.seed:
-                from ..errors import ConfigError
-
                 raise ConfigError(f"the checkpoint was trained with seed {state.get('seed')}, this run has seed {self.seed}")
             self._resume = (state["epoch"], state["consumed"])

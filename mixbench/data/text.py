@@ -10,6 +10,7 @@ Two sequence modes, both producing ``input_ids`` (T) and next-token ``labels`` (
 * ``pad``: the Mix-LN paper's protocol — each document + EOS truncated / right-padded to T; the
   labels are the shifted ids, with padding (and the last position) excluded from the loss.
 """
+
 from __future__ import annotations
 
 import glob
@@ -21,8 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..constants import IGNORE_INDEX
-from ..errors import ConfigError
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import ConfigError
 from . import ASSETS_DIR
 from .samplers import ResumableOrder
 from .tokens import PAD_CANDIDATES, TokenizerSpec, TokenStore, build_cache, special_id
@@ -101,7 +102,7 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
     """Token-cached C4-format text for causal LM training.
 
     ``batch_size`` is the micro-batch per device; ``global_batch_size`` (optional) is reached by
-    gradient accumulation (see :func:`mixbench.train.accumulation_steps`).  Training order is a
+    gradient accumulation (see :func:`mixbench.training.strategy.accumulation_steps`).  Training order is a
     per-epoch permutation from ``seed``; each rank reads a disjoint part, and the position is saved in
     checkpoints (``state_dict``) so a resumed run continues where it stopped.  Validation uses the first
     ``max_val_tokens`` tokens (whole documents) of the validation source, split over ranks without
@@ -179,7 +180,9 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
         self.pad_id = special_id(tok, PAD_CANDIDATES, "padding") if self.mode == "pad" else 0
         self.train_set = self._dataset(self._store("train"))
         self.val_set = self._dataset(self._store("validation"), max_targets=self.max_val_tokens)
-        log.info("text data: %d train / %d val sequences of %d tokens (%s)", len(self.train_set), len(self.val_set), self.seq_len, self.mode)
+        log.info(
+            "text data: %d train / %d val sequences of %d tokens (%s)", len(self.train_set), len(self.val_set), self.seq_len, self.mode
+        )
 
     def _dataset(self, store: TokenStore, max_targets: int | None = None) -> Dataset:
         if self.mode == "pack":
@@ -188,12 +191,20 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
 
     def describe(self) -> dict:
         return {
-            "name": self.dataset_name, "label": self.dataset_label,
+            "name": self.dataset_name,
+            "label": self.dataset_label,
             "source": self.path if self.path is not None else f"{self.hub}/{self.hub_name} (streamed)",
-            "val_source": (self.val_path or validation_glob(self.path)) if self.path is not None else f"{self.hub}/{self.hub_name} validation",
-            "tokenizer": self.tokenizer.name, "vocab_size": self.vocab_size, "seq_len": self.seq_len, "mode": self.mode,
-            "num_train_sequences": len(self.train_set), "num_val_sequences": len(self.val_set),
-            "num_val_target_tokens": self.val_set.num_target_tokens(), "train_tokens_available": self.train_set.store.num_tokens,
+            "val_source": (self.val_path or validation_glob(self.path))
+            if self.path is not None
+            else f"{self.hub}/{self.hub_name} validation",
+            "tokenizer": self.tokenizer.name,
+            "vocab_size": self.vocab_size,
+            "seq_len": self.seq_len,
+            "mode": self.mode,
+            "num_train_sequences": len(self.train_set),
+            "num_val_sequences": len(self.val_set),
+            "num_val_target_tokens": self.val_set.num_target_tokens(),
+            "train_tokens_available": self.train_set.store.num_tokens,
         }
 
     def unigram_entropy(self) -> float:
@@ -210,9 +221,21 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
 
     # loaders -----------------------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=self._train_sampler(len(self.train_set)), drop_last=True,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available())
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            sampler=self._train_sampler(len(self.train_set)),
+            drop_last=True,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+        )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.eval_batch_size, sampler=self._val_sampler(len(self.val_set)),
-                          num_workers=self.num_workers, pin_memory=torch.cuda.is_available())
+        return DataLoader(
+            self.val_set,
+            batch_size=self.eval_batch_size,
+            sampler=self._val_sampler(len(self.val_set)),
+            num_workers=self.num_workers,
+            pin_memory=torch.cuda.is_available(),
+        )

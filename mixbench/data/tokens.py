@@ -11,6 +11,7 @@ budget), so a cache is built once and reused by every run, norm and sequence mod
 tokenized in parallel (one process per shard) with a progress bar, written to a temporary folder and
 renamed into place, so an interrupted build never leaves a half cache behind.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,14 +21,14 @@ import os
 import shutil
 import tempfile
 from bisect import bisect_right
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import ASSETS_DIR
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,14 @@ class TokenizerSpec:
             try:
                 return Tokenizer.from_file(str(path))
             except Exception as err:  # tokenizers raises a bare Exception for a file it cannot parse
-                raise ConfigError(f"tokenizer file {path} does not parse as a Hugging Face tokenizer.json ({err}); "
-                                  "set data.tokenizer to a valid tokenizer.json, 'embedded' or a hub name") from None
+                raise ConfigError(
+                    f"tokenizer file {path} does not parse as a Hugging Face tokenizer.json ({err}); "
+                    "set data.tokenizer to a valid tokenizer.json, 'embedded' or a hub name"
+                ) from None
         if path.suffix == ".json" or os.sep in self.name:
-            raise FileNotFoundError(f"tokenizer file {self.name!r} not found; set data.tokenizer=embedded, a tokenizer.json path or a hub name")
+            raise FileNotFoundError(
+                f"tokenizer file {self.name!r} not found; set data.tokenizer=embedded, a tokenizer.json path or a hub name"
+            )
         try:
             return Tokenizer.from_pretrained(self.name)
         except Exception as err:  # the hub is unreachable or the name is unknown
@@ -108,8 +113,10 @@ def _tokenize_part(job: tuple[dict, str, str, int, int | None, str]) -> tuple[in
                 texts = next(batches, None)
             except Exception as err:  # gzip/JSON errors surface through HF datasets' streaming reader
                 where = ", ".join(source["files"]) if "files" in source else f"{source['hub']} {source.get('split')}"
-                raise ConfigError(f"cannot read {where}: truncated or corrupt ({type(err).__name__}: {err}); "
-                                  "re-download the shard or leave it out of data.path") from None
+                raise ConfigError(
+                    f"cannot read {where}: truncated or corrupt ({type(err).__name__}: {err}); "
+                    "re-download the shard or leave it out of data.path"
+                ) from None
             if texts is None:
                 break
             for enc in tokenizer.encode_batch(texts, add_special_tokens=False):
@@ -139,12 +146,18 @@ def file_fingerprint(files: list[str]) -> list[tuple[str, int, int]]:
 
 
 def cache_key(tokenizer: TokenizerSpec, sources: list[dict], max_tokens: int | None) -> str:
-    desc = {"v": CACHE_VERSION, "tokenizer": tokenizer.identity(), "max_tokens": max_tokens,
-            "sources": [{**s, "files": file_fingerprint(s["files"])} if "files" in s else s for s in sources]}
+    desc = {
+        "v": CACHE_VERSION,
+        "tokenizer": tokenizer.identity(),
+        "max_tokens": max_tokens,
+        "sources": [{**s, "files": file_fingerprint(s["files"])} if "files" in s else s for s in sources],
+    }
     return hashlib.sha1(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build_cache(cache_root: str | Path, tokenizer: TokenizerSpec, sources: list[dict], max_tokens: int | None = None, num_proc: int | None = None) -> Path:
+def build_cache(
+    cache_root: str | Path, tokenizer: TokenizerSpec, sources: list[dict], max_tokens: int | None = None, num_proc: int | None = None
+) -> Path:
     """Tokenize ``sources`` (one part each) into ``cache_root/<key>`` unless it exists; returns that folder."""
     path = Path(cache_root).expanduser() / cache_key(tokenizer, sources, max_tokens)
     if (path / "meta.json").is_file():
@@ -165,10 +178,17 @@ def build_cache(cache_root: str | Path, tokenizer: TokenizerSpec, sources: list[
             for result in pool.map(_tokenize_part, jobs):
                 counts.append(result)
                 progress.advance(bar)
-        meta = {"version": CACHE_VERSION, "tokenizer": tokenizer.name, "tokenizer_identity": tokenizer.identity(),
-                "vocab_size": tok.get_vocab_size(), "eos_id": eos_id, "dtype": dtype, "max_tokens": max_tokens,
-                "sources": [s.get("files", s) for s in sources],
-                "parts": [{"documents": d, "tokens": t} for d, t in counts]}
+        meta = {
+            "version": CACHE_VERSION,
+            "tokenizer": tokenizer.name,
+            "tokenizer_identity": tokenizer.identity(),
+            "vocab_size": tok.get_vocab_size(),
+            "eos_id": eos_id,
+            "dtype": dtype,
+            "max_tokens": max_tokens,
+            "sources": [s.get("files", s) for s in sources],
+            "parts": [{"documents": d, "tokens": t} for d, t in counts],
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
             os.replace(tmp, path)

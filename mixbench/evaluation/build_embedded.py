@@ -5,6 +5,7 @@
 MMLU: all of ``mmlu_like.jsonl`` (the genuine MMLU dev questions); every other Table 2 task (and SocialIQA):
 ``--per-task`` items drawn without replacement with seed 0, kept in file order.  ARC-Easy takes ``arc_like``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.jsonitems import read_items
 from .formats import TABLE2_TASKS, get_task_format
-from ..jsonitems import read_items
 from .suites import EMBEDDED_DIR
 
 log = logging.getLogger(__name__)

@@ -10,12 +10,13 @@
 templates (separators as in its files).  One loss is unavoidable: LLM-Adapters' BoolQ instructions drop the
 passage, so BoolQ converted from them is scored with an empty passage.
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 LETTERS = "ABCDEFGH"
 
@@ -33,17 +34,20 @@ class TaskFormat:
     answers: str | None
 
 
-TASKS = {t.name: t for t in (
-    TaskFormat("mmlu", "mmlu/default/mmlu_{subject}.yaml", None, "mmlu_like", None),
-    TaskFormat("boolq", "super_glue/boolq/default.yaml", "boolq", "boolq_like", r"true|false"),
-    TaskFormat("arc_easy", "arc/arc_easy.yaml", "ARC-Easy", "arc_like", r"answer1|answer2|answer3|answer4|answer5"),
-    TaskFormat("arc_challenge", "arc/arc_challenge.yaml", "ARC-Challenge", "arc_like", r"answer1|answer2|answer3|answer4|answer5"),
-    TaskFormat("piqa", "piqa/piqa.yaml", "piqa", "piqa_like", r"solution1|solution2"),
-    TaskFormat("hellaswag", "hellaswag/hellaswag.yaml", "hellaswag", "hellaswag_like", r"ending1|ending2|ending3|ending4"),
-    TaskFormat("openbookqa", "openbookqa/openbookqa.yaml", "openbookqa", "openbookqa_like", r"answer1|answer2|answer3|answer4|answer5"),
-    TaskFormat("winogrande", "winogrande/default.yaml", "winogrande", "winogrande_like", r"option1|option2"),
-    TaskFormat("social_iqa", "siqa/siqa.yaml", "social_i_qa", "social_iqa_like", r"answer1|answer2|answer3|answer4|answer5"),
-)}
+TASKS = {
+    t.name: t
+    for t in (
+        TaskFormat("mmlu", "mmlu/default/mmlu_{subject}.yaml", None, "mmlu_like", None),
+        TaskFormat("boolq", "super_glue/boolq/default.yaml", "boolq", "boolq_like", r"true|false"),
+        TaskFormat("arc_easy", "arc/arc_easy.yaml", "ARC-Easy", "arc_like", r"answer1|answer2|answer3|answer4|answer5"),
+        TaskFormat("arc_challenge", "arc/arc_challenge.yaml", "ARC-Challenge", "arc_like", r"answer1|answer2|answer3|answer4|answer5"),
+        TaskFormat("piqa", "piqa/piqa.yaml", "piqa", "piqa_like", r"solution1|solution2"),
+        TaskFormat("hellaswag", "hellaswag/hellaswag.yaml", "hellaswag", "hellaswag_like", r"ending1|ending2|ending3|ending4"),
+        TaskFormat("openbookqa", "openbookqa/openbookqa.yaml", "openbookqa", "openbookqa_like", r"answer1|answer2|answer3|answer4|answer5"),
+        TaskFormat("winogrande", "winogrande/default.yaml", "winogrande", "winogrande_like", r"option1|option2"),
+        TaskFormat("social_iqa", "siqa/siqa.yaml", "social_i_qa", "social_iqa_like", r"answer1|answer2|answer3|answer4|answer5"),
+    )
+}
 TABLE2_TASKS = ("mmlu", "boolq", "arc_easy", "piqa", "hellaswag", "openbookqa", "winogrande")  # paper Table 2, in its order
 GENERATE_TASKS = tuple(t for t in TABLE2_TASKS if TASKS[t].answers)  # LLM-Adapters has no MMLU format
 
@@ -55,6 +59,7 @@ def get_task_format(name: str) -> TaskFormat:
 
 
 # --------------------------------------------------------------------------- harness fields → instruction
+
 
 def _options(word: str, texts: list[str]) -> str:
     return " ".join(f"{word}{i + 1}: {t}" for i, t in enumerate(texts))
@@ -71,27 +76,44 @@ def _record(instruction: str, answer: str) -> dict:
 def to_instruction(task: str, doc: dict) -> dict:
     """An LLM-Adapters record for a harness-format ``doc`` of ``task``."""
     if task == "boolq":
-        return _record(f"Please answer the following question with true or false, question: {doc['question']}?\n\nAnswer format: true/false",
-                       "true" if int(doc["label"]) == 1 else "false")
+        return _record(
+            f"Please answer the following question with true or false, question: {doc['question']}?\n\nAnswer format: true/false",
+            "true" if int(doc["label"]) == 1 else "false",
+        )
     if task == "piqa":
-        return _record(f"Please choose the correct solution to the question: {doc['goal']}\n\nSolution1: {doc['sol1']}\n\n"
-                       f"Solution2: {doc['sol2']}\n\nAnswer format: solution1/solution2", f"solution{int(doc['label']) + 1}")
+        return _record(
+            f"Please choose the correct solution to the question: {doc['goal']}\n\nSolution1: {doc['sol1']}\n\n"
+            f"Solution2: {doc['sol2']}\n\nAnswer format: solution1/solution2",
+            f"solution{int(doc['label']) + 1}",
+        )
     if task in ("arc_easy", "arc_challenge", "openbookqa"):
         texts, labels = doc["choices"]["text"], doc["choices"]["label"]
         question = doc["question"] if task != "openbookqa" else doc["question_stem"]
-        return _record(f"Please choose the correct answer to the question: {question}\n\n{_options('Answer', texts)}\n\n"
-                       f"Answer format: {_formats('answer', len(texts))}", f"answer{labels.index(doc['answerKey'].strip()) + 1}")
+        return _record(
+            f"Please choose the correct answer to the question: {question}\n\n{_options('Answer', texts)}\n\n"
+            f"Answer format: {_formats('answer', len(texts))}",
+            f"answer{labels.index(doc['answerKey'].strip()) + 1}",
+        )
     if task == "social_iqa":
         texts = [doc["answerA"], doc["answerB"], doc["answerC"]]
-        return _record(f"Please choose the correct answer to the question: {doc['context']} {doc['question']}\n\n"
-                       f"{_options('Answer', texts)}\n\nAnswer format: {_formats('answer', 3)}", f"answer{int(doc['label'])}")
+        return _record(
+            f"Please choose the correct answer to the question: {doc['context']} {doc['question']}\n\n"
+            f"{_options('Answer', texts)}\n\nAnswer format: {_formats('answer', 3)}",
+            f"answer{int(doc['label'])}",
+        )
     if task == "hellaswag":
         endings = doc["endings"]
-        return _record(f"Please choose the correct ending to complete the given sentence: {doc['activity_label']}: {doc['ctx']}\n\n"
-                       f"{_options('Ending', endings)}\n\nAnswer format: {_formats('ending', len(endings))}", f"ending{int(doc['label']) + 1}")
+        return _record(
+            f"Please choose the correct ending to complete the given sentence: {doc['activity_label']}: {doc['ctx']}\n\n"
+            f"{_options('Ending', endings)}\n\nAnswer format: {_formats('ending', len(endings))}",
+            f"ending{int(doc['label']) + 1}",
+        )
     if task == "winogrande":
-        return _record(f"Please choose the correct answer to fill in the blank to complete the given sentence: {doc['sentence']}\n\n"
-                       f"Option1: {doc['option1']} Option2: {doc['option2']} Answer format: option1/option2", f"option{doc['answer']}")
+        return _record(
+            f"Please choose the correct answer to fill in the blank to complete the given sentence: {doc['sentence']}\n\n"
+            f"Option1: {doc['option1']} Option2: {doc['option2']} Answer format: option1/option2",
+            f"option{doc['answer']}",
+        )
     raise ConfigError(f"task {task!r} has no instruction format (LLM-Adapters covers {', '.join(t for t in TASKS if TASKS[t].answers)})")
 
 
@@ -102,7 +124,9 @@ _BODY = {
     "piqa": re.compile(r"question: (?P<q>.*)\n\nSolution1: (?P<a>.*)\n\nSolution2: (?P<b>.*)\n\nAnswer format: solution1/solution2$", re.S),
     "choices": re.compile(r"question: (?P<q>.*)\n\n(?P<opts>Answer1: .*)\n\nAnswer format: (?P<fmt>[a-z0-9/]+)$", re.S),
     "hellaswag": re.compile(r"sentence: (?P<label>.*?): (?P<ctx>.*)\n\n(?P<opts>Ending1: .*)\n\nAnswer format: (?P<fmt>[a-z0-9/]+)$", re.S),
-    "winogrande": re.compile(r"sentence: (?P<s>.*)\n\nOption1: (?P<a>.*) Option2: (?P<b>.*?)(?:\n\n| )Answer format: option1/option2$", re.S),
+    "winogrande": re.compile(
+        r"sentence: (?P<s>.*)\n\nOption1: (?P<a>.*) Option2: (?P<b>.*?)(?:\n\n| )Answer format: option1/option2$", re.S
+    ),
 }
 
 
@@ -142,7 +166,14 @@ def to_harness(task: str, record: dict) -> dict:
             raise ValueError("SocialIQA has 3 options")
         head, dot, tail = m["q"].rpartition(". ")
         context, question = (head + dot.strip(), tail) if dot else m["q"].partition(" ")[::2]
-        return {"context": context, "question": question, "answerA": texts[0], "answerB": texts[1], "answerC": texts[2], "label": str(index + 1)}
+        return {
+            "context": context,
+            "question": question,
+            "answerA": texts[0],
+            "answerB": texts[1],
+            "answerC": texts[2],
+            "label": str(index + 1),
+        }
     choices = {"text": texts, "label": list(LETTERS[:count])}
     stem = "question_stem" if task == "openbookqa" else "question"
     return {"id": str(record.get("id", "")), stem: m["q"], "choices": choices, "answerKey": LETTERS[index]}

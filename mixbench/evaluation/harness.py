@@ -16,6 +16,7 @@ Python users can pass it to the harness directly::
 
 (the ``lm_eval`` command line cannot load models from other packages: for it, ``mixbench export --format hf``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,6 +27,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
+from ..training.trained import load_trained
 from .scoring import Scorer
 
 log = logging.getLogger(__name__)
@@ -36,16 +38,24 @@ class MixbenchLM(TemplateLM):
     """A mixbench causal LM in the harness.  Give ``run`` (a run folder, ``.safetensors`` or ``.ckpt``; its tokenizer
     is the one it was trained with unless ``tokenizer`` is set) or an already built ``model`` with ``tokenizer``."""
 
-    def __init__(self, run: str | None = None, model=None, tokenizer: str | None = None, batch_size: int | str = 16,
-                 device: str | None = None, max_length: int | str | None = None, max_gen_toks: int | str = 256,
-                 precision: str = "auto", **unused):
+    def __init__(
+        self,
+        run: str | None = None,
+        model=None,
+        tokenizer: str | None = None,
+        batch_size: int | str = 16,
+        device: str | None = None,
+        max_length: int | str | None = None,
+        max_gen_toks: int | str = 256,
+        precision: str = "auto",
+        **unused,
+    ):
         super().__init__()
         if unused:
             log.warning("MixbenchLM ignores the arguments %s", ", ".join(sorted(unused)))
         if model is None:
             if run is None:
                 raise ValueError("MixbenchLM needs run=<run folder> or model=<module> with tokenizer=<name>")
-            from ..trained import load_trained
 
             trained = load_trained(run, tokenizer)
             model, tokenizer = trained.model, trained.tokenizer
@@ -100,8 +110,12 @@ class MixbenchLM(TemplateLM):
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         windows, owners = [], []
         for i, (text,) in enumerate(tqdm([r.args for r in requests], disable=disable_tqdm, desc="rolling windows")):
-            for window in map(make_disjoint_window, get_rolling_token_windows(
-                    token_list=self.tok_encode(text), prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1)):
+            for window in map(
+                make_disjoint_window,
+                get_rolling_token_windows(
+                    token_list=self.tok_encode(text), prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1
+                ),
+            ):
                 windows.append(window)
                 owners.append(i)
         totals = [0.0] * len(requests)
@@ -124,6 +138,7 @@ class MixbenchLM(TemplateLM):
             groups.setdefault((tuple(dict.fromkeys(until)), int(kwargs.get("max_gen_toks", self.max_gen_toks))), []).append(i)
         outputs: list[str] = [""] * len(requests)
         for (until, max_gen), members in groups.items():
+
             def stop(ids: list[int], until=until) -> bool:
                 text = self.tok_decode(ids)
                 return any(s and s in text for s in until)

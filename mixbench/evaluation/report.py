@@ -8,13 +8,14 @@ Small models sit near the floors of multiple-choice tasks, so an accuracy means 
 
 Per placement and task: the mean ± std over seeds of the harness accuracy, the mean of the harness's own standard error
 (the test set's sampling error of one run), and the difference from the baseline placement with Welch's 95 % interval
-over seeds (:func:`mixbench.stats.welch_interval`).  Runs whose fine-tuning diverged are counted and shown, never dropped.
+over seeds (:func:`mixbench.results.stats.welch_interval`).  Runs whose fine-tuning diverged are counted and shown, never dropped.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
-from ..stats import mean_std, welch_interval
+from ..results.stats import mean_std, welch_interval
 from .suites import find_task_data
 
 
@@ -40,8 +41,13 @@ def task_floors(task: str, sources: list[str]) -> dict:
     data = find_task_data(task, sources)
     golds = [gold_and_choices(task, doc) for doc in data.harness_docs()]
     answer, count = Counter(g for g, _ in golds).most_common(1)[0]
-    return {"n": len(golds), "chance": 100 * sum(1 / c for _, c in golds) / len(golds), "majority": 100 * count / len(golds),
-            "majority_answer": answer, "file": data.describe()["file"]}
+    return {
+        "n": len(golds),
+        "chance": 100 * sum(1 / c for _, c in golds) / len(golds),
+        "majority": 100 * count / len(golds),
+        "majority_answer": answer,
+        "file": data.describe()["file"],
+    }
 
 
 def _percent(records: list[dict], metric: str) -> list[float]:
@@ -68,13 +74,21 @@ def seeds_report(groups: dict[str, list[dict]], tasks: list[str], floors: dict[s
             mark = "" if mean is None or task not in floors else " ▲" if mean > floors[task]["majority"] else " ▽"
             cells.append(f"{_fmt(mean, sd)}{mark}" + (f" (se {se:.2f})" if se is not None else ""))
         lines.append(f"| {name} | {len(recs)} ({diverged} diverged) | " + " | ".join(cells) + " |")
-    lines += ["", "▲ / ▽: the mean is above / at or below the majority-class level (a position, not a test: compare the gap",
-              "with se).  se: the harness's standard error of one run's accuracy (test-set sampling), averaged over seeds.", ""]
+    lines += [
+        "",
+        "▲ / ▽: the mean is above / at or below the majority-class level (a position, not a test: compare the gap",
+        "with se).  se: the harness's standard error of one run's accuracy (test-set sampling), averaged over seeds.",
+        "",
+    ]
     if baseline in groups:
         comparisons = (len(groups) - 1) * len(tasks)
-        lines += [f"Difference from {baseline}, Welch 95 % interval over seeds (\\* = excludes 0).  With {comparisons} intervals,",
-                  f"about {0.05 * comparisons:.1f} would exclude 0 by chance alone if no placement differed.", "",
-                  "| placement − " + baseline + " | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+        lines += [
+            f"Difference from {baseline}, Welch 95 % interval over seeds (\\* = excludes 0).  With {comparisons} intervals,",
+            f"about {0.05 * comparisons:.1f} would exclude 0 by chance alone if no placement differed.",
+            "",
+            "| placement − " + baseline + " | " + " | ".join(tasks) + " |",
+            "|---|" + "---|" * len(tasks),
+        ]
         for name, recs in groups.items():
             if name == baseline:
                 continue

@@ -13,6 +13,7 @@ Two protocols:
 ``eval/<task>/acc`` ... for the harness, ``eval_gen/<task>/acc`` ... for ``generate``; a later evaluation with the
 same protocol replaces them).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
+from ..results.table import read_record, write_record
+from ..sft.prompt import build_prompt
+from ..training.trained import load_trained
 from .formats import GENERATE_TASKS, TABLE2_TASKS, extract_answer, get_task_format
+from .scoring import Scorer
+from .suites import find_task_data, hub_reachable, write_harness_tasks
 
 log = logging.getLogger(__name__)
 PROTOCOLS = ("harness", "generate")
@@ -47,12 +54,14 @@ def mean_stderr(correct: list[float]) -> float:
 
 def resolve_sources(data: list[str] | None) -> list[str]:
     """``auto`` → ``hub`` when the hub can be reached, else ``embedded``."""
-    from .suites import hub_reachable
 
     data = list(data or ["auto"])
     if data == ["auto"]:
         data = ["hub"] if hub_reachable() else ["embedded"]
-        log.info("evaluation data: %s", "the harness's hub datasets" if data == ["hub"] else "the embedded sample (the hub is unreachable or offline)")
+        log.info(
+            "evaluation data: %s",
+            "the harness's hub datasets" if data == ["hub"] else "the embedded sample (the hub is unreachable or offline)",
+        )
     if "hub" in data and len(data) > 1:
         raise ConfigError("--data hub cannot be combined with local sources")
     if "auto" in data:
@@ -61,6 +70,7 @@ def resolve_sources(data: list[str] | None) -> list[str]:
 
 
 # --------------------------------------------------------------------------- harness protocol
+
 
 def _harness_metrics(results: dict, task: str) -> dict:
     row = results["results"][task]
@@ -71,8 +81,9 @@ def _harness_metrics(results: dict, task: str) -> dict:
             stderr = row.get(f"{metric}_stderr,none")
             out[f"{metric}_stderr"] = float(stderr) if isinstance(stderr, (int, float)) else None
     samples = results.get("n-samples", {})
-    out["n"] = samples[task]["effective"] if task in samples else sum(
-        v["effective"] for k, v in samples.items() if k.startswith(f"{task}_"))
+    out["n"] = (
+        samples[task]["effective"] if task in samples else sum(v["effective"] for k, v in samples.items() if k.startswith(f"{task}_"))
+    )
     return out
 
 
@@ -80,8 +91,7 @@ def run_harness(trained, tasks: list[str], sources: list[str], num_fewshot: int,
     lm_eval = require_lm_eval()
     from lm_eval.tasks import TaskManager
 
-    from .harness import MixbenchLM
-    from .suites import find_task_data, write_harness_tasks
+    from .harness import MixbenchLM  # needs lm-eval, the optional [eval] extra
 
     lm = MixbenchLM(model=trained.model, tokenizer=trained.tokenizer, **scorer)
     if sources == ["hub"]:
@@ -90,53 +100,86 @@ def run_harness(trained, tasks: list[str], sources: list[str], num_fewshot: int,
         datas = [find_task_data(t, sources) for t in tasks]
         write_harness_tasks(datas, work / "harness_tasks", num_fewshot)
         manager, data = TaskManager(include_path=str(work / "harness_tasks"), include_defaults=False), {d.task: d.describe() for d in datas}
-    results = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
-                                      log_samples=False, bootstrap_iters=1000)
+    results = lm_eval.simple_evaluate(
+        model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager, log_samples=False, bootstrap_iters=1000
+    )
     per_task = {t: {**_harness_metrics(results, t), "data": data[t]} for t in tasks}
     versions = {k: v for k, v in results.get("versions", {}).items() if k in tasks}
-    return {"tasks": per_task, "lm_eval_version": getattr(lm_eval, "__version__", None), "task_versions": versions,
-            "n_shot": {k: v for k, v in results.get("n-shot", {}).items() if k in tasks}}
+    return {
+        "tasks": per_task,
+        "lm_eval_version": getattr(lm_eval, "__version__", None),
+        "task_versions": versions,
+        "n_shot": {k: v for k, v in results.get("n-shot", {}).items() if k in tasks},
+    }
 
 
 # --------------------------------------------------------------------------- generate-and-match protocol
 
-def run_generate(trained, tasks: list[str], sources: list[str], limit: int | None, max_new_tokens: int, template: str,
-                 batch_size: int, device, max_length, precision: str) -> dict:
-    from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
-    from ..sft.prompt import build_prompt
-    from .scoring import Scorer
-    from .suites import find_task_data
 
+def run_generate(
+    trained,
+    tasks: list[str],
+    sources: list[str],
+    limit: int | None,
+    max_new_tokens: int,
+    template: str,
+    batch_size: int,
+    device,
+    max_length,
+    precision: str,
+) -> dict:
     if sources == ["hub"]:
-        raise ConfigError("--protocol generate reads instruction-format files: give --data embedded or a folder (e.g. LLM-Adapters' dataset/)")
+        raise ConfigError(
+            "--protocol generate reads instruction-format files: give --data embedded or a folder (e.g. LLM-Adapters' dataset/)"
+        )
     tokenizer = TokenizerSpec(trained.tokenizer).load()
     eos = special_id(tokenizer, EOS_CANDIDATES, "end-of-sequence")
     scorer = Scorer(trained.model, device, batch_size, max_length, precision)
     per_task = {}
     for task in tasks:
         if get_task_format(task).answers is None:
-            raise ConfigError(f"task {task!r} has no generate-and-match format; --protocol generate takes {', '.join(GENERATE_TASKS)} "
-                              "(and arc_challenge, social_iqa)")
+            raise ConfigError(
+                f"task {task!r} has no generate-and-match format; --protocol generate takes {', '.join(GENERATE_TASKS)} "
+                "(and arc_challenge, social_iqa)"
+            )
         data = find_task_data(task, sources)
         items = data.instructions()[:limit] if limit else data.instructions()
         prompts = [tokenizer.encode(build_prompt(r["instruction"], r.get("input"), template), add_special_tokens=False).ids for r in items]
         outputs = scorer.generate(prompts, max_new_tokens, eos)
         texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in outputs]
         correct = [float(extract_answer(task, text) == r["answer"].strip()) for r, text in zip(items, texts)]
-        per_task[task] = {"acc": statistics.fmean(correct), "acc_stderr": mean_stderr(correct), "n": len(items), "data": data.describe(),
-                          "examples": [{"answer": r["answer"], "generation": t} for r, t in zip(items[:3], texts[:3])]}
+        per_task[task] = {
+            "acc": statistics.fmean(correct),
+            "acc_stderr": mean_stderr(correct),
+            "n": len(items),
+            "data": data.describe(),
+            "examples": [{"answer": r["answer"], "generation": t} for r, t in zip(items[:3], texts[:3])],
+        }
         log.info("%s: acc %.4f (n=%d)", task, per_task[task]["acc"], len(items))
     return {"tasks": per_task, "max_new_tokens": max_new_tokens, "template": template, "decoding": "greedy"}
 
 
 # --------------------------------------------------------------------------- entry point and record
 
-def evaluate(run: str, tasks: list[str] | None = None, protocol: str = "harness", data: list[str] | None = None, num_fewshot: int = 0,
-             limit: int | None = None, batch_size: int = 16, device: str | None = None, max_length: int | None = None,
-             precision: str = "auto", max_new_tokens: int = 32, template: str = "alpaca", tokenizer: str | None = None,
-             out: str | None = None, update_record: bool = True) -> dict:
+
+def evaluate(
+    run: str,
+    tasks: list[str] | None = None,
+    protocol: str = "harness",
+    data: list[str] | None = None,
+    num_fewshot: int = 0,
+    limit: int | None = None,
+    batch_size: int = 16,
+    device: str | None = None,
+    max_length: int | None = None,
+    precision: str = "auto",
+    max_new_tokens: int = 32,
+    template: str = "alpaca",
+    tokenizer: str | None = None,
+    out: str | None = None,
+    update_record: bool = True,
+) -> dict:
     """Evaluate ``run`` (a run folder, ``.safetensors`` or ``.ckpt``); returns the summary (see the module doc)."""
-    from ..trained import load_trained
 
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown --protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
@@ -159,12 +202,22 @@ def evaluate(run: str, tasks: list[str] | None = None, protocol: str = "harness"
             result = run_harness(trained, tasks, sources, num_fewshot, limit, Path(work), **scorer)
         else:
             result = run_generate(trained, tasks, sources, limit, max_new_tokens, template, **scorer)
-    summary = {"protocol": protocol, "data": sources, "num_fewshot": num_fewshot, "limit": limit, **result,
-               "average": {"acc": statistics.fmean(v["acc"] for v in result["tasks"].values())},
-               "model": {"source": str(trained.source), "model": trained.description.get("model"),
-                         "norm_label": trained.description.get("norm_label"), "tokenizer": trained.tokenizer},
-               "device": str(trained.model.head.weight.device) if hasattr(trained.model, "head") else None,
-               "wall_time_s": round(time.perf_counter() - started, 2)}
+    summary = {
+        "protocol": protocol,
+        "data": sources,
+        "num_fewshot": num_fewshot,
+        "limit": limit,
+        **result,
+        "average": {"acc": statistics.fmean(v["acc"] for v in result["tasks"].values())},
+        "model": {
+            "source": str(trained.source),
+            "model": trained.description.get("model"),
+            "norm_label": trained.description.get("norm_label"),
+            "tokenizer": trained.tokenizer,
+        },
+        "device": str(trained.model.head.weight.device) if hasattr(trained.model, "head") else None,
+        "wall_time_s": round(time.perf_counter() - started, 2),
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{protocol}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     if update_record and trained.run_dir is not None and (trained.run_dir / "record.json").is_file():
@@ -175,15 +228,18 @@ def evaluate(run: str, tasks: list[str] | None = None, protocol: str = "harness"
 def metrics_of(summary: dict) -> dict[str, float]:
     """Flat metrics of a summary: ``<prefix>/<task>/<acc|acc_stderr|acc_norm|acc_norm_stderr>`` and ``<prefix>/avg/acc``."""
     prefix = METRIC_PREFIX[summary["protocol"]]
-    flat = {f"{prefix}/{task}/{k}": v for task, values in summary["tasks"].items() for k, v in values.items()
-            if k.startswith("acc") and isinstance(v, (int, float))}
+    flat = {
+        f"{prefix}/{task}/{k}": v
+        for task, values in summary["tasks"].items()
+        for k, v in values.items()
+        if k.startswith("acc") and isinstance(v, (int, float))
+    }
     flat[f"{prefix}/avg/acc"] = summary["average"]["acc"]
     return flat
 
 
 def add_to_record(path: Path, summary: dict) -> None:
     """Put ``summary`` into the record at ``path`` (written atomically), replacing an earlier one of the same protocol."""
-    from ..results import read_record, write_record
 
     record = read_record(path)
     prefix = METRIC_PREFIX[summary["protocol"]] + "/"

@@ -11,14 +11,15 @@ Only the continuation positions go through the head (no (batch × length × voca
 tokens from the left, as in lm-evaluation-harness.  Generation is greedy, without a KV cache (each step re-reads
 the whole prefix): fine for the short answers of multiple-choice and instruction tasks.
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 PRECISIONS = ("auto", "32", "bf16", "16")
 
@@ -35,8 +36,14 @@ class Scorer:
     log-softmax is always computed in fp32.  ``batch_size`` counts sequences per forward pass.
     """
 
-    def __init__(self, model: torch.nn.Module, device: str | torch.device | None = None, batch_size: int = 16,
-                 max_length: int | None = None, precision: str = "auto"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: str | torch.device | None = None,
+        batch_size: int = 16,
+        max_length: int | None = None,
+        precision: str = "auto",
+    ):
         if precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
         if int(batch_size) < 1:
@@ -83,7 +90,7 @@ class Scorer:
                 raise ValueError("empty continuation")
             if len(continuation) > self.max_length:
                 raise ValueError(f"continuation of {len(continuation)} tokens exceeds max_length={self.max_length}")
-            whole = (list(context) + list(continuation))[-(self.max_length + 1):]
+            whole = (list(context) + list(continuation))[-(self.max_length + 1) :]
             inputs.setdefault(tuple(whole[:-1]), []).append(i)
             targets.append(list(continuation))
         results: list[tuple[float, bool] | None] = [None] * len(pairs)
@@ -113,8 +120,13 @@ class Scorer:
         return results  # type: ignore[return-value]
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_id: int | None = None,
-                 stop: Callable[[list[int]], bool] | None = None) -> list[list[int]]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        eos_id: int | None = None,
+        stop: Callable[[list[int]], bool] | None = None,
+    ) -> list[list[int]]:
         """Greedy continuations of ``prompts`` (token ids), at most ``max_new_tokens`` each, ending at ``eos_id`` (kept
         out of the result) or as soon as ``stop(generated ids)`` is true.  Prompts lose tokens from the left to fit."""
         if max_new_tokens < 1 or max_new_tokens >= self.max_length:
@@ -132,7 +144,9 @@ class Scorer:
             for _ in range(max_new_tokens):
                 width = max(lengths[b] for b in active)
                 hidden = self._hidden(ids[active, :width])
-                last = hidden[torch.arange(len(active), device=self.device), torch.as_tensor([lengths[b] - 1 for b in active], device=self.device)]
+                last = hidden[
+                    torch.arange(len(active), device=self.device), torch.as_tensor([lengths[b] - 1 for b in active], device=self.device)
+                ]
                 next_tokens = self._logprobs(last).argmax(-1).cpu().tolist()
                 still = []
                 for b, token in zip(active, next_tokens):

@@ -14,6 +14,7 @@ Local items are evaluated through the harness's own YAML: :func:`write_harness_t
 as the ``test`` split; few-shot examples from ``fewshot`` or, without one, from the other test items) — same
 prompts, choices and metrics.  MMLU becomes one task per subject plus the ``mmlu`` group (size-weighted mean).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,9 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import ConfigError
+from ..core.jsonitems import read_items
 from ..data import ASSETS_DIR
-from ..errors import ConfigError
-from ..jsonitems import read_items
 from .formats import get_task_format, to_harness, to_instruction
 
 log = logging.getLogger(__name__)
@@ -87,14 +88,19 @@ def find_task_data(task: str, sources: list[str]) -> TaskData:
         for stem in dict.fromkeys((task, fmt.registry)):
             for ext in (".jsonl", ".json"):
                 if (folder / f"{stem}{ext}").is_file():
-                    pool = next((folder / f"{stem}.fewshot{e}" for e in (".jsonl", ".json") if (folder / f"{stem}.fewshot{e}").is_file()), None)
+                    pool = next(
+                        (folder / f"{stem}.fewshot{e}" for e in (".jsonl", ".json") if (folder / f"{stem}.fewshot{e}").is_file()), None
+                    )
                     return TaskData(task, folder / f"{stem}{ext}", "harness", pool)
         if fmt.adapters_dir and (folder / fmt.adapters_dir / "test.json").is_file():
             train = folder / fmt.adapters_dir / "train.json"
             return TaskData(task, folder / fmt.adapters_dir / "test.json", "instruction", train if train.is_file() else None)
-    expected = f"<folder>/{task}.jsonl (harness fields)" + (f" or <folder>/{fmt.adapters_dir}/test.json (LLM-Adapters)" if fmt.adapters_dir else "")
-    raise ConfigError(f"no items of task {task!r} in --data {' '.join(sources)}: expected {expected}; "
-                      "'--data embedded' has every Table 2 task")
+    expected = f"<folder>/{task}.jsonl (harness fields)" + (
+        f" or <folder>/{fmt.adapters_dir}/test.json (LLM-Adapters)" if fmt.adapters_dir else ""
+    )
+    raise ConfigError(
+        f"no items of task {task!r} in --data {' '.join(sources)}: expected {expected}; '--data embedded' has every Table 2 task"
+    )
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -119,8 +125,10 @@ def _harness_file(relative: str) -> Path:
     if not path.is_file():
         import lm_eval
 
-        raise ConfigError(f"the installed lm-eval ({getattr(lm_eval, '__version__', '?')}) has no tasks/{relative}; "
-                          "mixbench needs lm-eval 0.4.x: pip install -e '.[eval]'")
+        raise ConfigError(
+            f"the installed lm-eval ({getattr(lm_eval, '__version__', '?')}) has no tasks/{relative}; "
+            "mixbench needs lm-eval 0.4.x: pip install -e '.[eval]'"
+        )
     return path
 
 
@@ -135,15 +143,25 @@ def _task_yaml(out: Path, name: str, include: Path, docs: list[dict], pool: list
 
     available = len(pool) if pool else len(docs) - 1  # without a pool, the other items of the task
     if num_fewshot > available:
-        raise ConfigError(f"task {name} has {available} possible few-shot examples, fewer than --num-fewshot {num_fewshot}: "
-                          f"give a pool <task>.fewshot.jsonl beside its items, or fewer shots")
+        raise ConfigError(
+            f"task {name} has {available} possible few-shot examples, fewer than --num-fewshot {num_fewshot}: "
+            f"give a pool <task>.fewshot.jsonl beside its items, or fewer shots"
+        )
 
     files = {"test": str(_write_jsonl(out / "data" / f"{name}.test.jsonl", docs))}
     if pool:
         files["fewshot"] = str(_write_jsonl(out / "data" / f"{name}.fewshot.jsonl", pool))
-    config = {"include": str(include), "task": name, "dataset_path": "json", "dataset_name": None,
-              "dataset_kwargs": {"data_files": files}, "training_split": None, "validation_split": None,
-              "test_split": "test", "fewshot_split": "fewshot" if pool else "test"}
+    config = {
+        "include": str(include),
+        "task": name,
+        "dataset_path": "json",
+        "dataset_name": None,
+        "dataset_kwargs": {"data_files": files},
+        "training_split": None,
+        "validation_split": None,
+        "test_split": "test",
+        "fewshot_split": "fewshot" if pool else "test",
+    }
     (out / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
@@ -167,9 +185,19 @@ def write_harness_tasks(datas: list[TaskData], out: Path, num_fewshot: int = 0) 
             if not include.is_file():
                 log.warning("MMLU subject %r is not a harness task; its items are left out", subject)
                 continue
-            _task_yaml(out, f"mmlu_{subject}", include, [d for d in docs if d["subject"] == subject],
-                       [d for d in pool if d["subject"] == subject] if pool else None, num_fewshot)
+            _task_yaml(
+                out,
+                f"mmlu_{subject}",
+                include,
+                [d for d in docs if d["subject"] == subject],
+                [d for d in pool if d["subject"] == subject] if pool else None,
+                num_fewshot,
+            )
             names.append(f"mmlu_{subject}")
-        group = {"group": "mmlu", "task": names, "aggregate_metric_list": [{"metric": "acc", "weight_by_size": True}],
-                 "metadata": {"version": 2.0}}
+        group = {
+            "group": "mmlu",
+            "task": names,
+            "aggregate_metric_list": [{"metric": "acc", "weight_by_size": True}],
+            "metadata": {"version": 2.0},
+        }
         (out / "_mmlu_group.yaml").write_text(yaml.safe_dump(group, sort_keys=False))

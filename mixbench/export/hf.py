@@ -14,6 +14,7 @@ The folder loads with ``AutoModelForCausalLM.from_pretrained(folder, trust_remot
 Because the model code is mixbench's own, every norm placement exports; a placement registered by a task plugin
 (outside ``mixbench``) is not in the bundle and is refused.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,11 @@ from pathlib import Path
 
 import torch
 
+from ..core.errors import MixbenchError
 from ..data import ASSETS_DIR
 from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
-from ..errors import MixbenchError
+from ..layers import get_placement
+from ..training.trained import load_trained
 from .bundle import bundle_modules
 
 log = logging.getLogger(__name__)
@@ -39,13 +42,12 @@ class ExportError(MixbenchError):
 
 
 def _check_placements(model) -> None:
-    from ..layers import get_placement
-
     for name in dict.fromkeys([model.norm_spec.placement, *model.plan]):
         module = type(get_placement(name)).__module__
         if not module.startswith("mixbench."):
-            raise ExportError(f"norm placement {name!r} comes from a plugin ({module}), not mixbench: it cannot be bundled "
-                              "into the exported model code")
+            raise ExportError(
+                f"norm placement {name!r} comes from a plugin ({module}), not mixbench: it cannot be bundled into the exported model code"
+            )
 
 
 def _tokenizer_files(name: str, out: Path, max_length: int) -> dict:
@@ -58,31 +60,37 @@ def _tokenizer_files(name: str, out: Path, max_length: int) -> dict:
         specials["pad_token"] = pad
     if tok.token_to_id("<unk>") is not None:
         specials["unk_token"] = "<unk>"
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length, "clean_up_tokenization_spaces": False,
-              "add_bos_token": False, "add_eos_token": False, **specials}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_length,
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        **specials,
+    }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "special_tokens_map.json").write_text(json.dumps(specials, indent=1) + "\n")
     return {"eos_token_id": eos_id, "pad_token_id": tok.token_to_id(pad) if pad else eos_id}
 
 
 def _card(description: dict, source: Path, out: Path) -> str:
-    return (f"# {description['model']} · {description.get('norm_label', '?')} (mixbench export)\n\n"
-            f"Exported by `mixbench export --format hf` from `{source}`.\n\n"
-            f"* norm placement: `{description.get('norm_label')}`, per block: {', '.join(description.get('plan') or [])}\n"
-            f"* architecture: `{json.dumps(description['options'])}`\n\n"
-            "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
-            f"model = AutoModelForCausalLM.from_pretrained('{out}', trust_remote_code=True)\n"
-            f"tokenizer = AutoTokenizer.from_pretrained('{out}')\n```\n\n"
-            f"`lm_eval --model hf --model_args pretrained={out},trust_remote_code=True --tasks arc_easy`\n\n"
-            "The `mb_*.py` files are mixbench's model code (Apache-2.0), copied verbatim with their imports rewritten.\n")
+    return (
+        f"# {description['model']} · {description.get('norm_label', '?')} (mixbench export)\n\n"
+        f"Exported by `mixbench export --format hf` from `{source}`.\n\n"
+        f"* norm placement: `{description.get('norm_label')}`, per block: {', '.join(description.get('plan') or [])}\n"
+        f"* architecture: `{json.dumps(description['options'])}`\n\n"
+        "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        f"model = AutoModelForCausalLM.from_pretrained('{out}', trust_remote_code=True)\n"
+        f"tokenizer = AutoTokenizer.from_pretrained('{out}')\n```\n\n"
+        f"`lm_eval --model hf --model_args pretrained={out},trust_remote_code=True --tasks arc_easy`\n\n"
+        "The `mb_*.py` files are mixbench's model code (Apache-2.0), copied verbatim with their imports rewritten.\n"
+    )
 
 
 def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "float32", tokenizer: str | None = None) -> Path:
     """Write the Hugging Face folder of ``run`` (a run folder, ``.safetensors`` or ``.ckpt``) to ``out``
     (default ``<run>/hf``); returns the folder."""
     from safetensors.torch import save_file
-
-    from ..trained import load_trained
 
     if dtype not in DTYPES:
         raise ExportError(f"unknown --dtype {dtype!r}; valid: {', '.join(DTYPES)}")
@@ -108,17 +116,33 @@ def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "floa
     state = {f"model.{k}": v.detach().to("cpu", DTYPES[dtype]).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = {
-        "architectures": ["MixbenchForCausalLM"], "model_type": "mixbench_llama",
-        "auto_map": {"AutoConfig": "configuration_mixbench.MixbenchConfig", "AutoModelForCausalLM": "modeling_mixbench.MixbenchForCausalLM"},
-        "mixbench_model": description["model"], "mixbench_options": options, "mixbench_norm": description["norm"],
-        "mixbench_norm_label": description.get("norm_label"), "mixbench_plan": description.get("plan"),
-        "vocab_size": options["vocab_size"], "hidden_size": options["hidden_size"], "num_hidden_layers": options["num_layers"],
-        "num_attention_heads": options["num_heads"], "intermediate_size": options["intermediate_size"],
-        "max_position_embeddings": options["max_seq_len"], "tie_word_embeddings": False, "use_cache": False,
-        "bos_token_id": None, **tokens, "torch_dtype": dtype,
+        "architectures": ["MixbenchForCausalLM"],
+        "model_type": "mixbench_llama",
+        "auto_map": {
+            "AutoConfig": "configuration_mixbench.MixbenchConfig",
+            "AutoModelForCausalLM": "modeling_mixbench.MixbenchForCausalLM",
+        },
+        "mixbench_model": description["model"],
+        "mixbench_options": options,
+        "mixbench_norm": description["norm"],
+        "mixbench_norm_label": description.get("norm_label"),
+        "mixbench_plan": description.get("plan"),
+        "vocab_size": options["vocab_size"],
+        "hidden_size": options["hidden_size"],
+        "num_hidden_layers": options["num_layers"],
+        "num_attention_heads": options["num_heads"],
+        "intermediate_size": options["intermediate_size"],
+        "max_position_embeddings": options["max_seq_len"],
+        "tie_word_embeddings": False,
+        "use_cache": False,
+        "bos_token_id": None,
+        **tokens,
+        "torch_dtype": dtype,
     }
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-    (out / "generation_config.json").write_text(json.dumps({**tokens, "bos_token_id": None, "do_sample": False, "use_cache": False}, indent=1) + "\n")
+    (out / "generation_config.json").write_text(
+        json.dumps({**tokens, "bos_token_id": None, "do_sample": False, "use_cache": False}, indent=1) + "\n"
+    )
     (out / "README.md").write_text(_card(description, trained.source, out))
     log.info("exported %s (%s, %d mixbench modules) to %s", description["model"], description.get("norm_label"), len(bundled), out)
     return out

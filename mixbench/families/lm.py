@@ -1,19 +1,22 @@
 """The ``lm`` family: LLaMA causal language models (:mod:`mixbench.models.llama`) on token data."""
+
 from __future__ import annotations
 
 import math
 import re
 from functools import partial
 
-from ..constants import IGNORE_INDEX
-from ..errors import ConfigError
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import ConfigError
+from ..core.families import Family, register_family
 from ..models.llama import LLAMA_PRESETS, build_llama, llama_defaults
-from . import Family, register_family
+from ..rlhf.checks import check_rlhf_config
+from ..training.strategy import world_size
 
 
 def lightning_module(cfg, model, datamodule):
     """Causal LM; a reward model on preference pairs (``data.loader=preferences``); ReMax on prompts (``prompts``)."""
-    from ..lit import CausalLMModule, OptimConfig
+    from ..training.lit import CausalLMModule, OptimConfig  # Lightning loads when a run builds its module, not for `mixbench list`
 
     objective = getattr(datamodule, "objective", "lm")
     if objective == "preferences":
@@ -24,30 +27,27 @@ def lightning_module(cfg, model, datamodule):
         from ..rlhf.lit import remax_module
 
         return remax_module(cfg, model, datamodule)
-    return CausalLMModule(model, OptimConfig.from_config(cfg.optim), loss_chunk_size=cfg.loss.chunk_size,
-                          loss_impl=cfg.loss.impl)
+    return CausalLMModule(model, OptimConfig.from_config(cfg.optim), loss_chunk_size=cfg.loss.chunk_size, loss_impl=cfg.loss.impl)
 
 
 def options_from_data(cfg, options: dict, datamodule) -> dict:
     if datamodule.vocab_size > options["vocab_size"]:
-        raise ConfigError(f"the tokenizer has {datamodule.vocab_size} tokens but model.vocab_size={options['vocab_size']}; "
-                          f"set model.vocab_size={datamodule.vocab_size} (or larger)")
+        raise ConfigError(
+            f"the tokenizer has {datamodule.vocab_size} tokens but model.vocab_size={options['vocab_size']}; "
+            f"set model.vocab_size={datamodule.vocab_size} (or larger)"
+        )
     return options
 
 
 def data_options(cfg, options: dict) -> dict:
     """A streamed source is cached up to what the run will consume (+1 %)."""
     if options.get("path") is None and options.get("max_train_tokens") is None and cfg.trainer.max_steps > 0:
-        from ..train import world_size
-
         global_batch = options.get("global_batch_size") or options["batch_size"] * world_size(cfg.trainer)
         options = {**options, "max_train_tokens": int(cfg.trainer.max_steps * global_batch * options["seq_len"] * 1.01)}
     return options
 
 
 def check_config(cfg) -> None:
-    from ..rlhf.checks import check_rlhf_config
-
     check_rlhf_config(cfg)
 
 
@@ -85,24 +85,26 @@ def floor_from_reason(record: dict) -> dict | None:
     return None
 
 
-LM = register_family(Family(
-    name="lm",
-    description="LLaMA causal language models (RMSNorm, SwiGLU, RoPE); metric: validation perplexity",
-    models={name: partial(llama_defaults, name) for name in LLAMA_PRESETS},
-    build=build_llama,
-    lightning_module=lightning_module,
-    options_from_data=options_from_data,
-    data_options=data_options,
-    items=lambda batch: (batch["input_ids"] if "input_ids" in batch else batch["prompt_ids"]).numel(),
-    item_name="tokens",
-    flops_per_item=lambda cfg, model: model.flops_per_token(cfg.data.seq_len),
-    distributed_sampler=False,  # the text data modules shard by rank themselves (and resume mid-epoch)
-    analysis_loss=analysis_loss,
-    analysis_inputs=lambda batch: (batch["input_ids"], batch["labels"] != IGNORE_INDEX),
-    learning_floor=unigram_floor,
-    learning_check=never_learned,
-    record_floor=floor_from_reason,
-    check_config=check_config,
-    data_requires=("vocab_size",),
-    model_requires=("flops_per_token",),
-))
+LM = register_family(
+    Family(
+        name="lm",
+        description="LLaMA causal language models (RMSNorm, SwiGLU, RoPE); metric: validation perplexity",
+        models={name: partial(llama_defaults, name) for name in LLAMA_PRESETS},
+        build=build_llama,
+        lightning_module=lightning_module,
+        options_from_data=options_from_data,
+        data_options=data_options,
+        items=lambda batch: (batch["input_ids"] if "input_ids" in batch else batch["prompt_ids"]).numel(),
+        item_name="tokens",
+        flops_per_item=lambda cfg, model: model.flops_per_token(cfg.data.seq_len),
+        distributed_sampler=False,  # the text data modules shard by rank themselves (and resume mid-epoch)
+        analysis_loss=analysis_loss,
+        analysis_inputs=lambda batch: (batch["input_ids"], batch["labels"] != IGNORE_INDEX),
+        learning_floor=unigram_floor,
+        learning_check=never_learned,
+        record_floor=floor_from_reason,
+        check_config=check_config,
+        data_requires=("vocab_size",),
+        model_requires=("flops_per_token",),
+    )
+)

@@ -1,24 +1,30 @@
 """The ``vision`` family: timm Vision Transformers (:mod:`mixbench.models.vit`) on image classification data."""
+
 from __future__ import annotations
 
-from functools import partial
-
 import math
+from functools import partial
 
 import torch.nn.functional as F
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from ..core.families import Family, register_family
 from ..models.vit import VIT_PRESETS, build_vit, vit_defaults
-from . import Family, register_family
 
 
 def lightning_module(cfg, model, datamodule):
     from omegaconf import OmegaConf
 
-    from ..lit import ImageClassifierModule, OptimConfig
+    from ..training.lit import ImageClassifierModule, OptimConfig  # Lightning loads when a run builds its module, not for `mixbench list`
 
-    return ImageClassifierModule(model, OptimConfig.from_config(cfg.optim), num_classes=datamodule.num_classes,
-                                 label_smoothing=cfg.loss.label_smoothing, mixup=OmegaConf.to_container(cfg.mixup), ema_decay=cfg.ema.decay)
+    return ImageClassifierModule(
+        model,
+        OptimConfig.from_config(cfg.optim),
+        num_classes=datamodule.num_classes,
+        label_smoothing=cfg.loss.label_smoothing,
+        mixup=OmegaConf.to_container(cfg.mixup),
+        ema_decay=cfg.ema.decay,
+    )
 
 
 def options_from_data(cfg, options: dict, datamodule) -> dict:
@@ -28,8 +34,9 @@ def options_from_data(cfg, options: dict, datamodule) -> dict:
         if options[key] is None:
             options[key] = value
         elif options[key] != value:
-            raise ConfigError(f"the data has {key}={value} but model.{key}={options[key]}; set model.{key}={value} "
-                              f"(or null to take it from the data)")
+            raise ConfigError(
+                f"the data has {key}={value} but model.{key}={options[key]}; set model.{key}={value} (or null to take it from the data)"
+            )
     return options
 
 
@@ -62,8 +69,10 @@ def never_beat_chance(metrics: dict, floor: dict) -> str | None:
     uniform, chance = floor["val/loss"], floor["val/top1"]
     problems = []
     if loss is not None and math.isfinite(loss) and loss >= (1 - CHANCE_LOSS_MARGIN) * uniform:
-        problems.append(f"final val/loss {loss:.4f} ≥ {1 - CHANCE_LOSS_MARGIN:g} × ln C = {(1 - CHANCE_LOSS_MARGIN) * uniform:.4f} "
-                        f"(ln C = {uniform:.4f} is the uniform prediction)")
+        problems.append(
+            f"final val/loss {loss:.4f} ≥ {1 - CHANCE_LOSS_MARGIN:g} × ln C = {(1 - CHANCE_LOSS_MARGIN) * uniform:.4f} "
+            f"(ln C = {uniform:.4f} is the uniform prediction)"
+        )
     if top1 is not None and math.isfinite(top1) and top1 <= chance + CHANCE_TOP1_MARGIN:
         problems.append(f"final val/top1 {top1:.2f} % ≤ chance {chance:.2f} % + {CHANCE_TOP1_MARGIN:g}")
     return "never beat chance: " + " and ".join(problems) if problems else None
@@ -74,19 +83,21 @@ def analysis_loss(model, batch):
     return F.cross_entropy(model(images), targets)
 
 
-VISION = register_family(Family(
-    name="vision",
-    description="timm Vision Transformers (ViT-Ti/S); metric: validation top-1",
-    models={name: partial(vit_defaults, name) for name in VIT_PRESETS},
-    build=build_vit,
-    lightning_module=lightning_module,
-    options_from_data=options_from_data,
-    items=lambda batch: len(batch[1]),
-    item_name="images",
-    analysis_loss=analysis_loss,
-    analysis_inputs=lambda batch: (batch[0], None),
-    learning_floor=learning_floor,
-    learning_check=never_beat_chance,
-    record_floor=record_floor,
-    data_requires=("num_classes", "img_size"),
-))
+VISION = register_family(
+    Family(
+        name="vision",
+        description="timm Vision Transformers (ViT-Ti/S); metric: validation top-1",
+        models={name: partial(vit_defaults, name) for name in VIT_PRESETS},
+        build=build_vit,
+        lightning_module=lightning_module,
+        options_from_data=options_from_data,
+        items=lambda batch: len(batch[1]),
+        item_name="images",
+        analysis_loss=analysis_loss,
+        analysis_inputs=lambda batch: (batch[0], None),
+        learning_floor=learning_floor,
+        learning_check=never_beat_chance,
+        record_floor=record_floor,
+        data_requires=("num_classes", "img_size"),
+    )
+)

@@ -1,17 +1,16 @@
 """Layers shared by every model family: the placement registry, the norm switch, norm factories, residual wiring,
 norms inside attention (QK-norm, QKV-norm)."""
+
 from .attention import add_qk_norm, add_qkv_norm, project_qkv
-from .init import init_deepnorm_, scaled_init_
-from .norm import NORM_POSITIONS, DyT, by_position, dyt_factory, norm_factory
-from .placement import NORM_KINDS, NormSpec, layer_plan
+from .init import deepnorm_constants, init_deepnorm_, scaled_init_
+from .norm import NORM_KINDS, NORM_POSITIONS, DyT, NormConfigError, by_position, dyt_factory, norm_factory
+from .placement import NormSpec, layer_plan
 from .placements import (
     BlockContext,
     BlockPlacement,
-    NormConfigError,
     Placement,
     admin_omega_init,
     block_placements,
-    deepnorm_constants,
     get_block_placement,
     get_placement,
     list_placements,

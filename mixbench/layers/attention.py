@@ -17,21 +17,26 @@ The modules are registered only when on, so ``state_dict`` keys of a model witho
 :func:`sdpa_backend` pins the SDPA kernel of both families (``auto`` lets PyTorch choose); :func:`causal_attention` is
 causal SDPA under it.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..errors import ConfigError
-from .placement import NormConfigError
+from ..core.errors import ConfigError
+from .norm import NormConfigError
 
-SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+SDPA_BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
 
 
 def add_qk_norm(attn: nn.Module, mode: str, make_norm: Callable[..., nn.Module]) -> tuple[str, ...]:
@@ -41,8 +46,10 @@ def add_qk_norm(attn: nn.Module, mode: str, make_norm: Callable[..., nn.Module])
     current = getattr(attn, "qk_norm_mode", "none")
     if current != "none":  # a placement already normalises q and k (HybridNorm: per head)
         if current != mode:
-            raise NormConfigError(f"norm.qk_norm={mode} conflicts with this block's own {current!r} norms on q and k "
-                                  f"(HybridNorm normalises q, k and v per head; use norm.qk_norm=none or head)")
+            raise NormConfigError(
+                f"norm.qk_norm={mode} conflicts with this block's own {current!r} norms on q and k "
+                f"(HybridNorm normalises q, k and v per head; use norm.qk_norm=none or head)"
+            )
         return ()
     width = attn.head_dim if mode == "head" else attn.num_heads * attn.head_dim
     attn.q_norm = make_norm(width, position="q")

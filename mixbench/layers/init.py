@@ -1,11 +1,10 @@
 """Placement-specific weight initialization (only DeepNorm defines its own)."""
+
 from __future__ import annotations
 
 import math
 
 import torch
-
-from .placement import deepnorm_constants
 
 
 @torch.no_grad()
@@ -54,3 +53,15 @@ def scaled_init_(weights: list[torch.Tensor], std: float, num_layers: int, trunc
             torch.nn.init.trunc_normal_(w, std=scaled)
         else:
             w.normal_(0.0, scaled)
+
+
+def deepnorm_constants(num_layers: int, paper_compat: bool = False) -> tuple[float, float]:
+    """DeepNorm residual scale ``a`` and init gain ``b`` for ``num_layers`` blocks.
+
+    DeepNet (decoder-only / encoder-only): ``a = (2L)^(1/4)``, ``b = (8L)^(-1/4)``.
+    ``paper_compat`` returns what the official Mix-LN code uses: ``a = sqrt(8)`` for any depth and
+    a xavier gain of ``(8L)^(+1/4)``.
+    """
+    if paper_compat:
+        return math.sqrt(8.0), (8.0 * num_layers) ** 0.25
+    return (2.0 * num_layers) ** 0.25, (8.0 * num_layers) ** -0.25

@@ -12,16 +12,24 @@ A *norm factory* is ``make_norm(dim, position=None, device=None, dtype=None) -> 
 ``position`` says where the norm sits — one of :data:`NORM_POSITIONS` — and only factories whose function
 has ``by_position = True`` (DyT: α0 per position) use it; the others ignore it.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .placement import NORM_KINDS, NormConfigError
+from ..core.errors import ConfigError
+
+NORM_KINDS = ("rmsnorm", "layernorm", "groupnorm")
+
+
+class NormConfigError(ConfigError):
+    """A norm setting is invalid; the message says which values are valid."""
+
 
 # attn / mlp: the input (or, by placement, the post-add / output) norm of a sub-layer; attn_out / mlp_out:
 # Sandwich/Peri output norms; q / k / v: norms inside attention (QK-norm, HybridNorm's QKV-norm);
@@ -77,8 +85,9 @@ class DyT(nn.Module):
         return f"{self.dim}, alpha_init={self.alpha_init:g}, bias={self.bias is not None}"
 
 
-def _make_norm(dim: int, position: str | None = None, *, kind: str, eps: float, bias: bool, impl: str, groups: int,
-               device=None, dtype=None) -> nn.Module:
+def _make_norm(
+    dim: int, position: str | None = None, *, kind: str, eps: float, bias: bool, impl: str, groups: int, device=None, dtype=None
+) -> nn.Module:
     """One norm of ``kind`` (``position`` is ignored: these norms are the same everywhere)."""
     dd = dict(device=device, dtype=dtype)
     if kind == "groupnorm":
@@ -92,8 +101,9 @@ def _make_norm(dim: int, position: str | None = None, *, kind: str, eps: float, 
     return nn.RMSNorm(dim, eps=eps, **dd)
 
 
-def _make_dyt(dim: int, position: str | None = None, *, bias: bool, alpha_attn: float, alpha_mlp: float, alpha_final: float,
-              device=None, dtype=None) -> DyT:
+def _make_dyt(
+    dim: int, position: str | None = None, *, bias: bool, alpha_attn: float, alpha_mlp: float, alpha_final: float, device=None, dtype=None
+) -> DyT:
     """A DyT whose α0 depends on ``position``: attention side (attn, attn_out, q, k, v) → ``alpha_attn``;
     MLP side (mlp, mlp_out) → ``alpha_mlp``; final / embed → ``alpha_final``.  ``None`` (a module made by timm's
     own constructors, which the model re-makes with its position) gets ``alpha_attn``."""

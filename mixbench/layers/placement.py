@@ -11,23 +11,21 @@ placement registry (:mod:`mixbench.layers.placements`, which also documents ever
 * the placements beyond the paper (``lns``, ``peri``, ``reordered``, ``hybrid``, ``hybrid_star``, ``dyt``)
   and the ``qk_norm`` option: see :mod:`mixbench.layers.placements` and :mod:`mixbench.layers.attention`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
+from .norm import NORM_KINDS, NormConfigError
 from .placements import (
-    NormConfigError,
-    admin_omega_init,  # noqa: F401  (re-exported)
     block_placements,
-    deepnorm_constants,  # noqa: F401  (re-exported)
     get_block_placement,
     get_placement,
     list_placements,
-    num_post_layers,  # noqa: F401  (re-exported)
 )
 
-NORM_KINDS = ("rmsnorm", "layernorm", "groupnorm")
 QK_NORMS = ("none", "head", "full")
 
 
@@ -86,9 +84,7 @@ class NormSpec:
             raise NormConfigError(f"norm.alpha must be a number in [0, 1], got {self.alpha!r}")
         if not 0.0 <= float(self.alpha) <= 1.0:
             raise NormConfigError(f"norm.alpha must be in [0, 1], got {self.alpha}")
-        if self.num_post is not None and (
-            isinstance(self.num_post, bool) or not isinstance(self.num_post, int) or self.num_post < 0
-        ):
+        if self.num_post is not None and (isinstance(self.num_post, bool) or not isinstance(self.num_post, int) or self.num_post < 0):
             raise NormConfigError(f"norm.num_post must be a non-negative integer, got {self.num_post!r}")
         if self.layers is not None:
             object.__setattr__(self, "layers", tuple(self.layers))
@@ -107,15 +103,17 @@ class NormSpec:
         declared = placement.options
         unknown = sorted(set(self.options) - set(declared))
         if unknown:
-            raise NormConfigError(f"unknown norm option(s) {unknown} for norm={self.placement}"
-                                  + (f"; its own options: {', '.join(declared)}" if declared else ""))
+            raise NormConfigError(
+                f"unknown norm option(s) {unknown} for norm={self.placement}"
+                + (f"; its own options: {', '.join(declared)}" if declared else "")
+            )
         object.__setattr__(self, "options", {**declared, **self.options})
         placement.validate(self)
         for name in dict.fromkeys(self.layers or ()):
             get_block_placement(name).validate_block(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "NormSpec":
+    def from_dict(cls, d: dict) -> NormSpec:
         """From the ``norm`` config group: common settings are fields, the placement's own settings go to ``options``."""
         common = {k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "options"}
         extra = {k: v for k, v in d.items() if k not in common}

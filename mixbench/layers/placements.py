@@ -9,7 +9,7 @@ parameter count, derived from the modules it built (:meth:`~BlockPlacement.extra
 
 Every block of both model families carries ``norm1`` / ``norm2`` (the norms of the attention / MLP
 sub-layer) and the sub-modules ``attn.qkv``, ``attn.proj``, ``mlp.fc1``, ``mlp.fc2``
-(:class:`mixbench.contracts.PlacedBlock`); a placement may rely on those and nothing else — plus, for norms
+(:class:`mixbench.core.contracts.PlacedBlock`); a placement may rely on those and nothing else — plus, for norms
 inside attention, ``attn.num_heads`` / ``attn.head_dim`` and the slots of :mod:`mixbench.layers.attention`.
 
 Adding a placement = subclass :class:`BlockPlacement` (or :class:`Placement` for a per-block mix),
@@ -48,23 +48,23 @@ DyT replaces every norm), and every norm is made with its *position* (``attn``, 
 ``mlp_out``, ``q``, ``k``, ``v``, ``final``, ``embed``; :mod:`mixbench.layers.norm`) so a factory may
 depend on it (DyT's α0 per position).
 """
+
 from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
 
-from ..errors import ConfigError
+from .attention import add_qkv_norm
+from .init import deepnorm_constants, init_deepnorm_
+from .norm import NormConfigError, dyt_factory, factory_setting
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
-
-
-class NormConfigError(ConfigError):
-    """A norm setting is invalid; the message says which values are valid."""
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,9 @@ def block_placements() -> list[str]:
 def get_placement(name: str) -> Placement:
     if name not in _PLACEMENTS:
         hint = difflib.get_close_matches(name, _PLACEMENTS, n=1)
-        raise NormConfigError(f"unknown norm placement {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "")
-                              + f"; valid: {', '.join(_PLACEMENTS)}")
+        raise NormConfigError(
+            f"unknown norm placement {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f"; valid: {', '.join(_PLACEMENTS)}"
+        )
     return _PLACEMENTS[name]
 
 
@@ -265,18 +266,6 @@ class SandwichLN(OutputNormGain):
         return x + getattr(block, f"norm{which}_post")(branch(getattr(block, f"norm{which}")(x)))
 
 
-def deepnorm_constants(num_layers: int, paper_compat: bool = False) -> tuple[float, float]:
-    """DeepNorm residual scale ``a`` and init gain ``b`` for ``num_layers`` blocks.
-
-    DeepNet (decoder-only / encoder-only): ``a = (2L)^(1/4)``, ``b = (8L)^(-1/4)``.
-    ``paper_compat`` returns what the official Mix-LN code uses: ``a = sqrt(8)`` for any depth and
-    a xavier gain of ``(8L)^(+1/4)``.
-    """
-    if paper_compat:
-        return math.sqrt(8.0), (8.0 * num_layers) ** 0.25
-    return (2.0 * num_layers) ** 0.25, (8.0 * num_layers) ** -0.25
-
-
 @register_placement
 class DeepNorm(BlockPlacement):
     name, summary = "deepnorm", "N(a·x + F(x)), a = (2L)^¼; v/out/MLP init × (8L)^-¼ — DeepNorm (DeepNet)"
@@ -288,10 +277,16 @@ class DeepNorm(BlockPlacement):
         return getattr(block, f"norm{which}")(x * block.residual_scale + branch(x))
 
     def init_weights(self, block, ctx):
-        from .init import init_deepnorm_
-
-        init_deepnorm_(block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc1.weight, block.mlp.fc2.weight,
-                       ctx.dim, block.mlp.fc2.in_features, ctx.num_layers, ctx.spec.paper_compat)
+        init_deepnorm_(
+            block.attn.qkv.weight,
+            block.attn.proj.weight,
+            block.mlp.fc1.weight,
+            block.mlp.fc2.weight,
+            ctx.dim,
+            block.mlp.fc2.in_features,
+            ctx.num_layers,
+            ctx.spec.paper_compat,
+        )
 
     def label(self, spec):
         return self.name + ("[paper-compat]" if spec.paper_compat else "")
@@ -410,12 +405,12 @@ class _QKVNorm(BlockPlacement):
 
     def validate_block(self, spec):
         if spec.qk_norm == "full":
-            raise NormConfigError(f"norm.qk_norm=full cannot be combined with {self.name!r} blocks: HybridNorm normalises "
-                                  "q, k and v per head itself (norm.qk_norm=none or head)")
+            raise NormConfigError(
+                f"norm.qk_norm=full cannot be combined with {self.name!r} blocks: HybridNorm normalises "
+                "q, k and v per head itself (norm.qk_norm=none or head)"
+            )
 
     def build(self, block, ctx):
-        from .attention import add_qkv_norm
-
         add_qkv_norm(block.attn, ctx.make_norm)
 
 
@@ -484,8 +479,6 @@ class DynamicTanh(BlockPlacement):
             raise NormConfigError(f"norm=dyt replaces every norm by DyT: leave norm.kind unset (got {spec.kind!r})")
 
     def norm_factory(self, spec, make_norm):
-        from .norm import dyt_factory, factory_setting
-
         return dyt_factory(*self.alphas(spec), bias=factory_setting(make_norm, "bias", True))
 
     def sublayer(self, block, which, x, branch):

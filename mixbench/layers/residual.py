@@ -8,9 +8,10 @@ the attention / MLP sub-layer (pre-norms for ``pre``, post-add norms for ``post`
 ``admin``, input norms for ``sandwich``), and a placement's own additions (e.g. ``norm1_post``,
 ``omega1``) are named by it.  So Pre-LN, Post-LN and Mix-LN models have identical ``state_dict`` keys.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn

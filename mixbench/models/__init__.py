@@ -1,11 +1,12 @@
-"""Models by preset name, through the family registry (:mod:`mixbench.families`).
+"""Models by preset name, through the family registry (:mod:`mixbench.core.families`).
 
 ``mixbench.build_model("llama_71m", norm="mix", num_layers=24)`` works for every registered family.
 """
+
 from __future__ import annotations
 
-from ..contracts import PlacedBlock, PlacedModel, check_contract
-from ..families import family_of_model, list_models
+from ..core.contracts import PlacedBlock, PlacedModel, check_contract
+from ..core.families import family_of_model, list_models
 from ..layers import NormSpec
 
 
@@ -25,7 +26,7 @@ def build_model(name: str, norm: str | NormSpec = "pre", alpha: float = 0.25, se
     Extra keyword arguments override architecture options, e.g. ``num_layers=24``.
     ``seed`` (optional) seeds torch before construction, so the same seed gives the same weights
     for every placement (except placements with an init of their own, such as DeepNorm).
-    The model is checked against :class:`mixbench.contracts.PlacedModel` and its family's needs.
+    The model is checked against :class:`mixbench.core.contracts.PlacedModel` and its family's needs.
     """
     spec = norm if isinstance(norm, NormSpec) else NormSpec(placement=norm, alpha=alpha)
     family = family_of_model(name)

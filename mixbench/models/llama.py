@@ -3,6 +3,7 @@
 Sizes follow the Mix-LN / GaLore configs (paper Table 7; hidden/intermediate/heads/layers from the
 official ``configs/llama_*.json``).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
@@ -11,8 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..constants import IGNORE_INDEX
-from ..errors import ConfigError
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import ConfigError
 from ..layers import (
     DyT,
     NormSpec,
@@ -95,8 +96,15 @@ class CausalSelfAttention(nn.Module):
         self.qk_norm_mode = "none"
         self.q_norm = self.k_norm = self.v_norm = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None = None,
-                cache: "KVCache | None" = None, layer: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> torch.Tensor:
         """Causal attention (training); with ``mask`` (B, 1, t, S; True = may attend) the explicit-mask path of
         :meth:`Llama.forward_masked`, whose keys and values ``cache`` extends (block ``layer``'s)."""
         b, t, h = x.shape
@@ -130,8 +138,8 @@ class KVCache:
             shape = (k.shape[0], k.shape[1], self.capacity, k.shape[3])
             self.keys[layer] = k.new_zeros(shape)
             self.values[layer] = v.new_zeros(shape)
-        self.keys[layer][:, :, self.length:end] = k
-        self.values[layer][:, :, self.length:end] = v
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
     def advance(self, t: int) -> None:
@@ -162,8 +170,15 @@ class LlamaBlock(PlacedResidual, nn.Module):
         self.mlp = SwiGLU(cfg)
         self.setup_placement(norm, depth, cfg.num_layers, cfg.hidden_size, make_norm)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None = None,
-                cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> torch.Tensor:
         return self.placed_forward(x, lambda h: self.attn(h, cos, sin, mask, cache, layer), self.mlp)
 
 
@@ -182,7 +197,7 @@ class Llama(nn.Module):
         self.plan = norm.plan(cfg.num_layers)
         placement = get_placement(norm.placement)
         make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False, groups=norm.groups))
-        self.embed_scale = cfg.hidden_size ** 0.5 if norm.scaled_embed else 1.0
+        self.embed_scale = cfg.hidden_size**0.5 if norm.scaled_embed else 1.0
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_norm = make_norm(cfg.hidden_size, position="embed") if placement.wants_embed_norm(norm) else None
         self.blocks = nn.ModuleList(LlamaBlock(cfg, norm, i, make_norm) for i in range(cfg.num_layers))

@@ -13,6 +13,7 @@ DyT's final norm is re-made with its position after timm has built the model.
 
 ``attention_backend`` (auto | flash | cudnn | efficient | math) pins the SDPA kernel: speed only, same model.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -22,7 +23,7 @@ import torch
 from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..layers import (
     NormSpec,
     PlacedResidual,
@@ -42,8 +43,9 @@ VIT_PRESETS: dict[str, dict] = {
     "vit_debug": dict(timm_name="vit_tiny_patch16_224", hidden_size=32, num_heads=2, num_layers=4),
 }
 # img_size / num_classes: None = taken from the data in `mixbench run` (timm's 224 / 1000 when built directly)
-VIT_DEFAULTS = dict(img_size=None, patch_size=16, num_classes=None, mlp_ratio=4.0, drop_path_rate=0.0, global_pool="token",
-                   attention_backend="auto")  # SDPA kernel: auto (PyTorch chooses) | flash | cudnn | efficient | math
+VIT_DEFAULTS = dict(
+    img_size=None, patch_size=16, num_classes=None, mlp_ratio=4.0, drop_path_rate=0.0, global_pool="token", attention_backend="auto"
+)  # SDPA kernel: auto (PyTorch chooses) | flash | cudnn | efficient | math
 # mixbench options that are not timm keywords
 _OWN_KEYS = ("attention_backend",)
 # mixbench option -> timm keyword
@@ -74,7 +76,8 @@ class PlacedAttention(Attention):
         gate = self.gate(x).sigmoid() if self.gate is not None else None
         q, k, v = project_qkv(self, x)
         x = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if self.training else 0.0, is_causal=is_causal)
+            q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if self.training else 0.0, is_causal=is_causal
+        )
         x = self.norm(x.transpose(1, 2).reshape(b, n, self.attn_dim))
         if gate is not None:
             x = x * gate

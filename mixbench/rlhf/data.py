@@ -17,9 +17,9 @@ Every prompt is put in the SFT template (:mod:`mixbench.sft.prompt`): the policy
 (``"4,3,3"``: 40 % to ``sft``, 30 % to ``rm``, 30 % to ``rl``); ``task=sft_commonsense`` takes the same options.
 Within a stage's share, ``val_size`` records are held out (the same for every run, placement and seed).
 """
+
 from __future__ import annotations
 
-import glob
 import logging
 import re
 from dataclasses import dataclass
@@ -30,15 +30,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..data import ASSETS_DIR
+from ..core.errors import ConfigError
+from ..core.jsonitems import read_items
 from ..data.samplers import ResumableOrder
 from ..data.tokens import TokenizerSpec
-from ..errors import ConfigError
-from ..sft.data import read_records, special_ids, stage_share
+from ..sft.data import EMBEDDED_SAMPLE, binarized_triples, files_of, read_records, special_ids, stage_share
 from ..sft.prompt import build_prompt
+from ..training.trained import tokenizer_of
 
 log = logging.getLogger(__name__)
-EMBEDDED_SAMPLE = ASSETS_DIR / "rlhf" / "preferences_sample.jsonl"
 FORMATS = ("auto", "binarized", "commonsense")
 
 
@@ -51,62 +51,12 @@ class Pair:
     rejected: str
 
 
-def _files(path: str) -> list[Path]:
-    return [Path(f) for part in str(path).split(",") if part.strip() for f in sorted(glob.glob(str(Path(part.strip()).expanduser())))]
-
-
-def _messages_prompt(messages: list, where: str) -> tuple[str, str]:
-    """``(instruction, response)`` of a conversation ending with the assistant's response."""
-    if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
-        raise ConfigError(f"{where}: chosen/rejected must be message lists ending with an assistant message, got {str(messages)[:200]}")
-    context = messages[:-1]
-    if len(context) == 1:
-        instruction = context[0]["content"]
-    else:
-        instruction = "\n\n".join(f"{m['role']}: {m['content']}" for m in context)
-    return instruction, messages[-1]["content"]
-
-
-def binarized_triples(path: str, split: str) -> list[tuple[str, str, str]]:
-    """``(instruction, chosen, rejected)`` of UltraFeedback-binarized records: local parquet / JSON files, or a hub
-    dataset's ``split``."""
-    import datasets
-
-    files = _files(path)
-    if files:
-        kind = "parquet" if files[0].suffix == ".parquet" else "json"
-        rows = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
-    else:
-        try:
-            rows = datasets.load_dataset(path, split=split)
-        except Exception as err:  # offline, unknown name or split
-            raise ConfigError(f"data.path={path}: no such file, and the hub dataset cannot be loaded ({type(err).__name__}: "
-                              f"{str(err)[:200]}); give local parquet/JSON files in the binarized format") from None
-    missing = [k for k in ("chosen", "rejected") if k not in rows.column_names]
-    if missing:
-        raise ConfigError(f"data.path={path}: the records lack {missing}; "
-                          "the binarized format has prompt, chosen and rejected message lists")
-    out = []
-    for i, row in enumerate(rows):
-        instruction, chosen = _messages_prompt(row["chosen"], f"{path} record {i}")
-        _, rejected = _messages_prompt(row["rejected"], f"{path} record {i}")
-        out.append((instruction, chosen, rejected))
-    return out
-
-
 def binarized_pairs(path: str, split: str, template: str) -> list[Pair]:
     """Pairs of UltraFeedback-binarized records, the prompt in ``template``."""
-    return [Pair(build_prompt(instruction, None, template), chosen, rejected)
-            for instruction, chosen, rejected in binarized_triples(path, split)]
-
-
-def binarized_instructions(path: str, split: str) -> list[dict]:
-    """UltraFeedback-binarized records as SFT instructions (Commonsense170K fields): the prompt and the chosen response
-    (DeepSpeed-Chat step 1 fine-tunes on the chosen responses)."""
-    if path == "embedded":
-        path = str(EMBEDDED_SAMPLE)
-    return [{"instruction": instruction, "input": "", "output": chosen}
-            for instruction, chosen, _ in binarized_triples(path, split)]
+    return [
+        Pair(build_prompt(instruction, None, template), chosen, rejected)
+        for instruction, chosen, rejected in binarized_triples(path, split)
+    ]
 
 
 def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pair]:
@@ -118,10 +68,12 @@ def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pai
         options = [o for o in match.group(1).split("/") if o != answer] if match else []
         at = output.rfind(answer) if answer else -1
         if not options or at < 0:
-            raise ConfigError(f"record {i} has no 'Answer format: a/b/...' line or its output does not name its answer "
-                              f"{answer!r}: {r['instruction'][-120:]!r}; the commonsense format needs both")
+            raise ConfigError(
+                f"record {i} has no 'Answer format: a/b/...' line or its output does not name its answer "
+                f"{answer!r}: {r['instruction'][-120:]!r}; the commonsense format needs both"
+            )
         wrong = options[int(np.random.default_rng([seed, i]).integers(len(options)))]
-        rejected = output[:at] + wrong + output[at + len(answer):]
+        rejected = output[:at] + wrong + output[at + len(answer) :]
         pairs.append(Pair(build_prompt(r["instruction"], r.get("input"), template), output, rejected))
     return pairs
 
@@ -129,17 +81,17 @@ def commonsense_pairs(records: list[dict], template: str, seed: int) -> list[Pai
 def read_pairs(path: str | None, fmt: str, split: str, template: str, seed: int) -> tuple[list[Pair], str]:
     """``(pairs, format read)`` of ``data.path``."""
     if path is None:
-        raise ConfigError("set data.path: UltraFeedback-binarized parquet/JSON files or a hub name, Commonsense170K-format "
-                          "JSON (the offline proxy), or 'embedded' (a tiny synthetic sample)")
+        raise ConfigError(
+            "set data.path: UltraFeedback-binarized parquet/JSON files or a hub name, Commonsense170K-format "
+            "JSON (the offline proxy), or 'embedded' (a tiny synthetic sample)"
+        )
     if fmt not in FORMATS:
         raise ConfigError(f"data.format={fmt!r}; valid: {', '.join(FORMATS)}")
     if path == "embedded":
         path, fmt = str(EMBEDDED_SAMPLE), "binarized"
-    files = _files(path)
+    files = files_of(path)
     if fmt == "auto":
         if files and files[0].suffix in (".json", ".jsonl"):
-            from ..jsonitems import read_items
-
             first = read_items(files[0])[:1]
             fmt = "commonsense" if first and "instruction" in first[0] else "binarized"
         else:
@@ -156,13 +108,29 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
 
     stage_default = "rm"
 
-    def __init__(self, path: str | None = None, format: str = "auto", split: str = "train_prefs", stage_split: str | None = None,
-                 stage: str | None = None, val_size: int = 64, split_seed: int = 42, tokenizer: str | None = None,
-                 template: str = "alpaca", seq_len: int = 512, prompt_len: int = 256, batch_size: int = 8,
-                 global_batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0,
-                 max_train_pairs: int | None = None, seed: int = 0, name: str | None = None, label: str | None = None):
+    def __init__(
+        self,
+        path: str | None = None,
+        format: str = "auto",
+        split: str = "train_prefs",
+        stage_split: str | None = None,
+        stage: str | None = None,
+        val_size: int = 64,
+        split_seed: int = 42,
+        tokenizer: str | None = None,
+        template: str = "alpaca",
+        seq_len: int = 512,
+        prompt_len: int = 256,
+        batch_size: int = 8,
+        global_batch_size: int | None = None,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        max_train_pairs: int | None = None,
+        seed: int = 0,
+        name: str | None = None,
+        label: str | None = None,
+    ):
         super().__init__()
-        from ..trained import tokenizer_of
 
         self.path, self.format, self.split = path, format, split
         self.stage_split, self.stage = stage_split, stage or self.stage_default
@@ -192,26 +160,52 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
         self.num_source_pairs, self.num_share_pairs = len(pairs), len(share)
         self.train_set, self.val_set = self.encode(train), self.encode([share[i] for i in sorted(held)])
         if len(self.train_set) < self.batch_size:
-            raise ConfigError(f"{len(self.train_set)} training items in the {self.stage} share, fewer than data.batch_size={self.batch_size} "
-                              "(pairs identical after truncation are dropped): give more data, a larger share or a smaller batch")
-        log.info("%s: %d train / %d held-out of the %s share (%d of %d pairs)", type(self).__name__, len(self.train_set),
-                 len(self.val_set), self.stage, len(share), len(pairs))
+            raise ConfigError(
+                f"{len(self.train_set)} training items in the {self.stage} share, fewer than data.batch_size={self.batch_size} "
+                "(pairs identical after truncation are dropped): give more data, a larger share or a smaller batch"
+            )
+        log.info(
+            "%s: %d train / %d held-out of the %s share (%d of %d pairs)",
+            type(self).__name__,
+            len(self.train_set),
+            len(self.val_set),
+            self.stage,
+            len(share),
+            len(pairs),
+        )
 
     def encode(self, pairs: list[Pair]) -> list:
         raise NotImplementedError
 
     def describe(self) -> dict:
-        return {"name": self.name or (Path(self.path).stem if self.path not in (None, "embedded") else "embedded_preferences"),
-                "label": self.label or (f"preferences {self.path} ({self.format_read}), "
-                                        f"{self.stage} share of stage_split={self.stage_split}"),
-                "source": str(self.path), "format": self.format_read, "stage": self.stage, "stage_split": self.stage_split,
-                "tokenizer": self.tokenizer.name, "vocab_size": self.vocab_size, "seq_len": self.seq_len, "prompt_len": self.prompt_len,
-                "template": self.template, "num_source_pairs": self.num_source_pairs, "num_stage_pairs": self.num_share_pairs,
-                "num_train": len(self.train_set), "num_val": len(self.val_set)}
+        return {
+            "name": self.name or (Path(self.path).stem if self.path not in (None, "embedded") else "embedded_preferences"),
+            "label": self.label or (f"preferences {self.path} ({self.format_read}), {self.stage} share of stage_split={self.stage_split}"),
+            "source": str(self.path),
+            "format": self.format_read,
+            "stage": self.stage,
+            "stage_split": self.stage_split,
+            "tokenizer": self.tokenizer.name,
+            "vocab_size": self.vocab_size,
+            "seq_len": self.seq_len,
+            "prompt_len": self.prompt_len,
+            "template": self.template,
+            "num_source_pairs": self.num_source_pairs,
+            "num_stage_pairs": self.num_share_pairs,
+            "num_train": len(self.train_set),
+            "num_val": len(self.val_set),
+        }
 
     def _loader(self, items: list, batch_size: int, sampler, drop_last: bool) -> DataLoader:
-        return DataLoader(items, batch_size=batch_size, sampler=sampler, drop_last=drop_last, collate_fn=self.collate,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            items,
+            batch_size=batch_size,
+            sampler=sampler,
+            drop_last=drop_last,
+            collate_fn=self.collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, self.batch_size, self._train_sampler(len(self.train_set)), drop_last=True)
@@ -260,14 +254,14 @@ class PromptDataModule(_PreferenceSource):
 
     def encode(self, pairs: list[Pair]) -> list:
         prompts = self.tok.encode_batch([p.prompt for p in pairs], add_special_tokens=False)
-        return [(np.asarray(p.ids[-self.prompt_len:], dtype=np.int64), pair.chosen) for p, pair in zip(prompts, pairs)]
+        return [(np.asarray(p.ids[-self.prompt_len :], dtype=np.int64), pair.chosen) for p, pair in zip(prompts, pairs)]
 
     def collate(self, rows: list) -> dict:
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, (p, _) in enumerate(rows):
-            ids[i, width - len(p):], mask[i, width - len(p):] = torch.from_numpy(p), 1
+            ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.from_numpy(p), 1
         return {"prompt_ids": ids, "prompt_mask": mask, "answers": [a for _, a in rows]}
 
     def decode(self, tokens: list[int]) -> str:
@@ -287,8 +281,20 @@ def synthetic_sample(n: int = 48) -> list[dict]:
             wrong = f"{'No' if even else 'Yes'}, {a} is {'odd' if even else 'even'}."
         else:
             big, small = max(a, b + 1), min(a, b + 1)
-            question, right, wrong = f"Which number is larger, {a} or {b + 1}?", f"{big} is larger than {small}.", f"{small} is larger than {big}."
+            question, right, wrong = (
+                f"Which number is larger, {a} or {b + 1}?",
+                f"{big} is larger than {small}.",
+                f"{small} is larger than {big}.",
+            )
         user = {"role": "user", "content": question}
-        rows.append({"prompt": question, "prompt_id": f"synthetic-{i}", "chosen": [user, {"role": "assistant", "content": right}],
-                     "rejected": [user, {"role": "assistant", "content": wrong}], "score_chosen": 10.0, "score_rejected": 1.0})
+        rows.append(
+            {
+                "prompt": question,
+                "prompt_id": f"synthetic-{i}",
+                "chosen": [user, {"role": "assistant", "content": right}],
+                "rejected": [user, {"role": "assistant", "content": wrong}],
+                "score_chosen": 10.0,
+                "score_rejected": 1.0,
+            }
+        )
     return rows

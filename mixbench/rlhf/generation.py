@@ -5,6 +5,7 @@ ends at its first EOS (which belongs to it: DeepSpeed-Chat / ReMax count the EOS
 hold ``pad_id`` and have ``response_mask`` 0.  Sampling draws from softmax(logits / temperature) restricted to the
 smallest set of most probable tokens whose probability reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,9 +46,19 @@ def next_token(logits: torch.Tensor, greedy: bool, temperature: float, top_p: fl
 
 
 @torch.no_grad()
-def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int, eos_id: int, pad_id: int,
-             greedy: bool = False, temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
-             use_cache: bool = True) -> Responses:
+def generate(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    greedy: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Responses:
     """Responses of ``model`` (:class:`mixbench.models.llama.Llama`) to the left-padded prompts, up to ``max_new_tokens``
     each.  ``use_cache=False`` recomputes the whole sequence at every step (the reference the KV cache must match);
     decoding stops once every row has produced EOS."""
@@ -81,7 +92,7 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     graph when called with gradients."""
     ids, mask = joined(prompt_ids, prompt_mask, responses)
     p = prompt_ids.shape[1]
-    hidden = model.forward_masked(ids[:, :-1], mask[:, :-1])[:, p - 1:]
+    hidden = model.forward_masked(ids[:, :-1], mask[:, :-1])[:, p - 1 :]
     logprobs = F.log_softmax(model.head(hidden).float(), -1).gather(-1, responses.tokens[..., None]).squeeze(-1)
     return logprobs * responses.mask
 

@@ -1,8 +1,9 @@
 """LightningModules of the RLHF stages: the reward model (Bradley–Terry) and the ReMax policy.
 
 Formulas: :mod:`mixbench.rlhf.objectives`.  Both train ``self.model`` (a :class:`mixbench.models.llama.Llama`; the
-reward model with its score head) through :class:`~mixbench.lit.base.OptimizedModule`'s optimizer and schedule.
+reward model with its score head) through :class:`~mixbench.training.lit.base.OptimizedModule`'s optimizer and schedule.
 """
+
 from __future__ import annotations
 
 import copy
@@ -12,8 +13,10 @@ import torch
 import torch.nn as nn
 from torchmetrics import MeanMetric
 
-from ..errors import ConfigError
-from ..lit.base import OptimizedModule
+from ..core.errors import ConfigError
+from ..training.lit import OptimConfig
+from ..training.lit.base import OptimizedModule
+from ..training.trained import load_trained
 from .generation import Responses, generate, joined, last_token_index, response_logprobs
 from .objectives import bradley_terry, kl_onestep_returns, remax_loss
 
@@ -74,8 +77,10 @@ class RuleReward(nn.Module):
         self.decode, self.eos_id = decode, eos_id
 
     def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses, answers: list[str]) -> torch.Tensor:
-        texts = [self.decode([t for t in row[: int(n)].tolist() if t != self.eos_id]).strip()
-                 for row, n in zip(responses.tokens, responses.lengths)]
+        texts = [
+            self.decode([t for t in row[: int(n)].tolist() if t != self.eos_id]).strip()
+            for row, n in zip(responses.tokens, responses.lengths)
+        ]
         return torch.tensor([float(t == a.strip()) for t, a in zip(texts, answers)], device=responses.tokens.device)
 
 
@@ -110,8 +115,13 @@ def remax_step(policy, reference, reward, batch: dict, s: ReMaxSettings, eos_id:
     advantage = (r_sample - r_greedy).clamp(-s.clip_reward, s.clip_reward)
     returns = kl_onestep_returns(logprobs.detach(), ref_logprobs, sample.mask, advantage, s.kl_ctl, s.gamma)
     kl = ((logprobs.detach() - ref_logprobs) * sample.mask).sum(-1)
-    stats = {"reward": r_sample.mean(), "greedy_reward": r_greedy.mean(), "advantage": advantage.mean(), "kl": kl.mean(),
-             "response_len": sample.lengths.float().mean()}
+    stats = {
+        "reward": r_sample.mean(),
+        "greedy_reward": r_greedy.mean(),
+        "advantage": advantage.mean(),
+        "kl": kl.mean(),
+        "response_len": sample.lengths.float().mean(),
+    }
     return remax_loss(logprobs, returns, sample.mask), stats
 
 
@@ -164,10 +174,20 @@ class ReMaxModule(OptimizedModule):
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         s, ids, mask = self.settings, batch["prompt_ids"], batch["prompt_mask"]
-        sample = generate(self.model, ids, mask, s.max_new_tokens, self.eos_id, self.pad_id, temperature=s.temperature,
-                          top_p=s.top_p, generator=self.val_generator)
-        kl = ((response_logprobs(self.model, ids, mask, sample) - response_logprobs(self.reference, ids, mask, sample))
-              * sample.mask).sum(-1)
+        sample = generate(
+            self.model,
+            ids,
+            mask,
+            s.max_new_tokens,
+            self.eos_id,
+            self.pad_id,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            generator=self.val_generator,
+        )
+        kl = ((response_logprobs(self.model, ids, mask, sample) - response_logprobs(self.reference, ids, mask, sample)) * sample.mask).sum(
+            -1
+        )
         n = ids.shape[0]
         self.val_reward.update(self.reward(ids, mask, sample, batch["answers"]).mean(), weight=n)
         self.val_kl.update(kl.mean(), weight=n)
@@ -185,18 +205,21 @@ def reward_module(cfg, settings: ReMaxSettings, datamodule) -> tuple[nn.Module, 
     """The reward of ``rlhf.reward`` and what the record says about it."""
     if settings.reward == "rule":
         return RuleReward(datamodule.decode, datamodule.eos_id), {"reward": "rule: exact match of the known answer"}
-    from ..trained import load_trained
 
     trained = load_trained(settings.reward_model)
-    record = {"reward": "model", "reward_model": {"source": str(settings.reward_model), "model": trained.description.get("model"),
-                                                  "norm_label": trained.description.get("norm_label")}}
+    record = {
+        "reward": "model",
+        "reward_model": {
+            "source": str(settings.reward_model),
+            "model": trained.description.get("model"),
+            "norm_label": trained.description.get("norm_label"),
+        },
+    }
     return ModelReward(trained.model), record
 
 
 def remax_module(cfg, model, datamodule) -> ReMaxModule:
     from omegaconf import OmegaConf
-
-    from ..lit import OptimConfig
 
     settings = ReMaxSettings(**OmegaConf.to_container(cfg.rlhf, resolve=True))
     reward, provenance = reward_module(cfg, settings, datamodule)

@@ -21,6 +21,7 @@ and each response position t of y its return (``kl_onestep``: the penalty of pos
 The greedy response enters only through its reward r(x, ŷ) (the reference code penalises the KL of the sampled
 response alone; its ``--kl_with_baseline`` is off in the Adam-mini script).
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,9 @@ def bradley_terry(chosen: torch.Tensor, rejected: torch.Tensor) -> tuple[torch.T
     return -F.logsigmoid(diff).mean(), (diff > 0).float().mean(), diff.mean()
 
 
-def kl_onestep_returns(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, reward: torch.Tensor,
-                       kl_ctl: float, gamma: float = 1.0) -> torch.Tensor:
+def kl_onestep_returns(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, reward: torch.Tensor, kl_ctl: float, gamma: float = 1.0
+) -> torch.Tensor:
     """G (B, T) of the module docstring: ``reward`` (B,) is the clipped R, placed at each row's last response token and
     discounted by γ per step back; every position adds its own −β (log π − log π_ref); 0 outside ``mask``."""
     mask = mask.float()

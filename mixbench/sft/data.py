@@ -18,11 +18,12 @@ Sequence modes (``mode``):
 
 Examples whose prompt fills the whole window have no scored token and are dropped (counted in ``describe()``).
 ``format=binarized`` reads UltraFeedback-binarized records instead (hub name with ``split``, or parquet/JSON files): the
-prompt as the instruction and the chosen response as the output.  With ``stage_split`` (e.g. ``4,3,3``) the module reads only the ``sft`` share of the records, the reward model and
-ReMax taking the others (:func:`stage_share`).  The validation split is ``val_path``, or ``val_size`` examples held
-out by a permutation with ``split_seed``
-(LLM-Adapters: 120 examples, seed 42) — the same for every run, placement and training seed.
+prompt as the instruction and the chosen response as the output.  With ``stage_split`` (e.g. ``4,3,3``) the module reads
+only the ``sft`` share of the records, the reward model and ReMax taking the others (:func:`stage_share`).  The
+validation split is ``val_path``, or ``val_size`` examples held out by a permutation with ``split_seed`` (LLM-Adapters:
+120 examples, seed 42) — the same for every run, placement and training seed.
 """
+
 from __future__ import annotations
 
 import glob
@@ -34,17 +35,76 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..constants import IGNORE_INDEX
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import ConfigError
+from ..core.jsonitems import read_items
+from ..data import ASSETS_DIR
 from ..data.samplers import ResumableOrder
 from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
-from ..errors import ConfigError
-from ..jsonitems import read_items
+from ..training.trained import tokenizer_of
 from .prompt import build_prompt
 
 CHAIN_STAGES = ("sft", "rm", "rl")  # the stages of the RLHF chain that share one source (``stage_split``)
 
 log = logging.getLogger(__name__)
 REQUIRED_FIELDS = ("instruction", "output")
+
+
+EMBEDDED_SAMPLE = ASSETS_DIR / "rlhf" / "preferences_sample.jsonl"  # synthetic binarized preferences (tests)
+
+
+def files_of(path: str) -> list[Path]:
+    return [Path(f) for part in str(path).split(",") if part.strip() for f in sorted(glob.glob(str(Path(part.strip()).expanduser())))]
+
+
+def _messages_prompt(messages: list, where: str) -> tuple[str, str]:
+    """``(instruction, response)`` of a conversation ending with the assistant's response."""
+    if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
+        raise ConfigError(f"{where}: chosen/rejected must be message lists ending with an assistant message, got {str(messages)[:200]}")
+    context = messages[:-1]
+    if len(context) == 1:
+        instruction = context[0]["content"]
+    else:
+        instruction = "\n\n".join(f"{m['role']}: {m['content']}" for m in context)
+    return instruction, messages[-1]["content"]
+
+
+def binarized_triples(path: str, split: str) -> list[tuple[str, str, str]]:
+    """``(instruction, chosen, rejected)`` of UltraFeedback-binarized records: local parquet / JSON files, or a hub
+    dataset's ``split``."""
+    import datasets
+
+    files = files_of(path)
+    if files:
+        kind = "parquet" if files[0].suffix == ".parquet" else "json"
+        rows = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
+    else:
+        try:
+            rows = datasets.load_dataset(path, split=split)
+        except Exception as err:  # offline, unknown name or split
+            raise ConfigError(
+                f"data.path={path}: no such file, and the hub dataset cannot be loaded ({type(err).__name__}: "
+                f"{str(err)[:200]}); give local parquet/JSON files in the binarized format"
+            ) from None
+    missing = [k for k in ("chosen", "rejected") if k not in rows.column_names]
+    if missing:
+        raise ConfigError(
+            f"data.path={path}: the records lack {missing}; the binarized format has prompt, chosen and rejected message lists"
+        )
+    out = []
+    for i, row in enumerate(rows):
+        instruction, chosen = _messages_prompt(row["chosen"], f"{path} record {i}")
+        _, rejected = _messages_prompt(row["rejected"], f"{path} record {i}")
+        out.append((instruction, chosen, rejected))
+    return out
+
+
+def binarized_instructions(path: str, split: str) -> list[dict]:
+    """UltraFeedback-binarized records as SFT instructions (Commonsense170K fields): the prompt and the chosen response
+    (DeepSpeed-Chat step 1 fine-tunes on the chosen responses)."""
+    if path == "embedded":
+        path = str(EMBEDDED_SAMPLE)
+    return [{"instruction": instruction, "input": "", "output": chosen} for instruction, chosen, _ in binarized_triples(path, split)]
 
 
 def stage_share(n: int, stage_split: str | None, stage: str, seed: int) -> np.ndarray:
@@ -62,7 +122,7 @@ def stage_share(n: int, stage_split: str | None, stage: str, seed: int) -> np.nd
     cuts = np.round(np.cumsum([0, *weights]) / sum(weights) * n).astype(int)
     i = CHAIN_STAGES.index(stage)
     order = np.random.default_rng(seed).permutation(n)
-    return np.sort(order[cuts[i]:cuts[i + 1]])
+    return np.sort(order[cuts[i] : cuts[i + 1]])
 
 
 def special_ids(tok) -> tuple[int, int]:
@@ -75,10 +135,11 @@ def special_ids(tok) -> tuple[int, int]:
 def resolve_paths(path: str | None) -> list[Path]:
     """Files of ``path``: one file, a glob, or several separated by commas."""
     if path is None:
-        raise ConfigError("set data.path to Commonsense170K-format JSON (e.g. data.path=commonsense_170k.json, "
-                          "a glob, or several files separated by commas)")
-    files = [Path(f) for part in str(path).split(",") if part.strip()
-             for f in sorted(glob.glob(str(Path(part.strip()).expanduser())))]
+        raise ConfigError(
+            "set data.path to Commonsense170K-format JSON (e.g. data.path=commonsense_170k.json, "
+            "a glob, or several files separated by commas)"
+        )
+    files = [Path(f) for part in str(path).split(",") if part.strip() for f in sorted(glob.glob(str(Path(part.strip()).expanduser())))]
     if not files:
         raise FileNotFoundError(f"data.path={path}: no such file (give a JSON file, a glob, or files separated by commas)")
     return files
@@ -90,8 +151,10 @@ def read_records(files: list[Path]) -> list[dict]:
     for file in files:
         for i, row in enumerate(read_items(file, 'records {"instruction", "input", "output", "answer"}')):
             if not isinstance(row, dict) or any(not isinstance(row.get(k), str) for k in REQUIRED_FIELDS):
-                raise ConfigError(f"{file}: record {i} is not an object with string fields {', '.join(REQUIRED_FIELDS)} "
-                                  f"(Commonsense170K format {{\"instruction\", \"input\", \"output\", \"answer\"}}): {str(row)[:200]}")
+                raise ConfigError(
+                    f"{file}: record {i} is not an object with string fields {', '.join(REQUIRED_FIELDS)} "
+                    f'(Commonsense170K format {{"instruction", "input", "output", "answer"}}): {str(row)[:200]}'
+                )
             records.append(row)
     if not records:
         raise ConfigError(f"data.path: {', '.join(map(str, files))} hold no records")
@@ -214,11 +277,12 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         super().__init__()
         if mode not in ("pad", "pack"):
             raise ConfigError(f"data.mode must be 'pad' or 'pack', got {mode!r}")
-        from ..trained import tokenizer_of
 
         if format not in ("instruction", "binarized"):
-            raise ConfigError(f"data.format={format!r}; valid: instruction (Commonsense170K fields), binarized (UltraFeedback: "
-                              "prompt and chosen responses, local parquet/JSON or a hub name with data.split)")
+            raise ConfigError(
+                f"data.format={format!r}; valid: instruction (Commonsense170K fields), binarized (UltraFeedback: "
+                "prompt and chosen responses, local parquet/JSON or a hub name with data.split)"
+            )
         if format == "binarized" and path is None:
             raise ConfigError("set data.path to UltraFeedback-binarized parquet/JSON files or a hub name (data.format=binarized)")
         self.format, self.split, self.path = format, split, path
@@ -239,8 +303,7 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         if self.val_files is not None:
             return records, read_records(self.val_files)
         if not 0 < self.val_size < len(records):
-            raise ConfigError(f"data.val_size={self.val_size} must be between 1 and the {len(records)} records - 1 "
-                              "(or give data.val_path)")
+            raise ConfigError(f"data.val_size={self.val_size} must be between 1 and the {len(records)} records - 1 (or give data.val_path)")
         order = np.random.default_rng(self.split_seed).permutation(len(records))
         held = set(order[: self.val_size].tolist())
         return [r for i, r in enumerate(records) if i not in held], [records[i] for i in sorted(held)]
@@ -252,8 +315,6 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         self.vocab_size = tok.get_vocab_size()
         self.eos_id, self.pad_id = special_ids(tok)
         if self.format == "binarized":
-            from ..rlhf.data import binarized_instructions
-
             records = binarized_instructions(str(self.path), self.split)
         else:
             records = read_records(self.files)
@@ -267,23 +328,46 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         self.train_set, self.val_set = dataset(train_examples, self.seq_len), dataset(encode(val), self.seq_len)
         if len(self.train_set) == 0:
             raise ConfigError(f"no training example has a response within data.seq_len={self.seq_len} tokens; raise data.seq_len")
-        log.info("instruction data: %d train / %d val %s (%d without a response within %d tokens dropped)",
-                 len(self.train_set), len(self.val_set), "windows" if self.mode == "pack" else "examples",
-                 self.train_set.dropped + self.val_set.dropped, self.seq_len)
+        log.info(
+            "instruction data: %d train / %d val %s (%d without a response within %d tokens dropped)",
+            len(self.train_set),
+            len(self.val_set),
+            "windows" if self.mode == "pack" else "examples",
+            self.train_set.dropped + self.val_set.dropped,
+            self.seq_len,
+        )
 
     def describe(self) -> dict:
-        return {"name": self.dataset_name, "label": self.dataset_label, "source": ",".join(map(str, self.files)),
-                "val_source": ",".join(map(str, self.val_files)) if self.val_files else f"{self.val_size} held out (seed {self.split_seed})",
-                "tokenizer": self.tokenizer.name, "vocab_size": self.vocab_size, "seq_len": self.seq_len, "mode": self.mode,
-                "template": self.template, "train_on_inputs": self.train_on_inputs,
-                "num_train_sequences": len(self.train_set), "num_val_sequences": len(self.val_set),
-                "num_train_target_tokens": self.train_set.num_target_tokens(), "num_val_target_tokens": self.val_set.num_target_tokens(),
-                "dropped_examples": self.train_set.dropped + self.val_set.dropped}
+        return {
+            "name": self.dataset_name,
+            "label": self.dataset_label,
+            "source": ",".join(map(str, self.files)),
+            "val_source": ",".join(map(str, self.val_files)) if self.val_files else f"{self.val_size} held out (seed {self.split_seed})",
+            "tokenizer": self.tokenizer.name,
+            "vocab_size": self.vocab_size,
+            "seq_len": self.seq_len,
+            "mode": self.mode,
+            "template": self.template,
+            "train_on_inputs": self.train_on_inputs,
+            "num_train_sequences": len(self.train_set),
+            "num_val_sequences": len(self.val_set),
+            "num_train_target_tokens": self.train_set.num_target_tokens(),
+            "num_val_target_tokens": self.val_set.num_target_tokens(),
+            "dropped_examples": self.train_set.dropped + self.val_set.dropped,
+        }
 
     def _loader(self, dataset, batch_size: int, sampler, drop_last: bool) -> DataLoader:
         collate = pad_collate(self.pad_id) if self.mode == "pad" else None
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, collate_fn=collate,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available())
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            drop_last=drop_last,
+            collate_fn=collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, self.batch_size, self._train_sampler(len(self.train_set)), drop_last=True)

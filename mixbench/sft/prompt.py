@@ -16,9 +16,10 @@ source writes the template as an indented triple-quoted f-string, so its prompts
 section (and ``finetune.py`` a stray ``# noqa: E501`` after the first sentence, absent at evaluation); we use the
 template without those artefacts, identically for training and evaluation.
 """
+
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 PROMPT_TEMPLATES = {
     "alpaca": (

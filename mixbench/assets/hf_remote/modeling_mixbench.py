@@ -10,6 +10,7 @@ so every norm placement runs exactly as in mixbench.  Load with::
 No KV cache: generation re-reads the prefix at every step.  A left-padded batch (``attention_mask`` with zeros
 before the tokens) is run row by row on its real tokens, so padding never changes the logits of real positions.
 """
+
 import torch
 import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedModel
@@ -62,8 +63,14 @@ class MixbenchForCausalLM(PreTrainedModel, GenerationMixin):
                 logits[row, keep] = self.model(input_ids[row, keep][None])[0].to(logits.dtype)
         return logits
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                return_dict: bool | None = None, **kwargs) -> CausalLMOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutput:
         logits = self._logits(input_ids, attention_mask)
         loss = None
         if labels is not None:  # transformers' convention: labels = input_ids, shifted here; -100 is ignored

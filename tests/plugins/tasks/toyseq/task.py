@@ -1,17 +1,18 @@
 """A toy third model family, registered from a task plugin: is token 0 in the upper half of the vocabulary?
 
 Everything the core needs comes from the registrations below — no core file knows this family."""
+
 import lightning as L
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from mixbench.core.families import Family, register_family
 from mixbench.data import register_datamodule
-from mixbench.families import Family, register_family
 from mixbench.layers import PlacedResidual, init_placements_, norm_factory
-from mixbench.lit import OptimConfig
-from mixbench.lit.base import OptimizedModule
+from mixbench.training.lit import OptimConfig
+from mixbench.training.lit.base import OptimizedModule
 
 
 class Attention(nn.Module):
@@ -64,14 +65,21 @@ class ToyClassifier(nn.Module):
 class ToyData(L.LightningDataModule):
     def __init__(self, n_train: int = 256, n_val: int = 64, seq_len: int = 8, vocab_size: int = 16, batch_size: int = 32, seed: int = 0):
         super().__init__()
-        self.n_train, self.n_val, self.seq_len, self.vocab_size, self.batch_size, self.seed = n_train, n_val, seq_len, vocab_size, batch_size, seed
+        self.n_train, self.n_val, self.seq_len, self.vocab_size, self.batch_size, self.seed = (
+            n_train,
+            n_val,
+            seq_len,
+            vocab_size,
+            batch_size,
+            seed,
+        )
 
     def setup(self, stage=None):
         g = torch.Generator().manual_seed(self.seed)
         ids = torch.randint(0, self.vocab_size, (self.n_train + self.n_val, self.seq_len), generator=g)
         labels = (ids[:, 0] >= self.vocab_size // 2).long()
         self.train_set = TensorDataset(ids[: self.n_train], labels[: self.n_train])
-        self.val_set = TensorDataset(ids[self.n_train:], labels[self.n_train:])
+        self.val_set = TensorDataset(ids[self.n_train :], labels[self.n_train :])
         self.num_classes = 2
 
     def train_dataloader(self):
@@ -103,16 +111,18 @@ def options_from_data(cfg, options, datamodule):
 
 
 register_datamodule("toyseq", f"{__name__}:ToyData")
-register_family(Family(
-    name="toyseq",
-    description="toy sequence classifier (a plugin family)",
-    models={"toy_tiny": lambda: {"vocab_size": 16, "dim": 16, "num_layers": 2, "num_classes": 2}},
-    build=lambda name, spec, **options: ToyClassifier(spec, **options),
-    lightning_module=lambda cfg, model, datamodule: ToyModule(model, OptimConfig.from_config(cfg.optim)),
-    options_from_data=options_from_data,
-    items=lambda batch: batch[0].numel(),
-    item_name="tokens",
-    analysis_loss=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]),
-    analysis_inputs=lambda batch: (batch[0], None),
-    data_requires=("num_classes", "vocab_size"),
-))
+register_family(
+    Family(
+        name="toyseq",
+        description="toy sequence classifier (a plugin family)",
+        models={"toy_tiny": lambda: {"vocab_size": 16, "dim": 16, "num_layers": 2, "num_classes": 2}},
+        build=lambda name, spec, **options: ToyClassifier(spec, **options),
+        lightning_module=lambda cfg, model, datamodule: ToyModule(model, OptimConfig.from_config(cfg.optim)),
+        options_from_data=options_from_data,
+        items=lambda batch: batch[0].numel(),
+        item_name="tokens",
+        analysis_loss=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]),
+        analysis_inputs=lambda batch: (batch[0], None),
+        data_requires=("num_classes", "vocab_size"),
+    )
+)

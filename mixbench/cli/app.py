@@ -1,0 +1,532 @@
+"""Command line: ``mixbench run | table | list``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from ..core.constants import VERSION
+from ..core.errors import USER_ERRORS, ConfigError, one_line
+from ..core.logs import configure_logging
+from .eval import add_eval_commands
+
+log = logging.getLogger("mixbench")
+LAUNCHERS = ("local", "slurm")  # --launcher: mixbench.grids.runner.run_many
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+
+    from ..training.config import compose, replay
+
+    if args.multirun:
+        if args.config or args.print_config:
+            raise ConfigError("-m (a sweep) cannot be combined with --config or --print-config")
+        from ..grids.runner import expand_sweep, run_many, summarize
+
+        outcomes = run_many(expand_sweep(args.overrides), args.jobs, args.resume, args.launcher)
+        return summarize(outcomes, "sweep")
+    if args.jobs != 1 or args.resume or args.launcher != "local":
+        raise ConfigError("--jobs, --resume and --launcher belong to sweeps (-m); a single run resumes with resume=auto")
+    cfg = replay(args.config, args.overrides) if args.config else compose(args.overrides)
+    if args.print_config:
+        sys.stdout.write(OmegaConf.to_yaml(cfg))
+        return 0
+    from ..training.run import run_and_report
+
+    return run_and_report(cfg, ["mixbench", *args.command_line])
+
+
+def budget_fractions(text: str) -> list[float]:
+    """``--at 0.25,0.5,1.0`` → [0.25, 0.5, 1.0] (each in (0, 1])."""
+    try:
+        fractions = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated fractions such as 0.25,0.5,1.0, got {text!r}") from None
+    if not fractions or any(not 0.0 < f <= 1.0 for f in fractions):
+        raise argparse.ArgumentTypeError(f"budget fractions must be in (0, 1], got {text!r}")
+    return fractions
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from ..results.table import aggregate, budget_views, load_records, print_rich, render, tidy_csv
+    from ..training.config import runs_root
+
+    if args.results_dir is None:  # your own runs; the committed proxy results are under results/proxy/
+        args.results_dir = str(runs_root())
+    records, problems = load_records(args.results_dir)
+    for problem in problems:
+        log.warning("skipped unreadable record: %s", problem)
+    if args.paper:
+        from ..grids.reproduce import paper_comparison, render_comparison
+
+        text = render_comparison(args.paper, *paper_comparison(args.paper, records), fmt="csv" if args.format in ("csv", "tidy") else "md")
+        if args.out:
+            Path(args.out).write_text(text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    if not records:
+        log.warning("no result records under %s; create some with `mixbench run task=...`", args.results_dir)
+        return 0
+    if args.at:
+        records = budget_views(records, args.at)
+    if args.format == "tidy":
+        text = tidy_csv(records)
+    else:
+        table = aggregate(records, baseline=args.baseline, confidence=args.confidence)
+        if args.format == "rich":
+            from rich.console import Console
+
+            console = Console(record=args.out is not None, width=args.width)
+            print_rich(table, console)
+            if args.out:
+                Path(args.out).write_text(console.export_text())
+            return 0
+        text = render(table, args.format)
+    if args.out:
+        Path(args.out).write_text(text)
+        log.info("wrote %s", args.out)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    """``--seeds``: ``N`` → seeds 0..N-1; ``0,2`` → seeds 0 and 2; ``2,`` → seed 2 alone."""
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s) if "," in text else tuple(range(int(text)))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes a count N or a comma-separated list of seeds, got {text!r}") from None
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds needs at least one seed, none negative; got {text!r}")
+    return seeds
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from ..grids.reproduce import reproduce
+    from ..grids.runner import summarize
+
+    outcomes = reproduce(
+        args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher
+    )
+    if outcomes is None:  # --dry-run
+        return 0
+    status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
+    log.info("see `mixbench table%s`", f" --paper {args.table}" if args.scale == "paper" else "")
+    return status
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ..grids.search import Settings, confirmation_runs, optuna_module, search
+
+    optuna_module()  # one clear error when Optuna is missing, before anything is written
+    modes = [m for m in ("confirm", "report") if getattr(args, m)]
+    if len(modes) > 1 or (modes and (args.study or args.overrides)):
+        raise ConfigError("give one of --study NAME [key=value ...] (search), --confirm NAME or --report NAME")
+    if args.report:
+        from ..grids.search_report import report
+
+        sys.stdout.write(report(args.results_dir, args.report, args.confidence))
+        return 0
+    if args.confirm:
+        from ..grids.runner import run_many, summarize
+
+        argvs = confirmation_runs(args.results_dir, args.confirm, args.seeds)
+        if args.dry_run:
+            sys.stdout.write("".join("mixbench run " + shlex.join(argv) + "\n" for argv in argvs))
+            return 0
+        return summarize(run_many(argvs, args.jobs), f"confirmation of {args.confirm}")
+    if not args.study:
+        raise ConfigError("mixbench search needs --study NAME (or --confirm NAME / --report NAME)")
+    kinds = tuple(k for k in (args.kinds or "").split(",") if k)
+    settings = Settings(args.space, kinds, tuple(args.overrides), args.pruner, args.min_steps, args.reduction_factor)
+    if args.dry_run:
+        from ..grids.search import open_plan
+
+        sys.stdout.write(open_plan(settings))
+        return 0
+    search(args.results_dir, args.study, settings, args.trials, args.max_trials)
+    log.info("see mixbench search --report %s%s", args.study, f" --results-dir {args.results_dir}" if args.results_dir != "results" else "")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from ..analysis import plots, runner
+
+    if args.run and args.compare:
+        raise ConfigError("give either --run DIR or --compare DIR DIR ..., not both")
+    if args.what == "training-grad-norm":  # what the runs logged while training; no model needed
+        run_dirs = [args.run] if args.run else args.compare
+        if not run_dirs:
+            raise ConfigError("training-grad-norm reads runs' gradnorm.json: give --run DIR or --compare DIR DIR ...")
+        runs = [runner.training_grad_norms(d, args.steps) for d in run_dirs]
+        figure = plots.training_grad_norm_figure(runs, f"per-block gradient norm during training ({runs[0]['dataset']})")
+        runner.write(Path(args.run) / "analysis" if args.run else Path(args.out), "training_grad_norm", runs, figure)
+        return 0
+    if args.run or args.compare:
+        if args.overrides:
+            raise ConfigError("key=value settings describe a model at initialization; with --run/--compare the runs' own configs are used")
+        subjects = [runner.subject_from_run(d) for d in ([args.run] if args.run else args.compare)]
+        out_dir = subjects[0].out_dir if args.run else Path(args.out)
+    else:  # at initialization: task=... norm=a,b,c ...
+        norms = next((a.split("=", 1)[1] for a in args.overrides if a.startswith("norm=")), "pre").split(",")
+        rest = [a for a in args.overrides if not a.startswith("norm=")]
+        subjects = [runner.subject_at_init([*rest, f"norm={n}"], Path(args.out)) for n in norms]
+        out_dir = Path(args.out)
+    data = runner.describe_data(subjects[0])
+    if args.what == "grad-norm":
+        profiles = [runner.grad_norm_profile(s, args.batches) for s in subjects]
+        figure = plots.grad_norm_figure(profiles, f"per-block gradient norm, {args.batches} batches of {data['dataset']}")
+    elif args.what == "angular":
+        profiles = [runner.angular_profile(s, args.tokens) for s in subjects]
+        figure = plots.angular_figure(profiles, f"angular distance between block inputs on {data['dataset']}")
+    else:
+        profiles = [runner.prune_profile(s, args.limit_val_batches) for s in subjects]
+        figure = plots.prune_figure(profiles, f"performance drop of removing one block ({data['dataset']})")
+    for profile in profiles:
+        profile.update(data)
+    runner.write(out_dir, args.what.replace("-", "_"), profiles, figure)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ..results.curves import curves_figure
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    curves_figure(args.compare, args.metric).savefig(out, dpi=120)
+    log.info("wrote %s", out)
+    return 0
+
+
+def cmd_reclassify(args: argparse.Namespace) -> int:
+    from ..training.status import reclassify_records
+
+    changed = reclassify_records(args.results_dir, dry_run=args.dry_run)
+    for path, old, new in changed:
+        sys.stdout.write(f"{old} -> {new}\t{path}\n")
+    log.info("%d record(s) %s", len(changed), "would change" if args.dry_run else "re-classified")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ..core.families import get_family, list_families
+    from ..core.project import project_roots
+    from ..core.tasks import discover_tasks
+    from ..data import list_datamodules
+    from ..layers import get_placement
+    from ..training.config import group_choices, load_group
+
+    console = Console()
+    tasks = Table(title="tasks (task=...)")
+    for col in ("task", "family", "default model", "default data", "primary metric"):
+        tasks.add_column(col, no_wrap=True)
+    for t in discover_tasks().values():
+        pm = t.primary_metric
+        tasks.add_row(t.name, t.family, t.model, t.data, f"{pm.name} {'↑' if pm.higher_is_better else '↓'}")
+    console.print(tasks)
+    norms = Table(title="norms (norm=...)")
+    for col in ("norm", "placement", "what it computes"):
+        norms.add_column(col)
+    for choice in group_choices("norm"):
+        settings = load_group("norm", choice)
+        placement = settings.get("placement", "pre")
+        kind = f" (kind={settings.kind})" if settings.get("kind") else ""
+        norms.add_row(choice, placement + kind, escape(get_placement(placement).summary))
+    console.print(norms)
+    for name in list_families():
+        family = get_family(name)
+        console.print(f"[bold]models[/] of family [bold]{name}[/] ({family.description}): " + ", ".join(family.models))
+    console.print("[bold]datasets[/] (data=...): " + ", ".join(group_choices("data")))
+    console.print("[bold]data loaders[/] (data.loader=...): " + ", ".join(list_datamodules()))
+    console.print("[dim]configs and tasks from: " + ", ".join(map(str, project_roots())) + "[/]")
+    return 0
+
+
+Raw = argparse.RawDescriptionHelpFormatter
+
+
+def run_epilog() -> str:
+    """The choices of every group, and examples (shown by ``mixbench run --help``)."""
+    try:
+        from ..core.families import list_models
+        from ..core.tasks import discover_tasks
+        from ..training.config import group_choices
+
+        choices = (
+            f"choices:\n  task:  {', '.join(discover_tasks())}\n  norm:  {', '.join(group_choices('norm'))}\n"
+            f"  model: {', '.join(list_models())}\n  data:  {', '.join(group_choices('data'))}\n"
+        )
+    except Exception as err:  # help must still print when the project folder is broken
+        choices = f"(choices unavailable: {err})\n"
+    return (
+        choices + "\nexamples:\n  mixbench run task=vit_small norm=mix norm.alpha=0.5 seed=1\n"
+        "  mixbench run -m task=llama_lm norm=pre,post,mix seed=0,1,2 --jobs 3\n"
+        "  mixbench run --config results/runs/.../config.yaml trainer.max_steps=500\n"
+        "  mixbench run task=llama_lm run_dir=runs/a resume=auto      # continue after a crash\n"
+        "  mixbench run -m task=vit_small seed=0,1,2 --launcher slurm slurm.partition=gpu slurm.gpus_per_node=1\n"
+    )
+
+
+def reproduce_epilog() -> str:
+    try:
+        from ..grids.paper import load_grids
+
+        tables = ", ".join(load_grids())
+    except Exception as err:  # help must still print when the project folder is broken
+        tables = f"(unavailable: {err})"
+    return (
+        f"tables: {tables}\n\nexamples:\n  mixbench reproduce table1 --dry-run\n"
+        "  mixbench reproduce table4 --scale proxy --seeds 3 --jobs 6 --resume data.path=cifar10_bigbench.npz\n"
+        "  mixbench reproduce table1 --launcher slurm --resume slurm.partition=gpu slurm.gpus_per_node=8 trainer.devices=8\n"
+    )
+
+
+def add_search_command(sub) -> None:
+    from ..grids.search_space import PRUNERS, SPACES
+
+    srch = sub.add_parser(
+        "search",
+        help="search per-block norm plans (Optuna, multi-fidelity), confirm the best with fresh seeds",
+        formatter_class=Raw,
+        description="mixbench search --study NAME --space alpha|plan|blocks [--trials N] [key=value ...] | "
+        "--confirm NAME [--seeds N] | --report NAME",
+        epilog="examples:\n  mixbench search --study k24 --space alpha --trials 30 --min-steps 190 task=c4_llama_71m "
+        "model.num_layers=24 ...\n"
+        "  mixbench search --study tails --space plan --kinds sandwich,lns,peri --trials 40 --min-steps 190 ...\n"
+        "  mixbench search --confirm k24 --seeds 3 --jobs 3\n  mixbench search --report k24\n"
+        'Needs Optuna: pip install -e ".[search]"\n',
+    )
+    srch.add_argument("overrides", nargs="*", metavar="key=value", help="settings of every trial, as for mixbench run")
+    srch.add_argument("--study", help="the study's name: <results-dir>/search/NAME/ (an existing study resumes)")
+    srch.add_argument(
+        "--space",
+        choices=SPACES,
+        default="alpha",
+        help="alpha: Mix-LN's num_post k in 0..L; plan: k post, then pre, the last j of a --kinds kind; "
+        "blocks: every per-block list over --kinds (small L)",
+    )
+    srch.add_argument("--kinds", help="comma-separated block placements, e.g. sandwich,lns,peri (plan) or pre,post (blocks)")
+    srch.add_argument("--trials", type=int, default=20, help="trials this process runs (default 20)")
+    srch.add_argument(
+        "--max-trials",
+        type=int,
+        help="stop once the study holds this many finished trials (all processes "
+        "together; a re-run after an interruption tops the study up to it)",
+    )
+    srch.add_argument("--pruner", choices=PRUNERS, default="halving", help="successive halving (default), Hyperband or none")
+    srch.add_argument("--min-steps", type=int, help="the first rung in optimizer steps (e.g. the first validation step)")
+    srch.add_argument("--reduction-factor", type=int, default=3, help="rungs grow and survivors shrink by this factor (default 3)")
+    srch.add_argument("--confirm", metavar="NAME", help="re-run the study's best plan, pre and mix(α=0.25) with fresh seeds")
+    srch.add_argument("--seeds", type=int, default=3, help="--confirm: seeds per arm, none of them the search seed (default 3)")
+    srch.add_argument("--jobs", type=int, default=1, help="--confirm: runs at a time, as subprocesses")
+    srch.add_argument("--report", metavar="NAME", help="print the ranked plans and the confirmation table; write report.md and a plot")
+    srch.add_argument("--confidence", type=float, default=0.95, help="--report: level of the Welch intervals")
+    srch.add_argument("--results-dir", default="results", help="where studies live (<results-dir>/search/NAME)")
+    srch.add_argument(
+        "--dry-run", action="store_true", help="check the settings, list the space's plans / the confirmation runs, run nothing"
+    )
+    srch.set_defaults(func=cmd_search)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mixbench", description="Where should the normalization sit in a transformer block?")
+    parser.add_argument("--version", action="version", version=f"mixbench {VERSION}")
+    parser.add_argument(
+        "--project",
+        metavar="DIR",
+        help="a project folder whose configs/ and tasks/ override and extend the shipped ones "
+        "(default: the working directory when it has configs/ or tasks/)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run",
+        help="train + evaluate one configuration, write one result record",
+        formatter_class=Raw,
+        description="mixbench run task=NAME [norm=NAME] [model=NAME] [data=NAME] [key=value ...]",
+        epilog=run_epilog(),
+    )
+    run.add_argument("overrides", nargs="*", metavar="key=value")
+    run.add_argument("--print-config", action="store_true", help="print the composed config and exit")
+    run.add_argument(
+        "-m",
+        "--multirun",
+        action="store_true",
+        help="sweep: comma-separated values are axes of a product, e.g. norm=pre,post,mix seed=0,1,2",
+    )
+    run.add_argument("--jobs", type=int, default=1, help="-m: runs at a time, as subprocesses sharing the machine")
+    run.add_argument("--resume", action="store_true", help="-m: skip finished runs, continue interrupted ones (resume=auto)")
+    run.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="-m: local (this machine) or slurm (one SLURM job per run through submitit; settings: slurm.*)",
+    )
+    run.add_argument("--config", metavar="RUN/config.yaml", help="replay a run's resolved config (key=value overrides apply on top)")
+    run.set_defaults(func=cmd_run)
+    table = sub.add_parser(
+        "table",
+        help="aggregate all result records into a comparison table",
+        formatter_class=Raw,
+        epilog="examples:\n  mixbench table --results-dir results/proxy/placements --baseline pre\n"
+        "  mixbench table --format csv > table.csv      # numbers only on stdout; logs go to stderr\n"
+        "  mixbench table --paper table1                # ours next to the paper's numbers\n",
+    )
+    table.add_argument(
+        "--results-dir",
+        help="the folder whose records (record.json, at any depth) are tabled (default: results/runs, where mixbench run "
+        "puts your runs; e.g. results/proxy/placements for a committed proxy grid)",
+    )
+    table.add_argument("--width", type=int, help="the terminal table's width in characters (default: the terminal's)")
+    table.add_argument(
+        "--format",
+        choices=("rich", "md", "csv", "latex", "tidy"),
+        default="rich",
+        help="rich/md/latex: text cells with a legend; csv: one row per cell, numeric columns "
+        "(mean, std, n, n_seeds, diverged, delta, ci_low, ci_high, significant, ...); tidy: one row per run and metric",
+    )
+    table.add_argument(
+        "--baseline",
+        default="pre",
+        metavar="NORM",
+        help="the row each cell is compared with (Δ and Welch's interval): its norm label, or the label "
+        "without its parameters (mix → mix(α=0.25)); default: pre",
+    )
+    table.add_argument("--confidence", type=float, default=0.95, help="level of the Δ confidence intervals (default 0.95)")
+    table.add_argument(
+        "--at",
+        type=budget_fractions,
+        metavar="F,F,...",
+        help="one column per budget fraction: the metric at these fractions of each run's training budget "
+        "(validations inside fit, e.g. --at 0.25,0.5,1.0; 1 = the final validation)",
+    )
+    table.add_argument("--out", help="write the table to this file")
+    table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")
+    table.set_defaults(func=cmd_table)
+    rep = sub.add_parser(
+        "reproduce",
+        help="run one of the paper's grids (table1-table6)",
+        formatter_class=Raw,
+        description="mixbench reproduce TABLE [--scale paper|proxy] [--dry-run] [--seeds N] [key=value ...]",
+        epilog=reproduce_epilog(),
+    )
+    rep.add_argument("table")
+    rep.add_argument("overrides", nargs="*", metavar="key=value", help="applied to every run, e.g. data.path=... results_dir=...")
+    rep.add_argument("--scale", choices=("paper", "proxy"), default="paper")
+    rep.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=(0,),
+        metavar="N|S,S,...",
+        help="N: run seeds 0..N-1; a comma-separated list: run those seeds (0,2: seeds 0 and 2; 2,: seed 2 alone)",
+    )
+    rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
+    rep.add_argument(
+        "--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)"
+    )
+    rep.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="run only the grid's runs with this argument (repeatable), e.g. --only model.num_layers=24",
+    )
+    rep.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip runs whose record is finished, continue interrupted ones from "
+        "their newest checkpoint; the exit status is 1 if any run failed",
+    )
+    rep.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="local (this machine) or slurm (one SLURM job per run through submitit; settings: slurm.*, e.g. slurm.partition=gpu)",
+    )
+    rep.set_defaults(func=cmd_reproduce)
+    add_search_command(sub)
+    ana = sub.add_parser(
+        "analyze",
+        help="per-block gradient norms, angular distance, layer-pruning drop",
+        formatter_class=Raw,
+        epilog="examples:\n  mixbench analyze grad-norm task=llama_lm model=llama_71m model.num_layers=24 norm=pre,post,mix\n"
+        "  mixbench analyze angular --run results/runs/llama_lm/llama_tiny/mix_alpha=0.25/seed0-...\n"
+        "  mixbench analyze prune --compare RUN_A RUN_B --out results/analysis\n",
+        description="mixbench analyze {grad-norm,angular,prune} (--run DIR | --compare DIR... | task=... norm=pre,post,mix ...); "
+        "mixbench analyze training-grad-norm (--run DIR | --compare DIR...) [--steps 0 100 1000 -1]",
+    )
+    ana.add_argument("what", choices=("grad-norm", "angular", "prune", "training-grad-norm"))
+    ana.add_argument("overrides", nargs="*", metavar="key=value", help="a model at initialization: task=..., norm=a,b,c, ...")
+    ana.add_argument("--run", help="a finished run folder (writes into <run>/analysis)")
+    ana.add_argument("--compare", nargs="+", metavar="DIR", help="several run folders, overlaid in one figure")
+    ana.add_argument("--out", default="results/analysis", help="output folder for --compare and initialization analyses")
+    ana.add_argument("--batches", type=int, default=8, help="grad-norm: batches averaged")
+    ana.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=[0, 100, 1000, -1],
+        help="training-grad-norm: the logged steps to show (nearest recorded; -1 = last)",
+    )
+    ana.add_argument("--tokens", type=int, default=262_144, help="angular: token budget (the paper: 256K)")
+    ana.add_argument("--limit-val-batches", type=int, default=None, help="prune: evaluate on this many validation batches")
+    ana.set_defaults(func=cmd_analyze)
+    plot = sub.add_parser(
+        "plot",
+        help="training and validation curves of several runs on one figure",
+        formatter_class=Raw,
+        description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]",
+        epilog="example:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n",
+    )
+    plot.add_argument("what", choices=("curves",))
+    plot.add_argument("--compare", nargs="+", required=True, metavar="RUN", help="run folders (their logs/metrics.csv)")
+    plot.add_argument("--metric", default=None, help="validation metric of the right panel (default: the runs' primary metric)")
+    plot.add_argument("--out", default="results/analysis/curves.png", help="PNG file to write")
+    plot.set_defaults(func=cmd_plot)
+    recl = sub.add_parser(
+        "reclassify",
+        help="re-derive the status of existing records under the current rules",
+        formatter_class=Raw,
+        description="mixbench reclassify [--results-dir DIR] [--dry-run]",
+        epilog="example:\n  mixbench reclassify --results-dir results --dry-run   # e.g. runs recorded as diverged because they "
+        "ended above the unigram floor become stalled or completed\n",
+    )
+    recl.add_argument("--results-dir", default="results")
+    recl.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
+    recl.set_defaults(func=cmd_reclassify)
+    add_eval_commands(sub)
+    lst = sub.add_parser(
+        "list",
+        help="show tasks, norms, models and datasets",
+        formatter_class=Raw,
+        epilog="example:\n  mixbench --project my_project list    # shipped choices plus my_project's configs/ and tasks/\n",
+    )
+    lst.set_defaults(func=cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    configure_logging()
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)  # key=value overrides may follow --options
+    args.command_line = list(argv if argv is not None else sys.argv[1:])
+    if extra and (not hasattr(args, "overrides") or any("=" not in e for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    try:
+        from ..core.project import select_project
+
+        select_project(args.project)
+        return args.func(args)
+    except USER_ERRORS as err:
+        log.error("%s", one_line(err))
+        return 2

@@ -1,0 +1,5 @@
+"""Values shared across the package: its version, and values shared by data, models and losses."""
+
+VERSION = "0.1.0"  # mixbench.__version__; pyproject.toml's version
+
+IGNORE_INDEX = -100  # label of positions that are not scored (padding, the last position of a padded sequence)

@@ -1,0 +1,24 @@
+"""Error types for bad user input: the CLI prints their message (which names the fix) and exits 2."""
+
+
+class MixbenchError(ValueError):
+    """Base class of every user-facing error."""
+
+
+class ConfigError(MixbenchError):
+    """A command-line choice, override or setting is invalid."""
+
+
+class CheckpointError(MixbenchError):
+    """No usable checkpoint to resume from (every one in the run folder is damaged)."""
+
+
+USER_ERRORS = (MixbenchError, FileNotFoundError)  # what the CLI reports as one line and exit status 2
+
+
+def one_line(err: BaseException) -> str:
+    """An exception's message on one line (of an error re-raised from a DataLoader worker: the original message)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if any(line.startswith("Original Traceback") for line in lines):
+        lines = [lines[-1].split(": ", 1)[-1]]
+    return "; ".join(lines) or type(err).__name__

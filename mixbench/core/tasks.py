@@ -1,0 +1,138 @@
+"""Task plugins: ``tasks/<name>/task.yaml`` (declarative) and an optional sibling ``task.py`` (code).
+
+Discovery only parses YAML, so listing tasks never imports a task's heavy code; ``task.py`` is
+imported by path when that task is selected (it may register data loaders with
+:func:`mixbench.data.register_datamodule`).
+
+``task.yaml`` keys: ``name``, ``description``, ``family`` (a registered family: ``lm``, ``vision``, or one the
+task's ``task.py`` registers with :func:`mixbench.families.register_family`), ``model`` (default
+model), ``data`` (default ``configs/data/<choice>.yaml``), optional ``norm`` (default choice,
+``pre``), ``metrics`` (list of ``{name, higher_is_better, primary?}``, exactly one primary) and
+``recipe`` (config merged over ``configs/defaults.yaml``: optim, trainer, model, data settings).
+``base: <task>`` inherits every key of another task (this file's keys win; ``recipe`` is merged key by key).
+
+Tasks are looked up along the project search path (:func:`mixbench.core.project.project_roots`): a project's
+task of the same name as a shipped one replaces it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from .errors import ConfigError
+from .families import list_families
+from .project import project_roots
+
+
+class TaskError(ConfigError):
+    """A task name or task.yaml is invalid."""
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    higher_is_better: bool
+    primary: bool = False
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    path: Path
+    family: str
+    model: str
+    data: str
+    description: str = ""
+    norm: str = "pre"
+    metrics: tuple[MetricSpec, ...] = ()
+    recipe: dict = field(default_factory=dict)
+
+    @property
+    def primary_metric(self) -> MetricSpec:
+        return next(m for m in self.metrics if m.primary)
+
+    def load_plugin(self) -> None:
+        """Import the task's ``task.py`` (if any) under the module name ``mixbench_tasks.<name>``."""
+        code = self.path / "task.py"
+        module_name = f"mixbench_tasks.{self.name}"
+        if not code.is_file() or module_name in sys.modules:
+            return
+        spec = importlib.util.spec_from_file_location(module_name, code)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+
+
+def _parse_task(path: Path, raw: dict) -> TaskSpec:
+    where = f"{path}"
+    missing = [k for k in ("name", "family", "model", "data", "metrics") if k not in raw]
+    if missing:
+        raise TaskError(f"{where}: missing key(s) {missing}")
+    if not (path.parent / "task.py").is_file():  # a task.py may register its family when the task runs
+        if raw["family"] not in list_families():
+            raise TaskError(f"{where}: family must be one of {list_families()} (or one its task.py registers), got {raw['family']!r}")
+    metrics = []
+    for m in raw["metrics"]:
+        if not isinstance(m, dict) or "name" not in m or not isinstance(m.get("higher_is_better"), bool):
+            raise TaskError(f"{where}: every metric needs a name and higher_is_better: true|false, got {m!r}")
+        metrics.append(MetricSpec(m["name"], m["higher_is_better"], bool(m.get("primary", False))))
+    if sum(m.primary for m in metrics) != 1:
+        raise TaskError(f"{where}: exactly one metric must be marked primary: true")
+    unknown = sorted(set(raw) - {"name", "family", "model", "data", "norm", "description", "metrics", "recipe"})
+    if unknown:
+        raise TaskError(f"{where}: unknown key(s) {unknown}")
+    return TaskSpec(
+        name=raw["name"],
+        path=path.parent,
+        family=raw["family"],
+        model=raw["model"],
+        data=raw["data"],
+        description=raw.get("description", ""),
+        norm=raw.get("norm", "pre"),
+        metrics=tuple(metrics),
+        recipe=raw.get("recipe") or {},
+    )
+
+
+def _inherit(raw: dict, by_name: dict[str, tuple[Path, dict]], path: Path, seen: tuple[str, ...] = ()) -> dict:
+    """Resolve ``base: <task>``: the base task's keys, overridden by this file's keys."""
+    base = raw.get("base")
+    if base is None:
+        return raw
+    if base not in by_name or base in seen:
+        raise TaskError(f"{path}: base task {base!r} " + ("is circular" if base in seen else "does not exist"))
+    parent = _inherit(by_name[base][1], by_name, by_name[base][0], (*seen, raw["name"]))
+    merged = {**{k: v for k, v in parent.items() if k != "base"}, **{k: v for k, v in raw.items() if k != "base"}}
+    if "recipe" in raw and "recipe" in parent:  # recipes merge key by key
+        merged["recipe"] = OmegaConf.to_container(OmegaConf.merge(parent["recipe"], raw["recipe"]))
+    return merged
+
+
+def discover_tasks(root: str | Path | None = None) -> dict[str, TaskSpec]:
+    """All tasks along the project search path, by name (YAML only; no task code is imported)."""
+    by_name: dict[str, tuple[Path, dict]] = {}
+    for base in reversed(project_roots(root)):  # shipped first; a project's task of the same name replaces it
+        in_this_folder: dict[str, Path] = {}
+        for path in sorted((base / "tasks").glob("*/task.yaml")):
+            raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+            if not isinstance(raw, dict) or "name" not in raw:
+                raise TaskError(f"{path}: a task file needs at least a name")
+            if raw["name"] in in_this_folder:
+                raise TaskError(f"task name {raw['name']!r} is declared twice: {in_this_folder[raw['name']]} and {path}")
+            in_this_folder[raw["name"]] = path
+            by_name[raw["name"]] = (path, raw)
+    return {name: _parse_task(path, _inherit(raw, by_name, path)) for name, (path, raw) in by_name.items()}
+
+
+def get_task(name: str, root: str | Path | None = None) -> TaskSpec:
+    tasks = discover_tasks(root)
+    if name not in tasks:
+        hint = difflib.get_close_matches(name, tasks, n=1)
+        raise TaskError(f"unknown task {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(tasks)}")
+    return tasks[name]

@@ -1,0 +1,40 @@
+"""The grids a reproduction runs: the paper's (``configs/paper/mixln_iclr2025.yaml``, with its numbers) and the suite's
+own (``configs/grids/*.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from ..core.errors import ConfigError
+from ..core.project import config_choices, config_file
+
+PAPER_FILE = ("paper", "mixln_iclr2025.yaml")  # under configs/ on the project search path
+
+
+@dataclass(frozen=True)
+class PaperRun:
+    task: str
+    norm: str
+    overrides: tuple[str, ...]
+    paper: float | None
+
+
+def load_grids(root=None) -> dict:
+    """The paper's grids, then the suite's own (``configs/grids/*.yaml``, e.g. ``placements``)."""
+    grids = OmegaConf.to_container(OmegaConf.load(config_file(*PAPER_FILE, root=root)))
+    for name in config_choices("grids", root):
+        grids.update(OmegaConf.to_container(OmegaConf.load(config_file("grids", f"{name}.yaml", root=root))))
+    return grids
+
+
+def grid(name: str, root=None) -> dict:
+    grids = load_grids(root)
+    if name not in grids:
+        raise ConfigError(f"unknown paper table {name!r}; valid: {', '.join(grids)}")
+    return grids[name]
+
+
+def paper_runs(name: str, root=None) -> list[PaperRun]:
+    return [PaperRun(r["task"], r["norm"], tuple(r.get("overrides", [])), r.get("paper")) for r in grid(name, root)["runs"]]

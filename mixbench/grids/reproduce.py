@@ -1,0 +1,135 @@
+"""The paper's grids (``configs/paper/mixln_iclr2025.yaml``): expand, run, and compare with the paper.
+
+``mixbench reproduce table1`` runs every (task, norm) of Table 1 at paper scale; ``--scale proxy`` runs
+the same placements with the grid's proxy overrides (small model, short budget) on any C4-format
+corpus given as ``data.path=...``.  The runs go through :mod:`mixbench.grids.runner` (``--jobs``, ``--resume``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+
+from ..core.errors import ConfigError
+from ..results.table import Cell
+from ..training.config import compose, norm_spec
+from .downstream import paper_comparison as downstream_comparison
+from .downstream import reproduce_downstream
+from .paper import grid, paper_runs
+from .rlhf import paper_comparison as rlhf_comparison
+from .rlhf import reproduce_rlhf
+from .runner import run_many
+
+log = logging.getLogger(__name__)
+
+
+def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra: tuple[str, ...] = (), root=None) -> list[list[str]]:
+    """The ``mixbench run`` argument lists of a grid."""
+    spec = grid(name, root)
+    runs = paper_runs(name, root)
+    if scale == "paper":
+        combos = [(r.task, r.norm, r.overrides, ()) for r in runs]
+    elif scale == "proxy":  # one proxy block, or a list of them run in order
+        blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]
+        placements = list(dict.fromkeys((r.norm, r.overrides) for r in runs))
+        combos = [
+            (task, norm, overrides, tuple(proxy["overrides"]) + tuple(variant))
+            for proxy in blocks
+            for task in proxy["tasks"]
+            for variant in proxy["variants"]
+            for norm, overrides in placements
+        ]
+    else:
+        raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
+    return [
+        [f"task={task}", f"norm={norm}", *scale_overrides, *overrides, f"seed={seed}", *extra]
+        for task, norm, overrides, scale_overrides in combos
+        for seed in seeds
+    ]
+
+
+def reproduce(
+    name: str,
+    scale: str,
+    seeds: tuple[int, ...],
+    extra: tuple[str, ...],
+    dry_run: bool,
+    jobs: int = 1,
+    resume: bool = False,
+    only: tuple[str, ...] = (),
+    launcher: str = "local",
+) -> list | None:
+    """Run a paper grid (see :mod:`mixbench.grids.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
+    ``only``: run just the configurations whose arguments include every one of these ``key=value`` items."""
+    if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
+        if launcher != "local":
+            raise ConfigError(
+                f"{name}'s pretrain → fine-tune → evaluate chains run with the local launcher only; "
+                "submit the chain itself as one job (e.g. sbatch --wrap 'mixbench reproduce ...')"
+            )
+        return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
+    if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
+        return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
+
+    argvs = [argv for argv in expand(name, scale, seeds, extra) if all(item in argv for item in only)]
+    if not argvs:
+        raise ConfigError(f"--only {' '.join(only)} matches no run of {name}; see mixbench reproduce {name} --dry-run")
+    if dry_run:
+        for argv in argvs:  # validate the whole grid
+            compose(argv)
+        sys.stdout.write("".join("mixbench run " + " ".join(shlex.quote(a) for a in argv) + "\n" for argv in argvs))
+        return None
+    return run_many(argvs, jobs, resume, launcher)
+
+
+def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:
+    """Rows (norm labels), columns (tasks) and cells {(row, col): (ours, paper)} from the paper-scale records, where
+    ``ours`` is a :class:`mixbench.results.Cell`: counted by seed (repeats of a seed are one sample, see ``Cell``)."""
+
+    if grid(name, root).get("kind") == "downstream":  # accuracy per downstream task (paper Table 2)
+        return downstream_comparison(name, records, root)
+    if grid(name, root).get("kind") == "rlhf":  # final reward (paper Table 3)
+        return rlhf_comparison(name, records, root)
+    cells, rows, cols = {}, [], []
+    for run in paper_runs(name, root):
+        cfg = compose([f"task={run.task}", f"norm={run.norm}", *run.overrides], root)
+        label = norm_spec(cfg).label()
+        matching = [r for r in records if r["scale"] == "paper" and r["task"] == run.task and r["norm"].get("label") == label]
+        if label not in rows:
+            rows.append(label)
+        if run.task not in cols:
+            cols.append(run.task)
+        cells[(label, run.task)] = (Cell.from_records(matching), run.paper)
+    return rows, cols, cells
+
+
+def render_comparison(name: str, rows, cols, cells, fmt: str = "md") -> str:
+    """``ours / paper (Δ = our mean − paper)`` per cell, e.g. ``33.50 ± 0.20 (n=3) / 33.12 (+0.38)``; ``md`` or ``csv``."""
+    import csv
+    import io
+
+    def cell(row, col):
+        if (row, col) not in cells:
+            return ""
+        ours, paper = cells[(row, col)]
+        paper_s = f"{paper:g}" if paper is not None else "–"
+        if not ours.records:
+            return f"not run / {paper_s}"
+        delta = f" ({ours.mean - paper:+.2f})" if paper is not None and ours.mean is not None else ""
+        return f"{ours.summary()} / {paper_s}{delta}"
+
+    title = grid(name)["title"]
+    table = [[row, *[cell(row, c) for c in cols]] for row in rows]
+    if fmt == "csv":
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([["norm", *cols], *table])
+        return buf.getvalue()
+    lines = [f"{title}: ours / paper (Δ)", "| norm | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(values) + " |" for values in table]
+    lines += [
+        "",
+        "ours: mean ± std over seeds, n = seeds that finished (records of the same seed are repeats, averaged "
+        "into one sample); k/n diverged = k of n seeds diverged (a seed's latest record decides).",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,121 @@
+"""Running many configurations: the grid runner behind ``mixbench reproduce`` and ``mixbench run -m`` (sweeps).
+
+Every configuration is composed (validated) before any runs.  With ``jobs=1`` they run one after another in this
+process; with ``jobs>1`` that many ``mixbench run`` subprocesses share the machine (small proxy runs leave most of a
+GPU idle), each logging to ``<run>/console.log``.  With ``resume=True`` every run gets ``resume=auto``: a
+configuration whose record is finished is skipped, an interrupted one continues from its newest checkpoint.  A
+failed run is recorded and the grid goes on; :func:`summarize` says which failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..core.errors import ConfigError
+from ..training.config import compose, norm_spec
+from ..training.preflight import preflight
+from ..training.run import run, run_directory
+from .launchers import Outcome, submit_many
+
+log = logging.getLogger(__name__)
+
+
+def split_top_level(value: str) -> list[str]:
+    """``'pre,post'`` → ``['pre', 'post']``; commas inside brackets, braces or quotes do not split (``[pre,post]``)."""
+    parts, depth, quote, current = [], 0, None, ""
+    for ch in value:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += ch
+    return [*parts, current]
+
+
+def expand_sweep(args: list[str]) -> list[list[str]]:
+    """``['norm=pre,post', 'seed=0,1', 'task=x']`` → the 4 argument lists of the product (first axis slowest)."""
+    axes = []
+    for arg in args:
+        if "=" not in arg:
+            raise ConfigError(f"argument {arg!r} is not key=value (e.g. norm=pre,post,mix seed=0,1,2)")
+        key, value = arg.split("=", 1)
+        axes.append([f"{key}={v}" for v in split_top_level(value)])
+    return [list(combo) for combo in itertools.product(*axes)]
+
+
+def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launcher: str = "local") -> list[Outcome]:
+    """Run every configuration: here (``local``, ``jobs`` at a time) or as SLURM jobs (``slurm``, see
+    :mod:`mixbench.grids.launchers`)."""
+
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
+    if launcher == "slurm" and jobs != 1:
+        raise ConfigError("--jobs is for the local launcher; with --launcher slurm every run is a job the cluster schedules")
+    argvs = [[*argv, "resume=auto"] if resume else list(argv) for argv in argvs]
+    configs = [compose(argv) for argv in argvs]  # validate every configuration before running any
+    for cfg in configs:
+        preflight(cfg)
+    if launcher == "slurm":
+        return submit_many(argvs, configs, resume)
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(lambda i: run_one(i, len(argvs), argvs[i], configs[i], in_subprocess=jobs > 1), range(len(argvs))))
+
+
+def run_one(i: int, total: int, argv: list[str], cfg, in_subprocess: bool = False) -> Outcome:
+    """Run ``mixbench run <argv>`` (composed: ``cfg``), logged as run ``i + 1`` of ``total``: in this process, or as a
+    subprocess writing its console output to the run folder's ``console.log`` (for runs side by side)."""
+    return (_in_subprocess if in_subprocess else _in_process)(i, total, argv, cfg)
+
+
+def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
+    log.info("[%d/%d] mixbench run %s", i + 1, total, " ".join(argv))
+    try:
+        record = run(cfg, command=["mixbench", "run", *argv])
+        return Outcome(argv, Path(record["run_dir"]), record)
+    except Exception as err:  # recorded as status=failed by run(); the grid goes on
+        log.error("run failed: %s: %s", type(err).__name__, err)
+        return Outcome(argv, None, None, f"{type(err).__name__}: {err}")
+
+
+def _in_subprocess(i: int, total: int, argv: list[str], cfg) -> Outcome:
+    run_dir = run_directory(cfg, norm_spec(cfg).label())
+    log.info("[%d/%d] mixbench run %s  → %s", i + 1, total, " ".join(argv), run_dir)
+    with open(run_dir / "console.log", "a") as console:
+        done = subprocess.run(
+            [sys.executable, "-m", "mixbench.cli", "run", *argv, f"run_dir={run_dir}"], stdout=console, stderr=subprocess.STDOUT
+        )
+    try:
+        record = json.loads((run_dir / "record.json").read_text())
+    except (OSError, ValueError):
+        log.error("run %d exited with %d without a record; see %s", i + 1, done.returncode, run_dir / "console.log")
+        return Outcome(argv, run_dir, None, f"exit status {done.returncode}; see {run_dir / 'console.log'}")
+    return Outcome(argv, run_dir, record)
+
+
+def summarize(outcomes: list[Outcome], what: str) -> int:
+    """Log the counts per status and every failed run; return the exit status (1 if any run failed)."""
+    counts = {s: sum(o.status == s for o in outcomes) for s in dict.fromkeys(o.status for o in outcomes)}
+    log.info("%s: %d runs, %s", what, len(outcomes), ", ".join(f"{n} {s}" for s, n in counts.items()) or "none")
+    for o in outcomes:
+        if o.job:
+            log.info("SLURM job %s: %s (%s)", o.job, o.status, o.run_dir)
+    failed = [o for o in outcomes if o.status == "failed"]
+    for o in failed:
+        error = o.error or (o.record or {}).get("error")
+        job = f" [SLURM job {o.job}]" if o.job else ""
+        log.error("%s: %s (%s)%s%s", o.status, o.command, o.run_dir or "no run folder", job, f": {error}" if error else "")
+    return 1 if failed else 0

@@ -1,0 +1,280 @@
+"""``mixbench search``: an Optuna study over per-block norm plans, with multi-fidelity pruning, then a confirmation.
+
+A study lives in ``<results_dir>/search/<study>/``: ``study.sqlite3`` (Optuna's storage: a search resumes, and several
+processes may share it), ``trials/`` (one ordinary run record per trial, ``record["search"]`` = study, trial, params,
+``pruned_at_step``) and ``confirm/`` (the confirmation runs).  Every trial trains with the study's one search seed; the
+pruner (successive halving or Hyperband over optimizer steps) sees the primary metric of each validation inside
+``fit`` (:class:`mixbench.training.callbacks.TrialPruning`); a trial that is not pruned runs the full budget.  ``--confirm``
+re-runs the best plan and the baselines ``pre`` and ``mix`` (α=0.25) with seeds the search never used.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import ConfigError
+from ..core.tasks import get_task
+from ..results.table import primary_value
+from ..training.callbacks import TrialPruning
+from ..training.config import compose, norm_spec
+from ..training.run import run
+from .search_space import Space
+
+log = logging.getLogger(__name__)
+
+BASELINES = {"pre": ["norm=pre"], "mix": ["norm=mix", "norm.alpha=0.25"]}
+RESERVED = ("results_dir", "run_dir", "resume", "norm", "norm.layers", "norm.num_post", "norm.alpha")
+
+
+def optuna_module():
+    """Optuna, or one clear error saying how to install it."""
+    try:
+        import optuna
+    except ImportError:
+        raise ConfigError('mixbench search needs Optuna: pip install -e ".[search]"') from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def study_dir(results_dir: str | Path, study: str) -> Path:
+    if not study or not all(c.isalnum() or c in "-_." for c in study) or study.startswith("."):
+        raise ConfigError(f"--study {study!r}: use letters, digits, '-', '_' and '.' only")
+    return Path(results_dir) / "search" / study
+
+
+def storage(folder: Path):
+    """The study's SQLite storage; a process that died mid-trial leaves a trial that the heartbeat marks failed."""
+    optuna = optuna_module()
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat arguments
+    return optuna.storages.RDBStorage(f"sqlite:///{folder / 'study.sqlite3'}", heartbeat_interval=60, grace_period=180)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What defines a study; stored in it, so that a resumed search, ``--confirm`` and ``--report`` use the same."""
+
+    space: str
+    kinds: tuple[str, ...]
+    overrides: tuple[str, ...]
+    pruner: str = "halving"
+    min_steps: int | None = None
+    reduction_factor: int = 3
+
+    def as_attrs(self) -> dict:
+        return {
+            "space": self.space,
+            "kinds": list(self.kinds),
+            "overrides": list(self.overrides),
+            "pruner": self.pruner,
+            "min_steps": self.min_steps,
+            "reduction_factor": self.reduction_factor,
+        }
+
+    @classmethod
+    def from_attrs(cls, attrs: dict) -> Settings:
+        return cls(
+            attrs["space"], tuple(attrs["kinds"]), tuple(attrs["overrides"]), attrs["pruner"], attrs["min_steps"], attrs["reduction_factor"]
+        )
+
+
+def base_config(overrides: tuple[str, ...]):
+    """The composed config every trial shares (the plan aside); rejects settings the search owns."""
+
+    owned = [o for o in overrides if o.split("=", 1)[0].lstrip("+") in RESERVED]
+    if owned:
+        raise ConfigError(
+            f"mixbench search sets {', '.join(owned)} itself (the plan comes from --space; runs go to "
+            "<--results-dir>/search/<study>/); leave them out"
+        )
+    return compose(list(overrides))
+
+
+def make_pruner(settings: Settings, max_steps: int):
+    optuna = optuna_module()
+    if settings.pruner == "none":
+        return optuna.pruners.NopPruner()
+    if settings.min_steps is None or settings.min_steps < 1:
+        raise ConfigError(f"--pruner {settings.pruner} needs --min-steps N ≥ 1: the first rung, e.g. the first validation step")
+    if settings.reduction_factor < 2:
+        raise ConfigError(f"--reduction-factor must be at least 2, got {settings.reduction_factor}")
+    if settings.pruner == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=settings.min_steps, reduction_factor=settings.reduction_factor)
+    return optuna.pruners.HyperbandPruner(
+        min_resource=settings.min_steps, max_resource=max_steps if max_steps > 0 else "auto", reduction_factor=settings.reduction_factor
+    )
+
+
+def open_study(results_dir, name: str, settings: Settings | None = None, seed: int = 0):
+    """``(study, settings, space, base config)``: create the study with ``settings`` or load it (``settings`` None:
+    it must exist; given for an existing study: they must be the ones it was created with)."""
+    optuna = optuna_module()
+
+    folder = study_dir(results_dir, name)
+    exists = (folder / "study.sqlite3").is_file()
+    if settings is None and not exists:
+        raise ConfigError(f"no study {name!r} under {folder.parent} (start one with mixbench search --study {name} ...)")
+    if exists:
+        stored = Settings.from_attrs(stored_study(name, folder).user_attrs)
+        if settings is not None and settings != stored:
+            raise ConfigError(
+                f"study {name!r} was created with {stored.as_attrs()}; resume it with the same settings "
+                f"(given: {settings.as_attrs()}) or start another --study"
+            )
+        settings = stored
+    cfg = base_config(settings.overrides)
+    space = Space(settings.space, int(cfg.model.num_layers), settings.kinds)
+    pruner = make_pruner(settings, int(cfg.trainer.max_steps))
+    higher = get_task(cfg.task.name).primary_metric.higher_is_better
+    folder.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage(folder),
+        load_if_exists=True,
+        pruner=pruner,
+        direction="maximize" if higher else "minimize",
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
+    )
+    if not exists:
+        for key, value in settings.as_attrs().items():
+            study.set_user_attr(key, value)
+    return study, settings, space, cfg
+
+
+def stored_study(name: str, folder: Path, wait_s: int = 60):
+    """The study in ``folder``'s storage once its settings are stored: a process started beside the one creating it
+    waits up to ``wait_s`` seconds for them."""
+    optuna = optuna_module()
+    for _ in range(wait_s):
+        try:
+            study = optuna.load_study(study_name=name, storage=storage(folder))
+            if "space" in study.user_attrs:
+                return study
+        except KeyError:  # the storage exists, the study not yet
+            pass
+        time.sleep(1)
+    raise ConfigError(
+        f"{folder / 'study.sqlite3'} holds no study {name!r} with mixbench's settings; remove the file or choose another --study"
+    )
+
+
+def plan_label(settings: Settings, space: Space, plan: tuple[str, ...]) -> str:
+    """The table row (norm label) of ``plan`` under the study's settings (e.g. with its ``norm.kind``)."""
+
+    return norm_spec(compose([*settings.overrides, *space.overrides(plan)])).label()
+
+
+def repeat_of(study, trial) -> tuple[int, float] | None:
+    """A completed earlier trial with the same plan (the search seed is fixed, so it would train the same run)."""
+    optuna = optuna_module()
+    for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if other.params == trial.params and other.number != trial.number:
+            return other.number, other.value
+    return None
+
+
+def search(results_dir, name: str, settings: Settings, trials: int, max_trials: int | None = None) -> None:
+    """Run ``trials`` more trials of study ``name`` in this process (others may run beside it on the same storage),
+    stopping early once the study holds ``max_trials`` finished trials (all processes together)."""
+    optuna = optuna_module()
+
+    if trials < 1 or (max_trials is not None and max_trials < 1):
+        raise ConfigError(f"--trials and --max-trials must be at least 1, got {trials} and {max_trials}")
+    study, settings, space, cfg = open_study(results_dir, name, settings, seed=sampler_seed(results_dir, name))
+    metric = get_task(cfg.task.name).primary_metric.name
+    folder = study_dir(results_dir, name)
+
+    def objective(trial) -> float:
+        plan = space.suggest(trial)
+        if (earlier := repeat_of(study, trial)) is not None:
+            trial.set_user_attr("repeat_of", earlier[0])
+            log.info("trial %d: plan of trial %d, already trained with the search seed: %.4g", trial.number, *earlier)
+            return earlier[1]
+        argv = [*settings.overrides, *space.overrides(plan), f"results_dir={folder / 'trials'}"]
+        pruning = TrialPruning(trial, metric)
+        info = {"study": name, "trial": trial.number, "space": settings.space, "params": dict(trial.params)}
+        record = run(compose(argv), command=["mixbench", "run", *argv], callbacks=(pruning,), record_extra={"search": info})
+        trial.set_user_attr("run_dir", str(Path(record["run_dir"]).relative_to(folder)))
+        trial.set_user_attr("status", record["status"])
+        if record["status"] == "pruned":
+            trial.set_user_attr("pruned_at_step", pruning.pruned_at_step)
+            raise optuna.TrialPruned(f"pruned at step {pruning.pruned_at_step}")
+        value = primary_value(record)
+        if record["status"] != "completed" or value is None or not math.isfinite(value):
+            log.warning("trial %d %s: recorded as a failed trial", trial.number, record["status"])
+            return float("nan")  # Optuna records a NaN objective as a failed trial
+        return float(value)
+
+    log.info(
+        "study %s: %d trial(s) so far; %d more (%s space, %d plans, %s pruner)",
+        name,
+        len(study.trials),
+        trials,
+        settings.space,
+        len(space.plans()),
+        settings.pruner,
+    )
+    if max_trials is not None and len([t for t in study.trials if t.state.is_finished()]) >= max_trials:
+        log.info("study %s already holds %d finished trials (--max-trials %d): nothing to do", name, len(study.trials), max_trials)
+        return
+    finished = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL
+    stop = [optuna.study.MaxTrialsCallback(max_trials, states=finished)] if max_trials is not None else []
+    study.optimize(objective, n_trials=trials, catch=(Exception,), callbacks=stop)  # a crashed trial: recorded failed, the search goes on
+
+
+def sampler_seed(results_dir, name: str) -> int:
+    """The sampler's seed: the number of trials the study holds and this process's id, so that a resumed search and
+    processes started side by side on one storage draw different plans (the draws are not reproducible; the trials'
+    training seed is)."""
+    folder = study_dir(results_dir, name)
+    held = len(stored_study(name, folder).trials) if (folder / "study.sqlite3").is_file() else 0
+    return held * 100_003 + os.getpid() % 100_003
+
+
+def best_trial(study):
+    optuna = optuna_module()
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if t.value is not None and math.isfinite(t.value)
+    ]
+    if not done:
+        raise ConfigError(f"study {study.study_name!r} has no completed full-budget trial yet; run more trials first")
+    return (max if study.direction.name == "MAXIMIZE" else min)(done, key=lambda t: t.value)
+
+
+def confirmation_seeds(search_seed: int, count: int) -> list[int]:
+    """The ``count`` smallest non-negative seeds other than the search's."""
+    if count < 2:
+        raise ConfigError(f"--seeds must be at least 2 for an interval (3 or more recommended), got {count}")
+    return [s for s in range(count + 1) if s != search_seed][:count]
+
+
+def confirmation_runs(results_dir, name: str, seeds: int) -> list[list[str]]:
+    """The ``mixbench run`` arguments of the confirmation: the best plan, ``pre`` and ``mix`` (α=0.25), each seed
+    (``resume=auto``: a second ``--confirm`` skips finished runs and continues interrupted ones)."""
+    study, settings, space, cfg = open_study(results_dir, name)
+    best = best_trial(study)
+    arms = {"best": space.overrides(space.plan_of(best.params)), **BASELINES}
+    folder = study_dir(results_dir, name) / "confirm"
+    log.info("confirming trial %d (%s) against pre and mix(α=0.25)", best.number, plan_label(settings, space, space.plan_of(best.params)))
+    return [
+        [*settings.overrides, *arm, f"seed={seed}", f"results_dir={folder}", "resume=auto"]
+        for seed in confirmation_seeds(int(cfg.seed), seeds)
+        for arm in arms.values()
+    ]
+
+
+def open_plan(settings: Settings) -> str:
+    """``--dry-run``: the space's plans (checked), one line each, as the ``mixbench run`` arguments a trial would get."""
+    cfg = base_config(settings.overrides)
+    space = Space(settings.space, int(cfg.model.num_layers), settings.kinds)
+    make_pruner(settings, int(cfg.trainer.max_steps))
+    lines = [f"# {len(space.plans())} plans ({settings.space} space, {space.num_layers} blocks), {settings.pruner} pruner"]
+    lines += [" ".join(space.overrides(plan)) for plan in space.plans()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,42 @@
+"""The run's parts built from its config: the data module, the model options completed from the data, the
+LightningModule.  Shared by the run, its pre-flight checks and the layer analyses."""
+
+from __future__ import annotations
+
+import inspect
+
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+
+from ..core.contracts import BenchDataModule, check_contract
+from ..core.families import get_family
+from ..data import get_datamodule_class
+
+
+def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    """The run's data module (``data.loader`` with the ``data`` group's arguments, ``seed`` if it takes one), not set up:
+    its constructor checks the settings and reads no data."""
+    options = get_family(cfg.task.family).data_options(cfg, OmegaConf.to_container(cfg.data, resolve=True))
+    datamodule_class = get_datamodule_class(options.pop("loader"))
+    if "seed" in inspect.signature(datamodule_class.__init__).parameters:
+        options["seed"] = cfg.seed
+    return datamodule_class(**options)
+
+
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    """:func:`make_datamodule`, set up for fitting and checked against :class:`mixbench.core.contracts.BenchDataModule` and
+    the family's needs."""
+    datamodule = make_datamodule(cfg)
+    datamodule.setup("fit")
+    check_contract(datamodule, BenchDataModule, f"data loader {cfg.data.loader!r}", get_family(cfg.task.family).data_requires)
+    return datamodule
+
+
+def model_options(cfg: DictConfig, datamodule) -> dict:
+    """Architecture options of the run, completed from the data by the model family (which fails if they do not fit)."""
+    options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
+    return get_family(cfg.task.family).options_from_data(cfg, options, datamodule)
+
+
+def build_lightning_module(cfg: DictConfig, model, datamodule) -> L.LightningModule:
+    return get_family(cfg.task.family).lightning_module(cfg, model, datamodule)

@@ -1,0 +1,180 @@
+"""Lightning callbacks: divergence detection, the validation history, search-trial pruning, and throughput / MFU logging."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from ..results.table import BUDGET_TOLERANCE  # a validation this close to the end counts as the full budget (table --at)
+
+# dense bf16 tensor-core peaks (FLOP/s) by GPU name substring; H200 has the H100's tensor cores
+PEAK_BF16_FLOPS = (("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("L40S", 362e12), ("A10G", 70e12), ("4090", 165e12))
+
+
+def peak_flops(device_name: str) -> float | None:
+    return next((flops for key, flops in PEAK_BF16_FLOPS if key in device_name), None)
+
+
+class DivergenceMonitor(Callback):
+    """Stops training when the loss is NaN/inf or blows up, and records where.
+
+    Every ``check_every_n_steps`` optimizer steps the mean training loss of the window is compared
+    with the best smoothed (EMA) loss so far: a non-finite mean, or ``patience`` consecutive windows
+    more than ``blowup_nats`` above the best, mark the run diverged (``self.diverged_at_step``).
+    The decision is taken jointly by all ranks.  Losses are accumulated on the device, so checking
+    costs one host sync per window.
+    """
+
+    def __init__(self, blowup_nats: float = 1.5, check_every_n_steps: int = 10, patience: int = 3, ema: float = 0.9):
+        self.blowup_nats, self.every, self.patience, self.ema_decay = blowup_nats, check_every_n_steps, patience, ema
+        self.diverged_at_step: int | None = None
+        self.reason: str | None = None
+        self.last_finite_val: dict = {}
+        self.history: list[list[float]] = []  # [step, mean training loss of the window] at every check
+        self._sum = self._count = None
+        self._ema, self._best, self._strikes, self._last_check = None, math.inf, 0, 0
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is None:
+            return
+        loss = loss.detach().float() * trainer.accumulate_grad_batches  # Lightning hands hooks loss / accumulation steps
+        self._sum = loss if self._sum is None else self._sum + loss
+        self._count = 1 if self._count is None else self._count + 1
+        if trainer.global_step - self._last_check < self.every:
+            return
+        self._last_check = trainer.global_step
+        mean = (self._sum / self._count).item()
+        self._sum = self._count = None
+        reason = None
+        self.history.append([trainer.global_step, mean])
+        if not math.isfinite(mean):
+            reason = f"non-finite training loss ({mean})"
+        else:
+            self._ema = mean if self._ema is None else self.ema_decay * self._ema + (1 - self.ema_decay) * mean
+            self._best = min(self._best, self._ema)
+            self._strikes = self._strikes + 1 if mean > self._best + self.blowup_nats else 0
+            if self._strikes >= self.patience:
+                reason = f"training loss {mean:.3f} stayed > {self.blowup_nats} nats above its best ({self._best:.3f})"
+        if trainer.strategy.reduce_boolean_decision(reason is not None, all=False):
+            self.diverged_at_step = trainer.global_step
+            self.reason = reason or "diverged on another rank"
+            trainer.should_stop = True
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        if metrics and all(math.isfinite(v) for v in metrics.values()):
+            self.last_finite_val = {"step": trainer.global_step, **metrics}
+
+    _STATE = ("history", "last_finite_val", "_ema", "_best", "_strikes", "_last_check")
+
+    def state_dict(self) -> dict:  # saved in checkpoints, so a resumed run judges the whole run
+        return {key: getattr(self, key) for key in self._STATE}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        for key in self._STATE:
+            if key in state_dict:
+                setattr(self, key, state_dict[key])
+
+
+class ValidationHistory(Callback):
+    """Keeps every validation inside ``fit``: ``[{"step", "fraction", "metrics"}]``, ``fraction`` = step / the
+    run's total optimizer steps (``trainer.estimated_stepping_batches``), so ``mixbench table --at 0.25,0.5,1.0``
+    can show a placement's metric at 25 / 50 / 100 % of its budget.  Saved in checkpoints (a resumed run keeps its
+    history)."""
+
+    def __init__(self):
+        self.validations: list[dict] = []
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":  # the final trainer.validate is the run's own metrics
+            return
+        total = trainer.estimated_stepping_batches
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val")}
+        step = trainer.global_step
+        fraction = round(step / total, 4) if total and math.isfinite(total) else None
+        self.validations = [v for v in self.validations if v["step"] != step]  # a resumed run may validate a step again
+        self.validations.append({"step": step, "fraction": fraction, "metrics": metrics})
+
+    def state_dict(self) -> dict:
+        return {"validations": self.validations}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.validations = list(state_dict.get("validations", []))
+
+
+class TrialPruning(Callback):
+    """A search trial's multi-fidelity hook (``mixbench search``): reports the primary ``metric`` of every validation
+    inside ``fit`` to the Optuna ``trial`` (step = optimizer step) and stops training where its pruner says so — never
+    at the full budget (within ``BUDGET_TOLERANCE`` of it).  :meth:`annotate` then records the run as ``pruned`` at
+    that step (a run that diverged first stays diverged).  Unlike optuna-integration's callback it does not raise
+    inside ``fit`` (``run`` would record a crash), so the run ends normally and writes an ordinary record."""
+
+    def __init__(self, trial, metric: str):
+        self.trial, self.metric = trial, metric
+        self.pruned_at_step: int | None = None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit" or self.pruned_at_step is not None:
+            return
+        value = trainer.callback_metrics.get(self.metric)
+        if value is None or not math.isfinite(float(value)):
+            return
+        step = trainer.global_step
+        self.trial.report(float(value), step)
+
+        if step < (1 - BUDGET_TOLERANCE) * trainer.estimated_stepping_batches and self.trial.should_prune():
+            self.pruned_at_step = step
+            trainer.should_stop = True
+
+    def annotate(self, record: dict) -> None:
+        record.setdefault("search", {})["pruned_at_step"] = self.pruned_at_step
+        if self.pruned_at_step is not None and record["status"] == "completed":
+            record["status"] = "pruned"
+
+
+class ThroughputMonitor(Callback):
+    """Logs ``perf/items_per_sec`` (tokens or images, all ranks), ``perf/flops_per_sec`` and ``perf/mfu``
+    every ``every_n_steps`` optimizer steps; ``items_fn(batch)`` counts a micro-batch's items and
+    ``flops_per_item`` is the training FLOPs (forward + backward) of one item."""
+
+    def __init__(self, items_fn, flops_per_item: float | None, every_n_steps: int = 50):
+        self.items_fn, self.flops_per_item, self.every = items_fn, flops_per_item, every_n_steps
+        self.items, self.t0, self.last_step = 0, None, 0
+        self.summary: dict = {}
+
+    def _sync(self, trainer) -> None:
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        name = torch.cuda.get_device_name() if trainer.strategy.root_device.type == "cuda" else "cpu"
+        self.peak = peak_flops(name)
+        self.device_name = name
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if self.t0 is None:  # start timing after the first (compiling) step
+            self._sync(trainer)
+            self.t0, self.last_step = time.perf_counter(), trainer.global_step
+            return
+        self.items += self.items_fn(batch)
+        if trainer.global_step - self.last_step < self.every:
+            return
+        self._sync(trainer)
+        elapsed = time.perf_counter() - self.t0
+        per_sec = self.items * trainer.world_size / elapsed
+        metrics = {"perf/items_per_sec": per_sec}
+        if self.flops_per_item:
+            metrics["perf/flops_per_sec"] = per_sec * self.flops_per_item
+            if self.peak:
+                metrics["perf/mfu"] = per_sec * self.flops_per_item / (self.peak * trainer.world_size)
+        pl_module.log_dict(metrics, rank_zero_only=True)
+        self.summary = {**metrics, "device": self.device_name, "world_size": trainer.world_size}
+        self.items, self.t0, self.last_step = 0, time.perf_counter(), trainer.global_step
+
+    def on_validation_start(self, trainer, pl_module) -> None:  # exclude evaluation: restart the window
+        self.t0, self.items = None, 0

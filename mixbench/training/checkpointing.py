@@ -1,0 +1,162 @@
+"""Crash-safe checkpoints: atomic writes, a bounded number kept, RNG state saved, and the newest complete one found.
+
+* :class:`AtomicCheckpointIO` (a Lightning ``CheckpointIO`` plugin) writes ``<name>.ckpt`` as a temporary file in
+  the same folder, fsyncs it and renames it into place, so a kill during a write leaves only a ``.tmp`` file that
+  :func:`newest_checkpoint` never picks (and removes).
+* :func:`checkpoint_callback`: Lightning's ``ModelCheckpoint`` every N optimizer steps, keeping the newest
+  ``keep_last`` (ranked by step) plus ``last.ckpt``.
+* :func:`newest_checkpoint` checks each candidate (every byte against the CRC its zip archive stores) before picking
+  it: a truncated or damaged file is skipped with a warning naming it; if every one is damaged it raises
+  :class:`mixbench.core.errors.CheckpointError` naming them.
+* :class:`RNGStateCallback` stores the Python / NumPy / torch (and CUDA) generator states in each checkpoint and
+  restores them when training resumes — with the model, optimizer, schedule, loop and data position that
+  Lightning and the data modules already save, a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from ..core.errors import CheckpointError, ConfigError
+
+log = logging.getLogger(__name__)
+CHECKPOINT_DIR = "checkpoints"
+_TMP = ".tmp-"
+_STEP = re.compile(r"step=(\d+)")
+
+
+def _write(checkpoint: dict, file) -> None:
+    torch.save(checkpoint, file)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``TorchCheckpointIO`` whose writes are atomic: temporary file + fsync + rename."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}{_TMP}{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                _write(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` (every N steps, plus ``last.ckpt``) that keeps only the newest ``keep_last`` step
+    checkpoints in its folder — counted on the folder, so checkpoints from before a resume are pruned too."""
+
+    def __init__(self, keep_last: int | None = None, **kwargs):
+        super().__init__(save_top_k=-1, **kwargs)
+        self.keep_last = keep_last
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        if self.keep_last is None or not trainer.is_global_zero:
+            return
+        steps = sorted((p for p in Path(self.dirpath).glob("*.ckpt") if _STEP.search(p.name)), key=checkpoint_step)
+        for old in steps[: max(0, len(steps) - self.keep_last)]:
+            old.unlink(missing_ok=True)
+
+
+def checkpoint_callback(run_dir: Path, every_n_steps: int, keep_last: int | None) -> ModelCheckpoint:
+    """Checkpoints ``epoch=E-step=S.ckpt`` every ``every_n_steps`` optimizer steps, the newest ``keep_last`` kept
+    (None: all), and ``last.ckpt``."""
+    if keep_last is not None and keep_last < 1:
+        raise ConfigError(f"checkpoint.keep_last must be a positive integer or null (keep all), got {keep_last}")
+    return StepCheckpoint(keep_last, dirpath=run_dir / CHECKPOINT_DIR, every_n_train_steps=every_n_steps, save_last=True)
+
+
+def checkpoint_step(path: Path) -> int:
+    """The optimizer step of a checkpoint: from its name (``step=S``), else from its content (``last.ckpt``)."""
+    match = _STEP.search(path.name)
+    if match:
+        return int(match.group(1))
+    return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` is not a complete checkpoint (unreadable, not a zip archive, a member failing its CRC), or None."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
+        return str(err) or type(err).__name__
+    return f"{bad} fails its checksum" if bad else None
+
+
+def newest_checkpoint(run_dir: Path) -> Path | None:
+    """The intact checkpoint of ``run_dir`` with the most steps (leftover temporary files of an interrupted write are
+    removed, damaged checkpoints skipped with a warning); None if there is none, :class:`CheckpointError` if every
+    checkpoint there is damaged."""
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return None
+    for leftover in folder.glob(f"*{_TMP}*"):
+        log.warning("removing %s: a checkpoint write that did not finish", leftover.name)
+        leftover.unlink(missing_ok=True)
+    damaged = []
+
+    def intact(path: Path) -> bool:
+        if (problem := checkpoint_problem(path)) is None:
+            return True
+        log.warning("skipping damaged checkpoint %s (%s)", path, problem)
+        damaged.append(path)
+        return False
+
+    last = folder / "last.ckpt"
+    last_step = checkpoint_step(last) if last.is_file() and intact(last) else None
+    by_step = sorted((p for p in folder.glob("*.ckpt") if _STEP.search(p.name)), key=checkpoint_step, reverse=True)
+    stepped = next((p for p in by_step if (last_step is None or checkpoint_step(p) >= last_step) and intact(p)), None)
+    if stepped is not None:
+        return stepped
+    if last_step is not None:
+        return last
+    if damaged:
+        raise CheckpointError(
+            f"every checkpoint in {folder} is damaged ({', '.join(p.name for p in damaged)}); "
+            "remove them to start the run over, or set resume_from= to an intact checkpoint"
+        )
+    return None
+
+
+class RNGStateCallback(Callback):
+    """Saves the random generators' states in every checkpoint and restores them when training resumes."""
+
+    def __init__(self):
+        self._restored: dict | None = None
+
+    def state_dict(self) -> dict:
+        """Lightning's collected generator states, NumPy's key array as a list (checkpoints load with weights_only)."""
+        from lightning.fabric.utilities.seed import _collect_rng_states
+
+        states = _collect_rng_states(include_cuda=torch.cuda.is_available())
+        name, keys, *rest = states["numpy"]
+        states["numpy"] = (name, keys.tolist(), *rest)
+        return states
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        import numpy as np
+
+        name, keys, *rest = state_dict["numpy"]
+        self._restored = {**state_dict, "numpy": (name, np.asarray(keys, dtype=np.uint32), *rest)}
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self._restored is not None:
+            from lightning.fabric.utilities.seed import _set_rng_states
+
+            _set_rng_states(self._restored)
+            self._restored = None

@@ -1,0 +1,321 @@
+"""Compose a run's config from YAML files and command-line ``key=value`` arguments (plain OmegaConf).
+
+Merge order (later wins), every layer strict — a key that the layer below does not have fails with a
+did-you-mean naming the file it came from::
+
+    configs/defaults.yaml
+    < model options of the chosen model (``model=NAME``, default: the task's model; from its family)
+    < configs/norm/<norm>.yaml     (``norm=NAME``, default: the task's norm or ``pre``; plus the placement's own options)
+    < configs/data/<data>.yaml     (``data=NAME``, default: the task's data; keys = the data loader's arguments)
+    < the task's ``recipe``        (``task=NAME``, required)
+    < dotted overrides             (``norm.alpha=0.5 trainer.max_steps=100 seed=1``)
+
+A dotted override must name an existing key; prefix it with ``+`` to add a new key (e.g.
+``+trainer.fast_dev_run=true``).  Values are parsed as YAML.  Files come from the project search path
+(:mod:`mixbench.core.project`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ..core.errors import ConfigError, one_line
+from ..core.families import family_of_model, get_family
+from ..core.project import config_choices, config_file
+from ..core.tasks import discover_tasks, get_task
+from ..data import get_datamodule_class
+from ..layers import NormSpec, get_placement
+from .loggers import logger_names
+from .optim import OPTIMIZERS
+from .precision import check_fp8_settings
+from .strategy import check_strategy_settings
+
+GROUPS = ("task", "model", "norm", "data")
+SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+# trainer arguments mixbench fills itself, and the option to use instead
+RESERVED_TRAINER_KEYS = {
+    "logger": "use logger=csv,tensorboard|wandb|mlflow and logger_options.<name>.<key>=...",
+    "callbacks": "use grad_norm_every_n_steps / checkpoint.every_n_steps / divergence.*; a task's task.py can add callbacks",
+    "default_root_dir": "use results_dir=DIR or run_dir=DIR",
+    "enable_checkpointing": "use checkpoint.every_n_steps=N",
+    "use_distributed_sampler": "set by the model family's sampler policy",
+}
+
+
+def _did_you_mean(word: str, options) -> str:
+    hint = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
+    return f" — did you mean {hint[0]!r}?" if hint else ""
+
+
+def group_choices(group: str, root: str | Path | None = None) -> list[str]:
+    return config_choices(group, root)
+
+
+def runs_root(results_dir: str | Path | None = None) -> Path:
+    """Where ``mixbench run`` puts its run folders: ``<results_dir>/runs`` (by default the ``results_dir`` of
+    ``configs/defaults.yaml``, ``results``), the folder ``mixbench table`` reads unless told another."""
+    if results_dir is None:
+        results_dir = OmegaConf.load(config_file("defaults.yaml")).results_dir
+    return Path(results_dir) / "runs"
+
+
+def load_group(group: str, choice: str, root=None) -> DictConfig:
+    """``configs/<group>/<choice>.yaml`` from the project search path."""
+    path = config_file(group, f"{choice}.yaml", root=root)
+    if path is None:
+        valid = group_choices(group, root)
+        raise ConfigError(f"unknown {group}={choice!r}{_did_you_mean(choice, valid)} Valid: {', '.join(valid)}")
+    try:
+        loaded = OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException) as err:
+        raise ConfigError(f"{path} is not valid YAML: {one_line(err)}") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{path} must hold a mapping of settings")
+    return loaded
+
+
+def check_known_keys(base: DictConfig, update, where: str, prefix: str = "") -> None:
+    """Fail on the first key of ``update`` (recursively) that ``base`` does not have."""
+    for key, value in update.items():
+        if key not in base:
+            level = prefix.rstrip(".") or "the top level"
+            raise ConfigError(
+                f"{where}: unknown setting '{prefix}{key}'{_did_you_mean(key, base.keys())} "
+                f"(keys under {level}: {', '.join(map(str, base.keys()))})"
+            )
+        if OmegaConf.is_dict(value) or isinstance(value, dict):
+            if OmegaConf.is_dict(base[key]):
+                check_known_keys(base[key], value, where, f"{prefix}{key}.")
+
+
+def merge_strict(base: DictConfig, update, where: str) -> DictConfig:
+    """``OmegaConf.merge(base, update)``, refusing keys ``base`` does not have (one ConfigError naming ``where``)."""
+    check_known_keys(base, update, where)
+    return OmegaConf.merge(base, update)
+
+
+def split_arguments(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``['task=a', 'norm=mix', 'norm.alpha=0.5']`` → ``({'task': 'a', 'norm': 'mix'}, ['norm.alpha=0.5'])``."""
+    choices, overrides = {}, []
+    for arg in args:
+        if "=" not in arg:
+            raise ConfigError(f"argument {arg!r} is not key=value (e.g. task=vit_small norm=mix norm.alpha=0.5)")
+        key, value = arg.split("=", 1)
+        if key in GROUPS:
+            choices[key] = value
+        else:
+            overrides.append(arg)
+    return choices, overrides
+
+
+def _apply_override(cfg: DictConfig, arg: str) -> None:
+    key, value = arg.split("=", 1)
+    add = key.startswith("+")
+    key = key.lstrip("+")
+    if not key or not all(part.isidentifier() or part.lstrip("-").isdigit() for part in key.split(".")):
+        raise ConfigError(f"{arg!r}: {key!r} is not a setting name (dotted names like trainer.max_steps=100)")
+    try:
+        parsed = OmegaConf.to_container(OmegaConf.create({"v": yaml.safe_load(value) if value.strip() else ""}))["v"]
+    except (yaml.YAMLError, OmegaConfBaseException) as err:
+        raise ConfigError(f"cannot parse the value of {arg!r} as YAML ({one_line(err)}); quote it, e.g. {key}='\"text\"'") from None
+    node, parts = cfg, key.split(".")
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"cannot set {key!r}: {'.'.join(parts[:depth])} is not a group of settings")
+        if part not in node:
+            if add:
+                break
+            where = ".".join(parts[:depth]) or "the top level"
+            raise ConfigError(
+                f"unknown setting {key!r}{_did_you_mean(part, node.keys())} "
+                f"(keys under {where}: {', '.join(map(str, node.keys()))}; prefix with + to add a new key)"
+            )
+        if not last:
+            node = node[part]
+    else:
+        try:
+            old = cfg
+            for part in parts:
+                old = old[part]
+        except OmegaConfBaseException:  # the value it replaces is an interpolation that does not resolve
+            old = None
+        numeric = (int, float)
+        if isinstance(parsed, str) and (old is None or (isinstance(old, numeric) and not isinstance(old, bool))):
+            try:  # YAML 1.1 reads 1e-3 as text; Python reads it as the number everyone means
+                parsed = float(parsed) if SCIENTIFIC.fullmatch(parsed.strip()) else parsed
+            except ValueError:
+                pass
+        if parsed is None:
+            pass  # null is always allowed (it means "unset" / "use the default")
+        elif isinstance(old, numeric) and not isinstance(old, bool) and not (isinstance(parsed, numeric) and not isinstance(parsed, bool)):
+            raise ConfigError(f"{key} expects a number, got {value!r}")
+        elif isinstance(old, int) and not isinstance(old, bool) and isinstance(parsed, float) and not parsed.is_integer():
+            raise ConfigError(f"{key} expects a whole number, got {value!r}")
+        elif isinstance(old, str) and isinstance(parsed, (dict, list)):
+            raise ConfigError(f"{key} expects a text value, got {value!r}")
+        elif isinstance(old, DictConfig) and not isinstance(parsed, dict):
+            raise ConfigError(f"{key} is a group of settings; set its keys, e.g. {key}.{next(iter(old.keys()), 'name')}=...")
+        elif OmegaConf.is_list(old) and not isinstance(parsed, list):
+            raise ConfigError(f"{key} expects a list, e.g. {key}=[...], got {value!r}")
+        elif isinstance(old, bool) and not isinstance(parsed, bool):
+            raise ConfigError(f"{key} expects true or false, got {value!r}")
+    OmegaConf.update(cfg, key, parsed, merge=False, force_add=True)
+
+
+def _norm_group(defaults: DictConfig, choice: str, root) -> DictConfig:
+    """The norm group: common settings, the chosen placement's own options, then ``configs/norm/<choice>.yaml``."""
+    chosen = load_group("norm", choice, root)
+    placement = get_placement(chosen.get("placement", defaults.placement))
+    base = OmegaConf.merge(defaults, placement.options)
+    return merge_strict(base, chosen, f"configs/norm/{choice}.yaml")
+
+
+def data_arguments(loader_class) -> dict:
+    """The declared arguments of a data module class with their defaults (``seed`` is set by the runner)."""
+    params = inspect.signature(loader_class.__init__).parameters
+    variadic = [p.name for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    if variadic:
+        raise ConfigError(f"data module {loader_class.__qualname__} takes *{variadic[0]}: declare every argument explicitly")
+    return {
+        name: (None if p.default is inspect.Parameter.empty else p.default) for name, p in params.items() if name not in ("self", "seed")
+    }
+
+
+def _data_group(choice: str, root) -> DictConfig:
+    """``configs/data/<choice>.yaml`` over the declared arguments (and defaults) of its ``loader``."""
+
+    chosen = load_group("data", choice, root)
+    if "loader" not in chosen:
+        raise ConfigError(f"configs/data/{choice}.yaml: set loader: <name> (one of mixbench.data.list_datamodules())")
+    arguments = data_arguments(get_datamodule_class(chosen.loader))
+    base = OmegaConf.create({"loader": chosen.loader, **{k: _plain(v) for k, v in arguments.items()}})
+    return merge_strict(base, chosen, f"configs/data/{choice}.yaml (arguments of data loader {chosen.loader!r})")
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
+    """The resolved, validated config of ``mixbench run ARGS``."""
+
+    choices, overrides = split_arguments(args)
+    if "task" not in choices:
+        raise ConfigError(f"choose a task with task=NAME; available: {', '.join(discover_tasks(root))}")
+    task = get_task(choices["task"], root)
+    task.load_plugin()  # may register families, data loaders and placements
+    family = get_family(task.family)
+    model_name = choices.get("model", task.model)
+    model_family = family_of_model(model_name)
+    if model_family.name != family.name:
+        raise ConfigError(f"model {model_name!r} is a {model_family.name} model but task {task.name!r} needs a {family.name} model")
+
+    cfg = OmegaConf.load(config_file("defaults.yaml", root=root))
+    cfg.choices = {"task": task.name, "model": model_name, "norm": choices.get("norm", task.norm), "data": choices.get("data", task.data)}
+    cfg.task = {
+        "name": task.name,
+        "family": family.name,
+        "description": task.description,
+        "metrics": [dict(name=m.name, higher_is_better=m.higher_is_better, primary=m.primary) for m in task.metrics],
+    }
+    cfg.model = {"name": model_name, **family.model_defaults(model_name)}
+    cfg.norm = _norm_group(cfg.norm, cfg.choices.norm, root)
+    cfg.data = _data_group(cfg.choices.data, root)
+    cfg = merge_strict(cfg, task.recipe, f"{task.path / 'task.yaml'} (recipe)")
+    for arg in overrides:
+        _apply_override(cfg, arg)
+    try:
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"cannot resolve the config: {one_line(err)}") from None
+    validate(cfg)
+    return cfg
+
+
+def replay(config_path: str | Path, overrides: list[str]) -> DictConfig:
+    """A run's saved ``config.yaml`` again (into a new run folder), with dotted ``key=value`` overrides on top."""
+    path = Path(config_path)
+    path = path / "config.yaml" if path.is_dir() else path
+    choices, dotted = split_arguments(overrides)
+    if choices:
+        raise ConfigError(f"with --config, change groups through their settings (e.g. norm.placement=mix), not {', '.join(choices)}=...")
+    cfg = load_run_config(path.parent) if path.name == "config.yaml" else None
+    if cfg is None:
+        raise ConfigError(f"--config {config_path}: give a run's config.yaml (or its run folder)")
+    cfg.run_dir = None
+    cfg.resume = None
+    for arg in dotted:
+        _apply_override(cfg, arg)
+    validate(cfg)
+    return cfg
+
+
+# settings that must lie in a range: key → (lowest allowed, whether the lowest is excluded)
+RANGES = {
+    "data.batch_size": (0, True),
+    "data.eval_batch_size": (0, True),
+    "data.num_workers": (0, False),
+    "data.seq_len": (0, True),
+    "optim.lr": (0, True),
+    "optim.weight_decay": (0, False),
+    "optim.eps": (0, True),
+    "optim.warmup_ratio": (0, False),
+    "optim.min_lr_ratio": (0, False),
+    "trainer.accumulate_grad_batches": (0, True),
+    "divergence.check_every_n_steps": (0, True),
+    "divergence.patience": (0, True),
+    "grad_norm_every_n_steps": (0, True),
+}
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    for key, (low, strict) in RANGES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if value < low or (strict and value == low):
+            raise ConfigError(f"{key} must be {'>' if strict else '≥'} {low}, got {value}")
+
+    logger_names(cfg.logger)
+    if cfg.resume not in (None, "auto"):
+        raise ConfigError(f"resume must be auto or null, got {cfg.resume!r}")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Fail at config time on bad values that would otherwise surface mid-run."""
+    check_ranges(cfg)
+    check_fp8_settings(cfg)
+    check_strategy_settings(cfg)
+    spec = norm_spec(cfg)
+    spec.plan(int(cfg.model.num_layers))
+
+    get_family(cfg.task.family).check_config(cfg)
+    if cfg.optim.name not in OPTIMIZERS:
+        raise ConfigError(f"unknown optim.name {cfg.optim.name!r}; valid: {', '.join(OPTIMIZERS)}")
+    for key, instead in RESERVED_TRAINER_KEYS.items():
+        if key in cfg.trainer:
+            raise ConfigError(f"trainer.{key} is set by mixbench and cannot be overridden: {instead}")
+
+
+def norm_spec(cfg: DictConfig) -> NormSpec:
+    return NormSpec.from_dict(OmegaConf.to_container(cfg.norm, resolve=True))
+
+
+def load_run_config(run_dir: str | Path) -> DictConfig:
+    """A finished run's ``config.yaml`` (settings added to defaults.yaml after the run was made take their defaults),
+    with its task's plugin code loaded (a plugin task needs its project: ``mixbench --project DIR``)."""
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
+    cfg = OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), OmegaConf.load(path))
+    get_task(cfg.task.name).load_plugin()
+    return cfg

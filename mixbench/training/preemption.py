@@ -1,0 +1,116 @@
+"""Preemption: on SIGTERM, or SLURM's pre-timeout signal (SIGUSR1, ``sbatch --signal=USR1@90``), finish the optimizer
+step in flight, write an atomic checkpoint and stop with :class:`Preempted` (``mixbench run`` exits with
+:data:`PREEMPTED_EXIT`); on SIGUSR1 inside a SLURM job the job is also requeued, and its next start continues with
+``resume=auto``.
+
+Lightning's own SLURM handler (``SLURMEnvironment(auto_requeue=True)``) saves from inside the signal handler, at
+whatever point of the step the signal arrives; this callback sets a flag there and acts at the next step boundary —
+the point where ``ModelCheckpoint`` saves — so a resumed run continues exactly.  Its handlers replace Lightning's for
+the training loop (Lightning's SIGTERM handler stops after any micro-batch, even inside a gradient accumulation) and
+Lightning's teardown restores the ones from before ``fit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+log = logging.getLogger(__name__)
+PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped on request, run the same command again (resume=auto) to continue
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class Preempted(Exception):
+    """The run stopped on a preemption signal; ``checkpoint`` (None: stopped outside a training step) holds its state."""
+
+    def __init__(self, signame: str, step: int, checkpoint: Path | None, requeued: bool):
+        where = f"checkpoint {checkpoint}" if checkpoint else "no new checkpoint (stopped outside a training step)"
+        super().__init__(
+            f"preempted by {signame} at step {step}: {where}; "
+            + ("the SLURM job was requeued" if requeued else "run it again with resume=auto to continue")
+        )
+        self.signame, self.step, self.checkpoint, self.requeued = signame, step, checkpoint, requeued
+
+
+def preemption_note(err: BaseException) -> dict:
+    """The record's ``preempted`` entry for an error that is a preemption (empty for any other error)."""
+    if isinstance(err, Preempted):
+        return {
+            "preempted": {
+                "signal": err.signame,
+                "step": err.step,
+                "checkpoint": str(err.checkpoint) if err.checkpoint else None,
+                "requeued": err.requeued,
+            }
+        }
+    if isinstance(err, SIGTERMException):  # Lightning's own handler stopped the run (a SIGTERM before training started)
+        return {"preempted": {"signal": "SIGTERM", "step": None, "checkpoint": None, "requeued": False}}
+    return {}
+
+
+def requeue_slurm_job() -> bool:
+    """``scontrol requeue`` this SLURM job (an array task by its array id), as Lightning's auto-requeue does."""
+    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    job = f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return False
+    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if done.returncode:
+        log.warning("scontrol requeue %s failed: %s", job, done.stderr.strip())
+    return done.returncode == 0
+
+
+class PreemptionCheckpoint(Callback):
+    """Checkpoint ``<checkpoint_dir>/epoch=E-step=S.ckpt`` and raise :class:`Preempted` at the end of the optimizer step
+    a preemption signal arrived in (micro-batches of gradient accumulation run to the step's end; a signal to any rank
+    stops every rank)."""
+
+    def __init__(self, checkpoint_dir: Path):
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.received: int | None = None
+        self._previous: dict = {}
+        self._step_before = -1
+
+    def _notice(self, signum, frame) -> None:
+        self.received = signum
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        """Replace Lightning's handlers (installed just before), which would stop in the middle of an accumulation."""
+        if threading.current_thread() is threading.main_thread():
+            self._handler = self._notice
+            self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            if signal.getsignal(signum) is self._handler:
+                signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._restore()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._step_before = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self._step_before:  # inside a gradient accumulation
+            return
+        if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
+            return
+        path = self.checkpoint_dir / f"epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"
+        trainer.save_checkpoint(path)
+        signame = signal.Signals(self.received).name if self.received else "a signal to another rank"
+        requeued = self.received == signal.SIGUSR1 and SLURMEnvironment.detect() and trainer.is_global_zero and requeue_slurm_job()
+        log.warning("%s: checkpoint %s written at step %d", signame, path, trainer.global_step)
+        raise Preempted(signame, trainer.global_step, path, requeued)

@@ -1,0 +1,61 @@
+"""Checks of a run that its config alone decides, made before a run folder or record is written: the data module's
+required settings (its constructor reads no data) and ``init_from``'s model description (family, norm placement,
+architecture options) against the run's model."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..core.errors import ConfigError
+from .builders import make_datamodule
+from .config import norm_spec
+from .strategy import accumulation_steps, world_size
+from .weights import WeightsError, check_compatible, load_description
+
+# model options that decide tensor shapes: weights that differ in one cannot load (the load's own check would say so
+# only after the run folder exists); other options (init scales, drop-path, RoPE base, kernels) may differ
+SHAPE_OPTIONS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "patch_size", "img_size", "num_classes", "mlp_ratio")
+
+
+def check_init_from(cfg: DictConfig) -> None:
+    """``init_from``'s weights must exist and describe a model of this run's family, norm placement and architecture
+    (one error naming every difference)."""
+    theirs = load_description(cfg.init_from)
+    spec = norm_spec(cfg)
+    ours = {"family": cfg.task.family, "model": cfg.model.name, "norm_label": spec.label(), "plan": spec.plan(int(cfg.model.num_layers))}
+    try:
+        check_compatible(str(cfg.init_from), theirs, ours)
+        problems = []
+    except WeightsError as err:
+        if theirs.get("family") != cfg.task.family:
+            raise
+        problems = [str(err)]
+    options = OmegaConf.to_container(cfg.model, resolve=True)
+    differ = {
+        k: (v, options[k])
+        for k, v in ((theirs or {}).get("options") or {}).items()
+        if k in SHAPE_OPTIONS and options.get(k) is not None and v is not None and v != options[k]
+    }
+    if differ:
+        changes = ", ".join(f"model.{k}={mine} (weights: {weights})" for k, (weights, mine) in sorted(differ.items()))
+        problems.insert(
+            0,
+            f"init_from={cfg.init_from} holds a {theirs.get('model')} model that does not fit this run's "
+            f"{cfg.model.name}: {changes}; choose model={theirs.get('model')} or the same model.* settings",
+        )
+    if problems:
+        raise WeightsError("; and ".join(problems))
+
+
+def preflight(cfg: DictConfig) -> None:
+    """Raise the errors ``cfg`` alone decides (:class:`mixbench.core.errors.ConfigError`), before anything is written."""
+
+    if int(cfg.trainer.num_nodes) > 1 and cfg.run_dir is None:
+        raise ConfigError(
+            f"trainer.num_nodes={cfg.trainer.num_nodes}: set run_dir= to a folder on storage every node shares "
+            "(each node's process writes into the same run folder)"
+        )
+    accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
+    make_datamodule(cfg)
+    if cfg.init_from is not None:
+        check_init_from(cfg)

@@ -1,0 +1,379 @@
+"""``mixbench run``: train and evaluate one configuration and write its result record."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import sys
+import time
+from contextlib import nullcontext
+from datetime import datetime, timezone
+from pathlib import Path
+
+import lightning as L
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from omegaconf import DictConfig, OmegaConf
+
+from ..core.errors import ConfigError
+from ..core.families import get_family
+from ..core.tasks import get_task
+from ..layers.placements import plan_summary
+from ..models import build_model, model_defaults
+from ..results.provenance import git_commit, hardware, package_versions
+from ..results.table import SCHEMA, write_record
+from .builders import build_datamodule, build_lightning_module, model_options
+from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
+from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
+from .config import norm_spec, runs_root
+from .gradnorm import GradNormMonitor
+from .loggers import build_loggers
+from .precision import apply_fp8, lightning_precision
+from .preemption import PREEMPTED_EXIT, Preempted, PreemptionCheckpoint, preemption_note
+from .preflight import preflight
+from .run_lock import RunLock
+from .status import classify
+from .strategy import accumulation_steps, make_strategy, world_size
+from .weights import describe_model, init_from, save_weights
+
+log = logging.getLogger(__name__)
+
+
+def is_child_rank() -> bool:
+    """True in every process of a distributed run but the first: those Lightning launches for DDP (they re-run the same
+    command) and the other ranks that ``srun`` or ``torchrun`` start."""
+    return any(int(os.environ.get(key, 0)) > 0 for key in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
+
+
+FINISHED = ("completed", "diverged", "stalled")  # statuses of a run that need not run again
+
+
+def finished_record(run_dir: Path) -> dict | None:
+    """The run's record if it finished (completed, diverged or stalled); None if absent, failed or unreadable."""
+    try:
+        record = json.loads((run_dir / "record.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("status") in FINISHED else None
+
+
+def _same_run(folder: Path, cfg: DictConfig) -> bool:
+    """Whether ``folder`` holds a run of exactly ``cfg`` (the run-location settings aside: a results folder that was
+    moved or renamed still resumes)."""
+    try:
+        theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
+    except (OSError, ValueError, TypeError):
+        return False
+    ours = OmegaConf.to_container(cfg, resolve=True)
+    for config in (theirs, ours):
+        for key in ("run_dir", "results_dir", "resume", "command", "slurm"):  # where and how it runs, not what
+            config.pop(key, None)
+    return theirs == ours
+
+
+def run_directory(cfg: DictConfig, label: str) -> Path:
+    """``run_dir`` if given; with ``resume=auto`` the newest unfinished folder of the same config; else a new
+    ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``."""
+    if cfg.run_dir is not None:
+        path = Path(cfg.run_dir)
+        if finished_record(path) is not None and cfg.resume != "auto" and not is_child_rank():
+            raise ConfigError(f"run_dir {path} already holds a finished run; choose another run_dir, leave it unset, or add resume=auto")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set run_dir= to a writable folder") from None
+        return path
+    slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
+    parent = runs_root(cfg.results_dir) / cfg.task.name / cfg.model.name / slug
+    if cfg.resume == "auto":  # the same config's folder: a finished one (nothing to do) before an unfinished one
+        same = [p for p in sorted(parent.glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg)]
+        finished = [p for p in same if finished_record(p) is not None]
+        if finished or same:
+            folder = finished[0] if finished else same[-1]
+            log.info("resume=auto: %s", folder)
+            return folder
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    for _ in range(100):  # concurrent runs of one config each get their own folder
+        path = parent / f"seed{cfg.seed}-{stamp}-{secrets.token_hex(3)}"
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set results_dir= to a writable folder") from None
+    raise ConfigError(f"could not create a new run folder under {parent}")
+
+
+def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> str | None:
+    """The checkpoint to resume: ``resume_from`` if set; with ``resume=auto`` the newest complete one in ``run_dir``."""
+    if cfg.resume_from is not None:
+        return cfg.resume_from
+    if cfg.resume == "auto":
+        newest = newest_checkpoint(run_dir)
+        log.info("resume=auto: %s", f"continuing from {newest}" if newest else "no checkpoint yet, starting")
+        return str(newest) if newest else None
+    return None
+
+
+def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
+    family = get_family(cfg.task.family)
+    return ThroughputMonitor(family.items, family.flops_per_item(cfg, model), cfg.trainer.log_every_n_steps)
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
+    from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
+
+    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    kwargs["precision"] = lightning_precision(kwargs.get("precision"), kwargs.get("accelerator"))
+    kwargs["strategy"] = make_strategy(cfg, block_class, kwargs["precision"])
+    kwargs["accumulate_grad_batches"] = accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
+    callbacks = [
+        *callbacks,
+        LearningRateMonitor(logging_interval="step"),
+        RNGStateCallback(),
+        PreemptionCheckpoint(run_dir / CHECKPOINT_DIR),
+    ]
+    if kwargs.get("enable_progress_bar", True):
+        callbacks.append(RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10))
+    every = cfg.checkpoint.every_n_steps
+    if every:
+        callbacks.append(checkpoint_callback(run_dir, every, cfg.checkpoint.keep_last))
+    try:
+        return L.Trainer(
+            **kwargs,
+            default_root_dir=str(run_dir),
+            logger=build_loggers(
+                cfg.logger,
+                OmegaConf.to_container(cfg.logger_options, resolve=True),
+                run_dir,
+                f"{cfg.task.name}-{norm_spec(cfg).label()}-seed{cfg.seed}",
+            ),
+            callbacks=callbacks,
+            plugins=[AtomicCheckpointIO()],
+            enable_checkpointing=bool(every),
+            use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
+        )
+    except (ValueError, TypeError, MisconfigurationException) as err:  # a trainer.* value Lightning rejects
+        raise ConfigError(f"Lightning rejected the trainer.* settings: {err}") from None
+
+
+def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) -> dict:
+    return {
+        "schema": SCHEMA,
+        "run_id": run_dir.name,
+        "run_dir": str(run_dir),
+        "status": "failed",
+        "task": cfg.task.name,
+        "family": cfg.task.family,
+        "scale": cfg.scale,
+        "seed": cfg.seed,
+        "model": {"name": cfg.model.name, "options": OmegaConf.to_container(cfg.model)},
+        "norm": {"label": spec.label(), **OmegaConf.to_container(cfg.norm)},
+        "dataset": {"name": cfg.choices.data},
+        "metrics": {},
+        "primary_metric": {"name": task.primary_metric.name, "higher_is_better": task.primary_metric.higher_is_better, "value": None},
+        "metric_specs": OmegaConf.to_container(cfg.task.metrics),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "versions": package_versions(),
+        "git": git_commit(),
+        "hardware": hardware(),
+        "started_at": started.isoformat(),
+        "finished_at": None,
+        "wall_time_s": None,
+        "error": None,
+    }
+
+
+def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = (), record_extra: dict | None = None) -> dict:
+    """Train + evaluate ``cfg`` (from :func:`mixbench.training.config.compose`); returns the record (written by rank 0).
+    ``command``: the command line that asked for it, stored in the record (None from the Python API).
+    ``callbacks``: extra Lightning callbacks of this run; one with an ``annotate(record)`` method may amend the record
+    after its status is decided (e.g. a search trial stopped by its pruner).  ``record_extra``: fields added to the
+    record (e.g. ``{"search": {...}}``)."""
+    started, t0 = datetime.now(timezone.utc), time.perf_counter()
+    spec = norm_spec(cfg)
+    task = get_task(cfg.task.name)
+    task.load_plugin()
+    preflight(cfg)
+    run_dir = run_directory(cfg, spec.label())
+    with nullcontext() if is_child_rank() else RunLock(run_dir):
+        return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra)
+
+
+def run_and_report(cfg: DictConfig, command: list[str]) -> int:
+    """``mixbench run``'s body: :func:`run` ``cfg``, log its outcome, return the exit status (0, or
+    :data:`PREEMPTED_EXIT` when a signal stopped it at a checkpoint)."""
+    try:
+        record = run(cfg, command=command)
+    except Preempted as err:
+        log.warning("%s", err)
+        return PREEMPTED_EXIT
+    pm = record["primary_metric"]
+    log.info(
+        "%s: %s = %s on %s (%s, %.0f s)",
+        record["status"],
+        pm["name"],
+        f"{pm['value']:.4g}" if pm["value"] is not None else "n/a",
+        record["dataset"].get("label", record["dataset"]["name"]),
+        record["norm"]["label"],
+        record["wall_time_s"],
+    )
+    return 0
+
+
+def _run_locked(
+    cfg: DictConfig,
+    command: list[str] | None,
+    run_dir: Path,
+    spec,
+    task,
+    started: datetime,
+    t0: float,
+    callbacks: tuple = (),
+    record_extra: dict | None = None,
+) -> dict:
+    """:func:`run` in its run folder, whose lock this process holds."""
+    done = finished_record(run_dir) if cfg.resume == "auto" else None
+    if done is not None:
+        log.info("resume=auto: %s already finished (%s); nothing to do", run_dir, done["status"])
+        return done
+    relaunches = world_size(cfg.trainer) > 1 and "spawn" not in str(cfg.trainer.strategy)
+    if relaunches and cfg.run_dir is None and "run_dir=" not in " ".join(sys.argv):
+        sys.argv.append(f"run_dir={run_dir}")  # DDP processes Lightning launches re-run this command: share the folder
+    primary = not is_child_rank()
+    checkpoint = resume_checkpoint(cfg, run_dir)  # before anything is written: every checkpoint damaged is an error
+    if primary:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    record = new_record(cfg, spec, task, run_dir, started)
+    record["command"] = command
+    record.update(record_extra or {})
+    try:
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        datamodule = build_datamodule(cfg)
+        record["dataset"] = datamodule.describe()
+        options = model_options(cfg, datamodule)
+        model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
+        description = describe_model(cfg.task.family, cfg.model.name, options, model)
+        if cfg.init_from is not None:
+            record["init_from"] = init_from(model, cfg.init_from, description)
+        record["norm"]["plan"] = list(model.plan)
+        record["model"]["num_params"] = sum(p.numel() for p in model.parameters())
+        record["model"]["label"] = model_label(cfg.model.name, options)
+        log.info(
+            "%s | %s | %s: plan %s, %.2fM parameters",
+            cfg.task.name,
+            cfg.model.name,
+            spec.label(),
+            plan_summary(model.plan),
+            record["model"]["num_params"] / 1e6,
+        )
+        monitor_options = {k: v for k, v in cfg.divergence.items() if k not in ("unigram_floor", "stall_nats")}
+        divergence, throughput, history = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model), ValidationHistory()
+        extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
+        if (fp8 := apply_fp8(cfg, model)) is not None:
+            record["fp8"] = fp8
+        if cfg.compile:
+            model.compile()
+        module = build_lightning_module(cfg, model, datamodule)
+        record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
+        trainer = build_trainer(cfg, run_dir, [divergence, throughput, history, *extra, *callbacks], block_class=type(model.blocks[0]))
+        trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint)
+        fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
+        metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+        record["metrics"] = {k: float(v) for k, v in metrics.items()}
+        record["dataset"] = datamodule.describe()  # again: e.g. images skipped while training
+        record["fit_last_validation"] = fit_validation
+        check_final_validation(record, fit_validation, task.primary_metric.name, trainer.global_step)
+        record["steps"] = trainer.global_step
+        record["effective"] = {
+            "world_size": trainer.world_size,
+            "accumulate_grad_batches": trainer.accumulate_grad_batches,
+            "precision": str(trainer.precision),
+            "micro_batch_size": cfg.data.batch_size,
+            "lr": getattr(module, "effective_lr", None),
+            "global_batch_size": cfg.data.batch_size * trainer.world_size * trainer.accumulate_grad_batches,
+        }
+        record["throughput"] = throughput.summary
+        value = record["metrics"].get(task.primary_metric.name)
+        record["primary_metric"]["value"] = value
+        record["budget"] = {
+            "max_steps": cfg.trainer.max_steps,
+            "max_epochs": cfg.trainer.max_epochs,
+            "steps": trainer.global_step,
+            "total_steps": int(trainer.estimated_stepping_batches),
+            "epochs": trainer.current_epoch,
+            "stopped_early": bool(trainer.should_stop),
+        }
+        record["validations"] = history.validations  # inside fit, at their budget fractions (the final one is "metrics")
+        family = get_family(cfg.task.family)
+        floor = family.learning_floor(datamodule) if cfg.divergence.unigram_floor else None
+        if floor:
+            record["learning_floor"] = floor
+        problem = family.learning_check(record["metrics"], floor) if floor else None
+        record["train_loss_history"] = divergence.history
+        status, reason = classify(
+            divergence.reason if divergence.diverged_at_step is not None else None,
+            value,
+            problem,
+            divergence.history,
+            cfg.divergence.stall_nats,
+        )
+        record["status"] = status
+        if status in ("diverged", "stalled"):
+            record["divergence"] = {
+                "step": divergence.diverged_at_step,
+                "reason": reason,
+                "last_finite_validation": divergence.last_finite_val,
+            }
+        elif reason:
+            log.warning("%s", reason)
+            record.setdefault("warnings", []).append(reason)
+        for callback in callbacks:
+            if hasattr(callback, "annotate"):
+                callback.annotate(record)
+        if cfg.save_weights and primary:
+            record["weights"] = str(save_weights(model, run_dir, description).name)
+        for monitor in extra:
+            if primary:
+                monitor.save(run_dir / "gradnorm.json")
+    except BaseException as err:
+        record["error"] = f"{type(err).__name__}: {err}"
+        record.update(preemption_note(err))
+        raise
+    finally:
+        record["finished_at"] = datetime.now(timezone.utc).isoformat()
+        record["wall_time_s"] = round(time.perf_counter() - t0, 2)
+        if primary:
+            write_record(record, run_dir / "record.json")
+            log.info("record written to %s", run_dir / "record.json")
+    return record
+
+
+def check_final_validation(record: dict, fit_validation: dict, metric: str, step: int, rel_tol: float = 0.005) -> None:
+    """The final ``validate`` and a validation inside ``fit`` at the same step evaluate the same weights; when
+    they disagree by more than ``rel_tol`` (relative), say so in the log and in ``record["warnings"]``."""
+    before, after = fit_validation.get(metric), record["metrics"].get(metric)
+    if fit_validation.get("step") != step or before is None or after is None:
+        return
+    if abs(after - before) > rel_tol * max(abs(before), 1e-12):
+        message = (
+            f"final validation {metric}={after:.4g} differs from the validation inside fit at the same step "
+            f"({before:.4g}); the record keeps the final one"
+        )
+        log.warning(message)
+        record.setdefault("warnings", []).append(message)
+
+
+# model options that pick a kernel, not the function computed: runs that differ only in them share a table cell
+KERNEL_ONLY_OPTIONS = ("attention_backend",)
+
+
+def model_label(name: str, options: dict) -> str:
+    """``llama_71m[num_layers=24]``: the preset name plus every architecture option changed from it (kernel choices,
+    :data:`KERNEL_ONLY_OPTIONS`, left out)."""
+
+    changed = {k: v for k, v in options.items() if model_defaults(name).get(k) != v and k not in KERNEL_ONLY_OPTIONS}
+    return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + "]" if changed else "")

@@ -1,0 +1,56 @@
+"""One writer per run folder: an OS file lock (``filelock``) held for the whole run.
+
+The lock is ``<run>/.run.lock``, taken with ``flock``: the kernel drops it when its process ends, however it ends, so
+there are no stale locks.  The holder's host and pid go into ``<run>/.run.holder`` (a separate file: opening the lock
+file truncates it) so that a second process on the same folder can name them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from ..core.errors import MixbenchError
+
+LOCK_FILE, HOLDER_FILE = ".run.lock", ".run.holder"
+
+
+class RunFolderBusy(MixbenchError):
+    """Another process holds the run folder's lock."""
+
+
+def holder(run_dir: Path) -> str:
+    """``host H, pid P (since T)`` of the process holding ``run_dir``'s lock, as it recorded itself."""
+    try:
+        who = json.loads((Path(run_dir) / HOLDER_FILE).read_text())
+        return f"host {who['host']}, pid {who['pid']} (since {who['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not recorded itself yet"
+
+
+class RunLock:
+    """Context manager: hold ``run_dir``'s lock or raise :class:`RunFolderBusy` at once (never wait)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self._lock = FileLock(self.run_dir / LOCK_FILE)
+
+    def __enter__(self) -> RunLock:
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            raise RunFolderBusy(
+                f"{self.run_dir} is in use by {holder(self.run_dir)}; wait for that run to end, or choose another run_dir"
+            ) from None
+        who = {"host": socket.gethostname(), "pid": os.getpid(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        (self.run_dir / HOLDER_FILE).write_text(json.dumps(who) + "\n")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        (self.run_dir / HOLDER_FILE).unlink(missing_ok=True)
+        self._lock.release()

@@ -1,0 +1,69 @@
+"""The layout the docs draw is the one import-linter enforces, and no mixbench module imports itself through others."""
+
+import re
+import sys
+from pathlib import Path
+
+import grimp
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def contract_layers() -> list[str]:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    return [" | ".join(sorted(part.strip() for part in layer.split("|"))) for layer in layers]
+
+
+def drawn_layers() -> list[str]:
+    """The layers of docs/layout.md's picture, top to bottom (a layer may continue on a line starting with ``|``)."""
+    picture = re.search(r"## Packages and the imports they may make.*?```text\n(.*?)```", (ROOT / "docs" / "layout.md").read_text(), re.S)
+    layers = []
+    for line in picture.group(1).splitlines():
+        name = line[:45].strip()
+        if name.startswith("mixbench."):
+            layers.append(name)
+        elif name.startswith("|"):
+            layers[-1] += " " + name
+    return [" | ".join(sorted(part.strip() for part in layer.split("|"))) for layer in layers]
+
+
+def test_docs_picture_is_the_contract():
+    assert drawn_layers() == contract_layers()
+    readme = re.search(r"## Layout.*?```text\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    short = [" | ".join(sorted("mixbench." + p.strip() for p in layer.split("|"))) for layer in re.split(r"→", readme.replace("\n", " "))]
+    assert short == contract_layers()
+
+
+def test_no_import_cycles():
+    """Strongly connected components of the module import graph (function-local imports included) are single modules."""
+    graph = grimp.build_graph("mixbench")
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(module):  # Tarjan
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph.find_modules_directly_imported_by(module):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    assert cycles == []
