@@ -1,4 +1,5 @@
 """bench/grid_lanes.py: runs over lanes, and a deadline that stops them gracefully and ends the loop."""
+
 from __future__ import annotations
 
 import subprocess
@@ -24,9 +25,26 @@ def run_lanes(tmp_path: Path, lines: list[str], *args: str) -> tuple[subprocess.
     plan = tmp_path / "plan.txt"
     plan.write_text("# a comment\n" + "\n".join(lines) + "\n")
     logs = tmp_path / "logs"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "grid_lanes.py"), str(plan), "--gpus", "1", "--jobs", "2",
-                           "--python", str(fake), "--logs", str(logs), *args],
-                          env={"PATH": "/usr/bin:/bin", "LOGDIR": str(tmp_path)}, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "grid_lanes.py"),
+            str(plan),
+            "--gpus",
+            "1",
+            "--jobs",
+            "2",
+            "--python",
+            str(fake),
+            "--logs",
+            str(logs),
+            *args,
+        ],
+        env={"PATH": "/usr/bin:/bin", "LOGDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc, tmp_path
 
 
