@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from mixbench.cli.app import main
 from mixbench.training.checkpointing import newest_checkpoint
@@ -83,6 +84,23 @@ def test_resume_auto_finds_the_unfinished_folder_of_the_same_config_and_skips_fi
     results.rename(moved)
     assert main(["run", *[a for a in args if not a.startswith("results_dir=")], f"results_dir={moved}", "resume=auto"]) == 0
     assert len(list(moved.rglob("record.json"))) == 1
+
+
+def test_resume_auto_matches_runs_made_before_a_setting_was_added_while_it_keeps_its_default(tmp_path, uninterrupted):
+    results = tmp_path / "results"
+    args = [*COMMON, f"results_dir={results}", "trainer.max_steps=2"]
+    assert main(["run", *args, "resume=auto"]) == 0
+    (first,) = results.rglob("record.json")
+    saved = first.parent / "config.yaml"  # as an older mixbench wrote it: without a section added since (rlhf)
+    older = OmegaConf.load(saved)
+    del older["rlhf"]
+    saved.write_text(OmegaConf.to_yaml(older))
+    assert main(["run", *args, "resume=auto"]) == 0  # today's default of the new section: the same run, nothing to do
+    assert len(list(results.rglob("record.json"))) == 1
+    assert main(["run", *args, "rlhf.kl_ctl=0.3", "resume=auto"]) == 0  # not the default: another run
+    assert len(list(results.rglob("record.json"))) == 2
+    assert main(["run", *args, "trainer.max_steps=3", "resume=auto"]) == 0  # a setting both have, changed: another run
+    assert len(list(results.rglob("record.json"))) == 3
 
 
 def interrupt(moment: str, step: int, run_dir: Path, *args: str) -> subprocess.CompletedProcess:

@@ -27,7 +27,7 @@ from ..results.table import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, model_options
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
-from .config import norm_spec, runs_root
+from .config import compose, norm_spec, runs_root
 from .gradnorm import GradNormMonitor
 from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision
@@ -59,18 +59,51 @@ def finished_record(run_dir: Path) -> dict | None:
     return record if isinstance(record, dict) and record.get("status") in FINISHED else None
 
 
+LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm")  # where and how a run runs, not what it is
+
+
+def _differences(theirs, ours, path: tuple = ()):
+    """The paths where two config trees differ, each with whether the stored config (``theirs``) has it."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        for key in sorted(theirs.keys() | ours.keys(), key=str):
+            if key not in theirs:
+                yield (*path, key), False
+            elif key not in ours:
+                yield (*path, key), True
+            else:
+                yield from _differences(theirs[key], ours[key], (*path, key))
+    elif theirs != ours:
+        yield path, True
+
+
+def _lookup(tree, path: tuple):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
 def _same_run(folder: Path, cfg: DictConfig) -> bool:
     """Whether ``folder`` holds a run of exactly ``cfg`` (the run-location settings aside: a results folder that was
-    moved or renamed still resumes)."""
+    moved or renamed still resumes).  A setting added to mixbench after that run was made (absent from its
+    ``config.yaml``) matches while ``cfg`` holds the setting's default: the older code behaved as the default does."""
     try:
         theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
     except (OSError, ValueError, TypeError):
         return False
     ours = OmegaConf.to_container(cfg, resolve=True)
     for config in (theirs, ours):
-        for key in ("run_dir", "results_dir", "resume", "command", "slurm"):  # where and how it runs, not what
+        for key in LOCATION_KEYS:
             config.pop(key, None)
-    return theirs == ours
+    differences = list(_differences(theirs, ours))
+    if any(in_theirs for _, in_theirs in differences):
+        return False
+    if not differences:
+        return True
+    try:
+        defaults = OmegaConf.to_container(compose([f"{k}={v}" for k, v in cfg.choices.items()]), resolve=True)
+        return all(_lookup(ours, path) == _lookup(defaults, path) for path, _ in differences)
+    except (ConfigError, KeyError, TypeError):  # e.g. a project's task (not composable from here)
+        return False
 
 
 def run_directory(cfg: DictConfig, label: str) -> Path:
