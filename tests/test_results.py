@@ -454,3 +454,32 @@ def test_table_at_rejects_bad_fractions_and_skips_records_without_validations(tm
     with pytest.raises(SystemExit):
         main(["table", "--results-dir", str(tmp_path), "--at", "0.5,1.5"])
     assert "budget fractions must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_runs_of_one_norm_under_different_training_settings_get_columns_of_their_own(tmp_path):
+    def run(norm, value, seed, lr, workers, gain=1.0):
+        r = record(norm, value, seed=seed)
+        r["config"] = {"optim": {"lr": lr}, "data": {"num_workers": workers}, "norm": {"out_norm_gain": gain}}
+        return r
+
+    records = [
+        run("pre", 50.0, 0, 4e-3, 2),
+        run("pre", 51.0, 1, 4e-3, 8),  # only how it ran differs: one configuration
+        run("pre", 53.0, 0, 8e-3, 2),
+        run("pre", 54.0, 1, 8e-3, 2),  # a second learning rate: not two more seeds
+        run("sandwich", 40.0, 0, 4e-3, 2, gain=0.0),
+        run("sandwich", 42.0, 1, 4e-3, 2, gain=0.0),  # a placement's own option
+    ]
+    for i, r in enumerate(records):
+        write_record(r, tmp_path / f"run{i}" / "record.json")
+    loaded, problems = load_records(tmp_path)
+    assert not problems
+    table = aggregate(loaded)
+    assert len(table.columns) == 2 and all("optim.lr=" in c and "num_workers" not in c and "gain" not in c for c in table.columns)
+    low, high = sorted(table.columns, key=lambda c: float(c.rsplit("=", 1)[1]))
+    assert table.cells[("pre", low)].mean == 50.5 and table.cells[("pre", low)].n == 2
+    assert table.cells[("pre", high)].mean == 53.5 and table.cells[("sandwich", low)].mean == 41.0
+    assert ("sandwich", high) not in table.cells
+    rows = list(csv.DictReader(io.StringIO(render(table, "csv"))))
+    assert {r["recipe"] for r in rows} == {"optim.lr=0.004", "optim.lr=0.008"}
+    assert len(aggregate([run("pre", 50.0, 0, 4e-3, 2), run("pre", 53.0, 1, 8e-3, 2)]).columns) == 2  # unread records too

@@ -75,7 +75,7 @@ def load_records(results_dir: str | Path) -> tuple[list[dict], list[str]]:
             continue
         record["_path"] = str(path)
         records.append(record)
-    return records, problems
+    return annotate_recipes(records), problems
 
 
 def load_records_frame(results_dir: str | Path):
@@ -279,11 +279,91 @@ def dataset_name(record: dict) -> str:
     return data.get("name", "?") if isinstance(data, dict) else str(data)
 
 
+# config settings that say where and how a run ran, not what it trained: never a reason to split a column
+NOT_RECIPE = (
+    "seed",
+    "run_dir",
+    "results_dir",
+    "resume",
+    "resume_from",
+    "command",
+    "slurm",
+    "save_weights",
+    "checkpoint",
+    "logger",
+    "logger_options",
+    "grad_norm_every_n_steps",
+    "divergence",
+    "compile",
+    "init_from",
+    "norm",
+    "choices",
+    "task",
+    "ddp",
+    "fsdp",
+    "data.path",
+    "data.num_workers",
+    "data.cache_dir",
+    "data.eval_batch_size",
+    "data.pin_memory",
+    "data.persistent_workers",
+    "data.prefetch_factor",
+    "data.pipeline",
+    "trainer.enable_progress_bar",
+    "trainer.devices",
+    "trainer.num_nodes",
+    "trainer.strategy",
+    "trainer.log_every_n_steps",
+    "trainer.deterministic",
+    "trainer.benchmark",
+)
+
+
+def _leaves(tree, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_leaves(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
+    return out
+
+
+def _is_recipe(key: str) -> bool:
+    return not any(key == k or key.startswith(k + ".") for k in NOT_RECIPE)
+
+
+def annotate_recipes(records: list[dict]) -> list[dict]:
+    """Set each record's ``_recipe``: the training settings (``optim.lr=0.008``, ``model.attention_backend=math``…)
+    that differ between runs of one norm in one column, so that such runs get columns of their own instead of being
+    averaged as if they were seeds of one configuration.  Settings that differ only between norms (a placement's own
+    options) do not split a column; a setting a record lacks (written before it existed) is left out of its label."""
+    settings = [{k: v for k, v in _leaves(r.get("config") or {}).items() if _is_recipe(k)} for r in records]
+    varying: dict[str, set[str]] = {}  # base column → settings that differ inside one of its cells
+    cells: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(records):
+        cells.setdefault((row_key(r), _base_column_key(r)), []).append(i)
+    for (_, column), members in cells.items():
+        keys = set().union(*(settings[i].keys() for i in members))
+        for key in keys:
+            values = {repr(settings[i][key]) for i in members if key in settings[i]}
+            if len(values) > 1:
+                varying.setdefault(column, set()).add(key)
+    for r, mine in zip(records, settings):
+        keys = sorted(varying.get(_base_column_key(r), ()))
+        r["_recipe"] = ", ".join(f"{k}={mine[k]}" for k in keys if k in mine)
+    return records
+
+
+def _base_column_key(record: dict) -> str:
+    return f"{record['task']} · {model_label(record)} · {dataset_name(record)} [{record['scale']}]"
+
+
 def column_key(record: dict) -> str:
+    """task · model · dataset [scale], then the training settings that set this run apart (:func:`annotate_recipes`)
+    and the budget fraction of a ``--at`` view."""
     budget = record.get("_at_budget")
-    return f"{record['task']} · {model_label(record)} · {dataset_name(record)} [{record['scale']}]" + (
-        f" @{budget:.2f}" if budget is not None else ""
-    )
+    recipe = record.get("_recipe")
+    return _base_column_key(record) + (f" · {recipe}" if recipe else "") + (f" @{budget:.2f}" if budget is not None else "")
 
 
 BUDGET_TOLERANCE = 0.02  # a validation counts as "at fraction f of the budget" within ±2 % of the budget
@@ -351,6 +431,8 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
         raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
     groups: dict[tuple[str, str], list[dict]] = {}
     metric_of, hib, info = {}, {}, {}
+    if any("_recipe" not in r for r in records):
+        records = annotate_recipes([dict(r) for r in records])
     for r in records:
         col = column_key(r)
         metric_of.setdefault(col, r["primary_metric"]["name"])
@@ -362,6 +444,7 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
                 "model": model_label(r),
                 "dataset": dataset_name(r),
                 "scale": r["scale"],
+                "recipe": r.get("_recipe") or None,
                 **({"budget": r["_at_budget"]} if r.get("_at_budget") is not None else {}),
             },
         )
@@ -430,6 +513,7 @@ CELL_FIELDS = (
     "model",
     "dataset",
     "scale",
+    "recipe",
     "budget",
     "metric",
     "higher_is_better",
@@ -603,7 +687,10 @@ def _rich_block(table: Table, columns: list[str], title: str):
     out.add_column("norm", style="bold", no_wrap=True)
     for col in columns:  # Text, not markup: "[proxy]" is no style tag; the parts of the column name on lines of their own
         info = table.info.get(col)
-        parts = (info["task"], info["model"], f"{info['dataset']} [{info['scale']}]") if info else (col,)
+        parts = (
+            (info["task"], info["model"], f"{info['dataset']} [{info['scale']}]", *(info["recipe"] or "").split(", ")) if info else (col,)
+        )
+        parts = tuple(part for part in parts if part)
         name = "\n".join(line for part in parts for line in _wrap_label(part))
         arrow = "↑" if table.higher_is_better[col] else "↓"
         out.add_column(Text(f"{name}\n{table.metric_of[col]} {arrow}"), justify="right", no_wrap=True)
