@@ -400,7 +400,8 @@ def check_final_validation(record: dict, fit_validation: dict, metric: str, step
         record.setdefault("warnings", []).append(message)
 
 
-# model options that pick a kernel, not the function computed: runs that differ only in them share a table cell
+# model options that pick a kernel, not the function computed: left out of the model's label (a table still gives runs
+# of one norm that differ in them columns of their own: mixbench.results.table.annotate_recipes)
 KERNEL_ONLY_OPTIONS = ("attention_backend",)
 
 
