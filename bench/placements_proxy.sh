@@ -10,6 +10,7 @@
 #   .data/cifar/cifar10_bigbench.npz   (../shared/data/cifar10-test: the official CIFAR-10 test set)
 #   .whl/ with the datasets / omegaconf wheels where those are not installed (bench/table2_proxy_wheels.sh)
 # PREPEND / APPEND: files of extra `mixbench run` lines run before / after the grid (diagnoses, ablations).
+# The plan leaves out runs already finished in $RESULTS (`reproduce --dry-run --resume`; PREPEND / APPEND lines are kept).
 # Order: the non-LLaMA lines first (VISION_JOBS a GPU, default JOBS) while the corpus tokenises, then the LLaMA lines.
 # DEADLINE_S: stop what still runs that many seconds after this script started — unpacking and tokenising included, so
 # a device call's limit holds (runs use resume=auto: the next call continues them).  Leave ~45 s of the call's limit
@@ -41,9 +42,9 @@ TEXT=('data.path=.data/textmix3/pkgtext-train.*.json.gz' data.tokenizer=embedded
 IMAGES=(data.path=.data/cifar/cifar10_bigbench.npz data.num_workers=3)
 plan=$RESULTS/plan.txt
 { [ -z "${PREPEND:-}" ] || cat "$PREPEND"
-  [[ $FAMILIES != *lm* ]] || python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run \
+  [[ $FAMILIES != *lm* ]] || python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run --resume \
       --only task=c4_llama_71m $ONLY "${TEXT[@]}" "${COMMON[@]}"
-  [[ $FAMILIES != *vision* ]] || python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run \
+  [[ $FAMILIES != *vision* ]] || python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run --resume \
       --only task=in1k_vit_tiny $ONLY "${IMAGES[@]}" "${COMMON[@]}"
   [ -z "${APPEND:-}" ] || cat "$APPEND"
 } > "$plan" || { echo "could not plan the grid"; exit 2; }

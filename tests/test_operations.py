@@ -239,3 +239,25 @@ def test_placements_grid_lists_every_placement_and_only_filters(capsys):
     assert len(lines) == 13 and {"norm=lns", "norm=peri", "norm=hybrid_star", "norm=dyt", "norm=mix", "norm=post"} <= set(norms)
     assert all("model.num_layers=24" in line and "task=c4_llama_71m" in line for line in lines)
     assert main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=7"]) == 2
+
+
+def test_reproduce_dry_run_with_resume_lists_only_the_runs_still_to_train(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from mixbench.training.config import compose, norm_spec
+    from mixbench.training.run import _runs_parent
+
+    args = ["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=24", "--only", "norm=mix"]
+    assert main([*args, "--seeds", "2", f"results_dir={tmp_path}"]) == 0
+    planned = [line.split()[2:] for line in capsys.readouterr().out.splitlines()]
+    assert len(planned) == 2  # seeds 0 and 1
+    cfg = compose(planned[0])  # seed 0 finished: its folder as `mixbench run` leaves it
+    folder = _runs_parent(cfg, norm_spec(cfg).label()) / "seed0-20261127T000000-abcdef"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (folder / "record.json").write_text(json.dumps({"status": "completed"}))
+    assert main([*args, "--seeds", "2", "--resume", f"results_dir={tmp_path}"]) == 0
+    assert [line.split()[2:] for line in capsys.readouterr().out.splitlines()] == planned[1:]
+    (folder / "record.json").write_text(json.dumps({"status": "failed"}))  # a crashed run is trained again
+    assert main([*args, "--seeds", "2", "--resume", f"results_dir={tmp_path}"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2

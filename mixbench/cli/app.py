@@ -443,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         help="skip runs whose record is finished, continue interrupted ones from "
-        "their newest checkpoint; the exit status is 1 if any run failed",
+        "their newest checkpoint; the exit status is 1 if any run failed; with --dry-run: list only the runs still to train",
     )
     rep.add_argument(
         "--launcher",

@@ -14,6 +14,7 @@ import sys
 from ..core.errors import ConfigError
 from ..results.table import Cell
 from ..training.config import compose, norm_spec
+from ..training.run import existing_run, finished_record
 from .downstream import paper_comparison as downstream_comparison
 from .downstream import reproduce_downstream
 from .paper import grid, paper_runs
@@ -76,11 +77,21 @@ def reproduce(
     if not argvs:
         raise ConfigError(f"--only {' '.join(only)} matches no run of {name}; see mixbench reproduce {name} --dry-run")
     if dry_run:
-        for argv in argvs:  # validate the whole grid
-            compose(argv)
+        configs = [compose(argv) for argv in argvs]  # validates the whole grid
+        if resume:  # list what a --resume run would still train
+            pending = [argv for argv, cfg in zip(argvs, configs) if not _finished(cfg)]
+            log.info(
+                "--resume: %d of %d runs finished in their results_dir, %d listed", len(argvs) - len(pending), len(argvs), len(pending)
+            )
+            argvs = pending
         sys.stdout.write("".join("mixbench run " + " ".join(shlex.quote(a) for a in argv) + "\n" for argv in argvs))
         return None
     return run_many(argvs, jobs, resume, launcher)
+
+
+def _finished(cfg) -> bool:
+    folder = existing_run(cfg, norm_spec(cfg).label())
+    return folder is not None and finished_record(folder) is not None
 
 
 def paper_comparison(name: str, records: list[dict], root=None) -> tuple[list[str], list[str], dict]:

@@ -106,6 +106,19 @@ def _same_run(folder: Path, cfg: DictConfig) -> bool:
         return False
 
 
+def _runs_parent(cfg: DictConfig, label: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
+    return runs_root(cfg.results_dir) / cfg.task.name / cfg.model.name / slug
+
+
+def existing_run(cfg: DictConfig, label: str) -> Path | None:
+    """The folder under ``results_dir`` holding a run of exactly ``cfg``: a finished one before an unfinished one
+    (the newest); None when there is none.  Creates nothing."""
+    same = [p for p in sorted(_runs_parent(cfg, label).glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg)]
+    finished = [p for p in same if finished_record(p) is not None]
+    return finished[0] if finished else (same[-1] if same else None)
+
+
 def run_directory(cfg: DictConfig, label: str) -> Path:
     """``run_dir`` if given; with ``resume=auto`` the newest unfinished folder of the same config; else a new
     ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``."""
@@ -118,13 +131,10 @@ def run_directory(cfg: DictConfig, label: str) -> Path:
         except OSError as err:
             raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set run_dir= to a writable folder") from None
         return path
-    slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
-    parent = runs_root(cfg.results_dir) / cfg.task.name / cfg.model.name / slug
+    parent = _runs_parent(cfg, label)
     if cfg.resume == "auto":  # the same config's folder: a finished one (nothing to do) before an unfinished one
-        same = [p for p in sorted(parent.glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg)]
-        finished = [p for p in same if finished_record(p) is not None]
-        if finished or same:
-            folder = finished[0] if finished else same[-1]
+        folder = existing_run(cfg, label)
+        if folder is not None:
             log.info("resume=auto: %s", folder)
             return folder
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
