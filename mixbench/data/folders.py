@@ -11,6 +11,7 @@ Layouts read from ``root``:
 workers decode and crop only (uint8) and runs flip, RandAugment, normalize and erasing on the training device;
 ``nvjpeg`` has the workers read the files only and decodes on the GPU too (:mod:`mixbench.data.device_pipeline`,
 applied in ``transfer_batch_to_device``; the workers' collate draws the batch's random augmentation parameters).
+``dali`` decodes and augments on the GPU with NVIDIA DALI (:mod:`mixbench.data.dali`, an optional extra).
 ``overlap`` runs that device half on a side CUDA stream; ``worker_nice`` lowers the workers' CPU priority so the
 process that drives the GPU is not starved when the workers use every core.
 """
@@ -29,6 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..core.errors import ConfigError
+from .dali import RESUME_NOTE as DALI_RESUME_NOTE
 from .device_pipeline import CropGeometry, CroppedImages, DeviceImagePipeline, EncodedImages, WorkerCrop, collate_cropped, collate_encoded
 from .samplers import EpochSpanningBatches, EpochSpanningLoader, ResumableOrder, SeededSamples
 
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-PIPELINES = ("cpu", "gpu", "nvjpeg")
+PIPELINES = ("cpu", "gpu", "nvjpeg", "dali")
 
 
 def detect_layout(root: Path, train_dir: str, val_dir: str) -> str:
@@ -187,6 +189,10 @@ class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
         self.span_epochs, self.prefetch_factor, self.seed, self._resume = span_epochs, prefetch_factor, seed, None
         if pipeline not in PIPELINES:
             raise ConfigError(f"unknown data.pipeline={pipeline!r}; valid: {', '.join(PIPELINES)}")
+        if pipeline == "dali":
+            from .dali import import_dali
+
+            import_dali()  # one clear error, before any data is read, when DALI is not installed
         if worker_nice < 0:
             raise ConfigError(f"data.worker_nice={worker_nice}: only a non-negative increment (lower worker priority) is allowed")
         self.pipeline, self.skip_bad_images, self.overlap, self.worker_nice = pipeline, skip_bad_images, overlap, worker_nice
@@ -227,7 +233,7 @@ class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
 
     def transforms(self):
         """The workers' train / eval transforms."""
-        if self.pipeline == "nvjpeg":  # the workers only read the files
+        if self.pipeline in ("nvjpeg", "dali"):  # the workers only read the files; DALI reads them itself
             return None, None
         if self.pipeline == "gpu":  # the workers decode and crop
             return WorkerCrop(self.geometry(), train=True), WorkerCrop(self.geometry(), train=False)
@@ -285,7 +291,8 @@ class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
             "worker_nice": self.worker_nice,
             "span_epochs": self.span_epochs,
             "prefetch_factor": self.prefetch_factor,
-            "exact_resume": self.span_epochs,
+            "exact_resume": self.span_epochs and self.pipeline != "dali",
+            **({"resume_note": DALI_RESUME_NOTE} if self.pipeline == "dali" else {}),
             "bad_images_skipped": sum(getattr(d, "skipped", 0) for d in (self.train_set, self.val_set)),
             **{f"aug_{k}": v for k, v in self.aug.items()},
         }
@@ -303,6 +310,10 @@ class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
         return options | {"collate_fn": collate_encoded(train, draw)}  # nvJPEG reads the encoded bytes from host memory
 
     def train_dataloader(self) -> DataLoader | EpochSpanningLoader:
+        if self.pipeline == "dali":
+            from .dali import dali_loader
+
+            return dali_loader(self, train=True)
         workers = {"num_workers": self.num_workers}
         if self.num_workers > 0:
             workers |= {"persistent_workers": True, "prefetch_factor": self.prefetch_factor}
@@ -322,6 +333,10 @@ class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
         return EpochSpanningLoader(loader, batches)
 
     def val_dataloader(self) -> DataLoader:
+        if self.pipeline == "dali":
+            from .dali import dali_loader
+
+            return dali_loader(self, train=False)
         return DataLoader(
             self.val_set, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers, **self._loader_options(train=False)
         )
