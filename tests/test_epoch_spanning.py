@@ -148,3 +148,35 @@ def test_the_stall_bench_measures_both_loaders(tmp_path, jpeg_root):
     for row in rows.values():
         assert row["steps_per_epoch"] == 8 and len(row["boundary_gaps_s"]) == 2 and row["median_step_gap_s"] > 0
     assert (tmp_path / "stall.md").read_text().startswith("|")
+
+
+def test_the_throughput_monitor_records_epoch_averages_with_the_stall_and_without_validation(monkeypatch):
+    from types import SimpleNamespace
+
+    from mixbench.training import callbacks
+
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock.now)
+    module = SimpleNamespace(log_dict=lambda metrics, **kw: None)
+    trainer = SimpleNamespace(
+        global_step=0,
+        world_size=2,
+        current_epoch=0,
+        state=SimpleNamespace(fn="fit"),
+        strategy=SimpleNamespace(root_device=torch.device("cpu")),
+    )
+    monitor = callbacks.ThroughputMonitor(lambda batch: 10, flops_per_item=None, every_n_steps=100)
+    monitor.on_train_start(trainer, module)
+    for epoch in range(2):
+        trainer.current_epoch = epoch
+        clock.now += 3.0  # the stall at the epoch start
+        for _ in range(4):
+            clock.now += 1.0
+            trainer.global_step += 1
+            monitor.on_train_batch_end(trainer, module, None, None, 0)
+        monitor.on_validation_start(trainer, module)
+        clock.now += 5.0
+        monitor.on_validation_end(trainer, module)
+        monitor.on_train_epoch_end(trainer, module)
+    assert [(e["steps"], e["items"], e["seconds"]) for e in monitor.epochs] == [(4, 80, 7.0), (4, 80, 7.0)]
+    assert monitor.epochs[1]["items_per_sec"] == pytest.approx(80 / 7)

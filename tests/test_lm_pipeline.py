@@ -267,7 +267,7 @@ def test_lm_throughput_benchmark_smoke(tmp_path):
 
 
 def test_throughput_window_restarts_after_validation(monkeypatch):
-    from mixbench import callbacks
+    from mixbench.training import callbacks
 
     clock = SimpleNamespace(now=0.0)
     monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock.now)
