@@ -25,6 +25,42 @@ from mixbench.results.provenance import git_commit, package_versions  # noqa: E4
 log = logging.getLogger("device_runs")
 
 
+def image_bench_arguments(ap, out: str) -> None:
+    """The arguments the image benches share: the JPEG folder, batch, epochs, workers, GPU, output, dry run."""
+    ap.add_argument("--pipelines", nargs="+", default=["cpu", "dali"], choices=["cpu", "gpu", "nvjpeg", "dali"])
+    ap.add_argument("--num-images", type=int, default=8192)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=max(1, len(os.sched_getaffinity(0)) - 2))
+    ap.add_argument("--gpu", default="0")
+    ap.add_argument("--out", type=Path, default=Path(out))
+    ap.add_argument("--dry-run", action="store_true", help="print what would run and exit")
+
+
+def vit_run_args(args, root: Path, norm: str, pipeline: str, validate_every: int) -> list[str]:
+    """``mixbench run`` arguments of the ImageNet ViT-S recipe on the JPEG folder ``root`` for the image benches."""
+    return [
+        "task=in1k_vit_small",
+        f"norm={norm}",
+        "data=imagefolder",
+        f"data.root={root}",
+        f"data.pipeline={pipeline}",
+        f"data.batch_size={args.batch}",
+        f"data.num_workers={args.workers}",
+        f"trainer.max_epochs={args.epochs}",
+        "trainer.max_steps=-1",
+        f"trainer.check_val_every_n_epoch={validate_every}",
+        "trainer.enable_progress_bar=false",
+        "optim.warmup_epochs=null",
+        "save_weights=false",
+        "divergence.unigram_floor=false",
+    ]
+
+
+def start_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+
 def machine() -> dict:
     """Card(s), usable cores, CPU, torch / CUDA versions."""
     try:

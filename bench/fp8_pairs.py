@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_runs import REPO, Runner, markdown, write_result  # noqa: E402  (bench/ is not a package)
+from device_runs import REPO, Runner, markdown, start_logging, write_result  # noqa: E402  (bench/ is not a package)
 from multi_gpu import lm_args  # noqa: E402
 
 log = logging.getLogger("fp8_pairs")
@@ -79,7 +79,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    start_logging()
     args = parse_args(argv)
     rows, summaries = [], []
     with tempfile.TemporaryDirectory() as tmp:

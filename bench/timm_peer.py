@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_runs import REPO, Runner, epoch_average, markdown, write_result  # noqa: E402  (bench/ is not a package)
+from device_runs import REPO, Runner, epoch_average, image_bench_arguments, markdown, start_logging, vit_run_args, write_result  # noqa: E402  (bench/ is not a package)
 from image_loader import write_jpegs  # noqa: E402
 
 log = logging.getLogger("timm_peer")
@@ -93,42 +92,20 @@ def timm_args(args, root: Path, train_py: Path, output: Path) -> list[str]:
 
 
 def mixbench_args(args, root: Path, pipeline: str) -> list[str]:
-    return [
-        "task=in1k_vit_small",
-        "norm=pre",
-        "data=imagefolder",
-        f"data.root={root}",
-        f"data.pipeline={pipeline}",
-        f"data.batch_size={args.batch}",
-        f"data.num_workers={args.workers}",
-        f"trainer.max_epochs={args.epochs}",
-        "trainer.max_steps=-1",
-        "trainer.check_val_every_n_epoch=1",
-        "trainer.enable_progress_bar=false",
-        "optim.warmup_epochs=null",
-        "save_weights=false",
-        "divergence.unigram_floor=false",
-    ]
+    return vit_run_args(args, root, "pre", pipeline, validate_every=1)  # timm validates every epoch too
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--timm-train", type=Path, default=REPO / "bench" / ".timm" / "train.py")
-    ap.add_argument("--pipelines", nargs="+", default=["cpu", "dali"], choices=["cpu", "gpu", "nvjpeg", "dali"])
-    ap.add_argument("--num-images", type=int, default=8192)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=max(1, len(os.sched_getaffinity(0)) - 2))
-    ap.add_argument("--gpu", default="0")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/timm_peer.json"))
-    ap.add_argument("--dry-run", action="store_true", help="print what would run and exit")
+    image_bench_arguments(ap, "bench/results/timm_peer.json")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> None:
     import timm
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    start_logging()
     args = parse_args(argv)
     if not args.timm_train.is_file():
         raise SystemExit(

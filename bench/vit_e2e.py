@@ -15,38 +15,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_runs import Runner, epoch_average, markdown, write_result  # noqa: E402  (bench/ is not a package)
+from device_runs import Runner, epoch_average, image_bench_arguments, markdown, start_logging, vit_run_args, write_result  # noqa: E402  (bench/ is not a package)
 from image_loader import training_step, write_jpegs  # noqa: E402
 
 log = logging.getLogger("vit_e2e")
 
 
 def run_args(args, root: Path, norm: str, pipeline: str) -> list[str]:
-    return [
-        "task=in1k_vit_small",
-        f"norm={norm}",
-        "data=imagefolder",
-        f"data.root={root}",
-        f"data.pipeline={pipeline}",
-        f"data.batch_size={args.batch}",
-        f"data.num_workers={args.workers}",
-        f"trainer.max_epochs={args.epochs}",
-        "trainer.max_steps=-1",
-        "trainer.check_val_every_n_epoch=1000",
-        "trainer.limit_val_batches=2",
-        "trainer.log_every_n_steps=10",
-        "trainer.enable_progress_bar=false",
-        f"compile.mode={args.compile_mode}",
-        "optim.warmup_epochs=null",
-        "save_weights=false",
-        "divergence.unigram_floor=false",
-    ]
+    extra = ["trainer.limit_val_batches=2", "trainer.log_every_n_steps=10", f"compile.mode={args.compile_mode}"]
+    return [*vit_run_args(args, root, norm, pipeline, validate_every=1000), *extra]
 
 
 def model_alone(args) -> float | None:
@@ -62,22 +44,15 @@ def model_alone(args) -> float | None:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--norms", nargs="+", default=["pre", "post", "mix"])
-    ap.add_argument("--pipelines", nargs="+", default=["cpu", "dali"], choices=["cpu", "gpu", "nvjpeg", "dali"])
-    ap.add_argument("--num-images", type=int, default=8192)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=max(1, len(os.sched_getaffinity(0)) - 2))
     ap.add_argument("--compile-mode", default="default", help="compile.mode of the runs (e.g. reduce-overhead)")
     ap.add_argument("--step-options", default="defaults", help="the model-alone step's options (bench/vit_throughput.py)")
     ap.add_argument("--model-steps", type=int, default=40)
-    ap.add_argument("--gpu", default="0")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/vit_e2e.json"))
-    ap.add_argument("--dry-run", action="store_true", help="print what would run and exit")
+    image_bench_arguments(ap, "bench/results/vit_e2e.json")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    start_logging()
     args = parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "jpegs"

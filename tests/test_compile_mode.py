@@ -1,33 +1,18 @@
 """compile.enabled / compile.mode through `mixbench run`: composition, the error for an unknown mode, old configs with a
 boolean `compile`, what reaches torch.compile, and (GPU) a CUDA-graph run with EMA, Mixup and logging."""
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 from omegaconf import OmegaConf
+from test_cli import TINY_VIT as CLI_TINY_VIT
+from test_cli import records
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
 from mixbench.training.compile import COMPILE_MODES, CudaGraphStepMarker
 from mixbench.training.config import compose, load_run_config
 
-TINY_VIT = [
-    "divergence.unigram_floor=false",
-    "model.num_layers=2",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "trainer.max_steps=3",
-    "trainer.max_epochs=1",
-    "trainer.limit_val_batches=1",
-    "trainer.enable_progress_bar=false",
-    "save_weights=false",
-]
-
-
-def records(results_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(results_dir.rglob("record.json"))]
+TINY_VIT = [*CLI_TINY_VIT, "save_weights=false"]
 
 
 @pytest.mark.parametrize(
