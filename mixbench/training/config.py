@@ -234,7 +234,7 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     cfg.model = {"name": model_name, **family.model_defaults(model_name)}
     cfg.norm = _norm_group(cfg.norm, cfg.choices.norm, root)
     cfg.data = _data_group(cfg.choices.data, root)
-    recipe = OmegaConf.create(task.recipe)
+    recipe = dict(task.recipe)  # a plain mapping: its ${...} resolve against the whole config, later
     upgrade_compile(recipe)
     cfg = merge_strict(cfg, recipe, f"{task.path / 'task.yaml'} (recipe)")
     for arg in overrides:
