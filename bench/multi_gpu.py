@@ -87,7 +87,7 @@ def vit_args(root: Path, steps: int, log_every: int, workers: int, pipeline: str
         "data=imagefolder",
         f"data.root={root}",
         f"data.pipeline={pipeline}",
-        "data.overlap=true",
+        *(["data.overlap=true"] if pipeline in ("gpu", "nvjpeg") else []),
         "data.batch_size=128",
         "data.eval_batch_size=250",
         f"data.num_workers={workers}",
@@ -101,6 +101,8 @@ def vit_args(root: Path, steps: int, log_every: int, workers: int, pipeline: str
 def rows_for(args, jpegs: Path, cache: Path) -> list[list[Row]]:
     """The phases, in order: rows of a phase run at the same time (on different GPUs)."""
     common = ["norm=pre", "save_weights=false", "divergence.unigram_floor=false", "trainer.enable_progress_bar=false", "compile=true"]
+    if args.compile_mode:
+        common.append(f"compile.mode={args.compile_mode}")
     lm = lm_args(args.text, args.lm_steps, args.lm_log_every, cache)
     lm_1b = lm_args(args.text, args.fsdp_steps, args.fsdp_log_every, cache)
     vit = vit_args(jpegs, args.vit_steps, args.vit_log_every, args.vit_workers, args.vit_pipeline)
@@ -318,9 +320,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--vit-pipeline",
         default="gpu",
-        choices=["gpu", "nvjpeg"],
-        help="data.pipeline of the ViT rows: gpu (workers "
-        "decode + crop) or nvjpeg (workers read the files, the GPU decodes: scaling without the CPU as the limit)",
+        choices=["cpu", "gpu", "nvjpeg", "dali"],
+        help="data.pipeline of the ViT rows: gpu (workers decode + crop), nvjpeg (workers read the files, the GPU decodes), "
+        "dali (NVIDIA DALI decodes and augments on the GPU: scaling without the CPU as the limit) or cpu",
     )
     ap.add_argument("--vit-images", type=int, default=40_000, help="JPEGs written for the ViT rows (no epoch ends during a row)")
     ap.add_argument("--fsdp-steps", type=int, default=12)
@@ -335,6 +337,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=[],
         help="extra llama_130m DDP rows, each a comma list of ddp.* settings (e.g. ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true)",
     )
+    ap.add_argument("--repeats", type=int, default=1, help="run the phases this many times (rows named '... #k'): the spread")
+    ap.add_argument("--compile-mode", default=None, help="compile.mode of every row (e.g. max-autotune-no-cudagraphs)")
+    ap.add_argument("--dry-run", action="store_true", help="print the rows' commands and exit")
     ap.add_argument("--only", nargs="*", help="rows whose name contains one of these words (e.g. llama_130m fsdp)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/multi_gpu.json"))
     args = ap.parse_args(argv)
@@ -343,9 +348,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main() -> int:
+def repeated(phases: list[list[Row]], repeats: int) -> list[list[Row]]:
+    """The phases ``repeats`` times over, rows renamed ``<name> #k`` from the second round on."""
+    out = list(phases)
+    for k in range(2, repeats + 1):
+        out += [[Row(f"{r.name} #{k}", r.model, r.gpus, list(r.args), r.paper_task) for r in phase] for phase in phases]
+    return out
+
+
+def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    args = parse_args()
+    args = parse_args(argv)
+    if args.dry_run:
+        for phase in repeated(rows_for(args, Path("<jpegs>"), REPO / ".data" / "token_cache"), args.repeats):
+            for r in phase:
+                if not args.only or any(w.lower() in r.name.lower() for w in args.only):
+                    log.info("CUDA_VISIBLE_DEVICES=%s mixbench run %s", r.gpus, " ".join(r.args))
+        return 0
     deadline = time.perf_counter() + args.budget
     shards = glob.glob(str(REPO / args.text) if not Path(args.text).is_absolute() else args.text)
     if not shards or not glob.glob(str(Path(shards[0]).parent / "*validation*")):
@@ -357,7 +376,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="multi_gpu-", dir=REPO / ".data" if (REPO / ".data").is_dir() else None))
     jpegs = work / "jpegs"
     write_jpegs(jpegs, args.vit_images, size=320)
-    phases = rows_for(args, jpegs, REPO / ".data" / "token_cache")
+    phases = repeated(rows_for(args, jpegs, REPO / ".data" / "token_cache"), args.repeats)
     if args.only:
         phases = [[r for r in phase if any(w.lower() in r.name.lower() for w in args.only)] for phase in phases]
     rows = [r for phase in phases for r in phase]

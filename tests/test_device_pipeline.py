@@ -258,7 +258,7 @@ def test_worker_nice_lowers_the_workers_priority(tmp_path):
 
     dm = ImageFolderDataModule(root=str(make_folder(tmp_path)), img_size=32, batch_size=2, num_workers=1, worker_nice=3)
     dm.setup()
-    init = dm.train_dataloader().worker_init_fn
+    init = dm.train_dataloader().loader.worker_init_fn  # the DataLoader inside the epoch-spanning loader
     loader = torch.utils.data.DataLoader(range(1), num_workers=1, worker_init_fn=init, collate_fn=lambda _: os.nice(0))
     assert next(iter(loader)) == os.nice(0) + 3
     with pytest.raises(ConfigError, match="worker_nice"):

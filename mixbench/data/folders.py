@@ -11,6 +11,7 @@ Layouts read from ``root``:
 workers decode and crop only (uint8) and runs flip, RandAugment, normalize and erasing on the training device;
 ``nvjpeg`` has the workers read the files only and decodes on the GPU too (:mod:`mixbench.data.device_pipeline`,
 applied in ``transfer_batch_to_device``; the workers' collate draws the batch's random augmentation parameters).
+``dali`` decodes and augments on the GPU with NVIDIA DALI (:mod:`mixbench.data.dali`, an optional extra).
 ``overlap`` runs that device half on a side CUDA stream; ``worker_nice`` lowers the workers' CPU priority so the
 process that drives the GPU is not starved when the workers use every core.
 """
@@ -29,13 +30,15 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..core.errors import ConfigError
+from .dali import RESUME_NOTE as DALI_RESUME_NOTE
 from .device_pipeline import CropGeometry, CroppedImages, DeviceImagePipeline, EncodedImages, WorkerCrop, collate_cropped, collate_encoded
+from .samplers import EpochSpanningBatches, EpochSpanningLoader, ResumableOrder, SeededSamples
 
 log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-PIPELINES = ("cpu", "gpu", "nvjpeg")
+PIPELINES = ("cpu", "gpu", "nvjpeg", "dali")
 
 
 def detect_layout(root: Path, train_dir: str, val_dir: str) -> str:
@@ -133,7 +136,7 @@ def _lower_priority(increment: int, worker_id: int) -> None:
     os.nice(increment)
 
 
-class ImageFolderDataModule(L.LightningDataModule):
+class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
     """Folder-per-class (or HF parquet) images through timm's ``create_transform``.
 
     Train: RandomResizedCrop(``img_size``, bicubic) + flip + RandAugment ``auto_augment`` + random erasing
@@ -142,6 +145,15 @@ class ImageFolderDataModule(L.LightningDataModule):
     the recipe batched on the training device) or ``nvjpeg`` (workers read bytes; all of it on the device).
     ``overlap`` (``gpu`` / ``nvjpeg``): the device half on a side CUDA stream, overlapping the running step.
     ``worker_nice``: added to the DataLoader workers' nice value (0: unchanged).
+
+    ``span_epochs`` (default): the training batches come from one DataLoader iterator that runs across epochs
+    (:class:`~mixbench.data.samplers.EpochSpanningLoader`), so the workers prefetch the next epoch's first batches
+    while the current one ends — no stall at epoch starts — and the order is this module's own (epoch ``e`` =
+    ``randperm(n, seed + e)``, each DDP rank a disjoint share), whose position is saved in checkpoints: a resumed run
+    continues mid-epoch exactly (each sample's random augmentation is seeded by seed, epoch and index:
+    :class:`~mixbench.data.samplers.SeededSamples`).  ``span_epochs=false``: a plain DataLoader per epoch (persistent workers, Lightning's
+    DistributedSampler); a resumed run then restarts its epoch's order.  ``prefetch_factor``: batches each worker
+    prepares ahead.
     """
 
     def __init__(
@@ -167,10 +179,20 @@ class ImageFolderDataModule(L.LightningDataModule):
         skip_bad_images: bool = False,
         overlap: bool = False,
         worker_nice: int = 0,
+        span_epochs: bool = True,
+        prefetch_factor: int = 2,
+        seed: int = 0,
     ):
         super().__init__()
+        if prefetch_factor < 1:
+            raise ConfigError(f"data.prefetch_factor={prefetch_factor}: each worker must prepare at least one batch ahead")
+        self.span_epochs, self.prefetch_factor, self.seed, self._resume = span_epochs, prefetch_factor, seed, None
         if pipeline not in PIPELINES:
             raise ConfigError(f"unknown data.pipeline={pipeline!r}; valid: {', '.join(PIPELINES)}")
+        if pipeline == "dali":
+            from .dali import import_dali
+
+            import_dali()  # one clear error, before any data is read, when DALI is not installed
         if worker_nice < 0:
             raise ConfigError(f"data.worker_nice={worker_nice}: only a non-negative increment (lower worker priority) is allowed")
         self.pipeline, self.skip_bad_images, self.overlap, self.worker_nice = pipeline, skip_bad_images, overlap, worker_nice
@@ -211,7 +233,7 @@ class ImageFolderDataModule(L.LightningDataModule):
 
     def transforms(self):
         """The workers' train / eval transforms."""
-        if self.pipeline == "nvjpeg":  # the workers only read the files
+        if self.pipeline in ("nvjpeg", "dali"):  # the workers only read the files; DALI reads them itself
             return None, None
         if self.pipeline == "gpu":  # the workers decode and crop
             return WorkerCrop(self.geometry(), train=True), WorkerCrop(self.geometry(), train=False)
@@ -267,6 +289,10 @@ class ImageFolderDataModule(L.LightningDataModule):
             "skip_bad_images": self.skip_bad_images,
             "overlap": self.overlap,
             "worker_nice": self.worker_nice,
+            "span_epochs": self.span_epochs,
+            "prefetch_factor": self.prefetch_factor,
+            "exact_resume": self.span_epochs and self.pipeline != "dali",
+            **({"resume_note": DALI_RESUME_NOTE} if self.pipeline == "dali" else {}),
             "bad_images_skipped": sum(getattr(d, "skipped", 0) for d in (self.train_set, self.val_set)),
             **{f"aug_{k}": v for k, v in self.aug.items()},
         }
@@ -283,18 +309,34 @@ class ImageFolderDataModule(L.LightningDataModule):
             return options | pin | {"collate_fn": collate_cropped(train, draw)}
         return options | {"collate_fn": collate_encoded(train, draw)}  # nvJPEG reads the encoded bytes from host memory
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(
-            self.train_set,
-            batch_size=self.batch_size,
-            shuffle=True,
-            drop_last=True,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            **self._loader_options(train=True),
-        )
+    def train_dataloader(self) -> DataLoader | EpochSpanningLoader:
+        if self.pipeline == "dali":
+            from .dali import dali_loader
+
+            return dali_loader(self, train=True)
+        workers = {"num_workers": self.num_workers}
+        if self.num_workers > 0:
+            workers |= {"persistent_workers": True, "prefetch_factor": self.prefetch_factor}
+        if not self.span_epochs:
+            return DataLoader(
+                self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True, **workers, **self._loader_options(train=True)
+            )
+        rank, world = self._rank_world()
+        batches = EpochSpanningBatches(len(self.train_set), self.batch_size, self.seed, rank, world, keyed=True)
+        if self._resume is not None:
+            epoch, consumed = self._resume
+            batches.start(epoch, consumed // self.batch_size)
+            self._resume = None
+        self.train_sampler = batches  # its epoch is the position ResumableOrder.state_dict saves
+        samples = SeededSamples(self.train_set, self.seed)  # each sample's augmentation seeded by (seed, epoch, index)
+        loader = DataLoader(samples, batch_sampler=batches, **workers, **self._loader_options(train=True))
+        return EpochSpanningLoader(loader, batches)
 
     def val_dataloader(self) -> DataLoader:
+        if self.pipeline == "dali":
+            from .dali import dali_loader
+
+            return dali_loader(self, train=False)
         return DataLoader(
             self.val_set, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers, **self._loader_options(train=False)
         )

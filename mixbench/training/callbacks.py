@@ -140,12 +140,18 @@ class TrialPruning(Callback):
 class ThroughputMonitor(Callback):
     """Logs ``perf/items_per_sec`` (tokens or images, all ranks), ``perf/flops_per_sec`` and ``perf/mfu``
     every ``every_n_steps`` optimizer steps; ``items_fn(batch)`` counts a micro-batch's items and
-    ``flops_per_item`` is the training FLOPs (forward + backward) of one item."""
+    ``flops_per_item`` is the training FLOPs (forward + backward) of one item.
+
+    ``summary["epochs"]``: per training epoch its steps, items (this rank × world size), seconds and items/s, the
+    seconds counted from the end of the previous epoch (so an epoch-start stall counts) without validation time."""
 
     def __init__(self, items_fn, flops_per_item: float | None, every_n_steps: int = 50):
         self.items_fn, self.flops_per_item, self.every = items_fn, flops_per_item, every_n_steps
         self.items, self.t0, self.last_step = 0, None, 0
         self.summary: dict = {}
+        self.epochs: list[dict] = []
+        self._epoch_t0 = self._epoch_items = self._epoch_steps = self._val_t0 = None
+        self._val_s = 0.0
 
     def _sync(self, trainer) -> None:
         if trainer.strategy.root_device.type == "cuda":
@@ -155,8 +161,31 @@ class ThroughputMonitor(Callback):
         name = torch.cuda.get_device_name() if trainer.strategy.root_device.type == "cuda" else "cpu"
         self.peak = peak_flops(name)
         self.device_name = name
+        self._epoch_t0, self._epoch_items, self._epoch_steps = time.perf_counter(), 0, 0
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._epoch_t0 is None:
+            return
+        self._sync(trainer)
+        now = time.perf_counter()
+        seconds = now - self._epoch_t0 - self._val_s
+        items = self._epoch_items * trainer.world_size
+        self.epochs.append(
+            {
+                "epoch": trainer.current_epoch,
+                "steps": self._epoch_steps,
+                "items": items,
+                "seconds": seconds,
+                "items_per_sec": items / seconds if seconds > 0 else None,
+            }
+        )
+        self.summary["epochs"] = self.epochs
+        self._epoch_t0, self._epoch_items, self._epoch_steps, self._val_s = now, 0, 0, 0.0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if self._epoch_t0 is not None:
+            self._epoch_items += self.items_fn(batch)
+            self._epoch_steps += 1
         if self.t0 is None:  # start timing after the first (compiling) step
             self._sync(trainer)
             self.t0, self.last_step = time.perf_counter(), trainer.global_step
@@ -173,8 +202,15 @@ class ThroughputMonitor(Callback):
             if self.peak:
                 metrics["perf/mfu"] = per_sec * self.flops_per_item / (self.peak * trainer.world_size)
         pl_module.log_dict(metrics, rank_zero_only=True)
-        self.summary = {**metrics, "device": self.device_name, "world_size": trainer.world_size}
+        self.summary = {**metrics, "device": self.device_name, "world_size": trainer.world_size, "epochs": self.epochs}
         self.items, self.t0, self.last_step = 0, time.perf_counter(), trainer.global_step
 
     def on_validation_start(self, trainer, pl_module) -> None:  # exclude evaluation: restart the window
         self.t0, self.items = None, 0
+        self._val_t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._val_t0 is not None and trainer.state.fn == "fit":
+            self._sync(trainer)
+            self._val_s += time.perf_counter() - self._val_t0
+        self._val_t0 = None

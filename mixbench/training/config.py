@@ -32,6 +32,7 @@ from ..core.project import config_choices, config_file
 from ..core.tasks import discover_tasks, get_task
 from ..data import get_datamodule_class
 from ..layers import NormSpec, get_placement
+from .compile import check_compile_settings, upgrade_compile
 from .loggers import logger_names
 from .optim import OPTIMIZERS
 from .precision import check_fp8_settings
@@ -47,6 +48,8 @@ RESERVED_TRAINER_KEYS = {
     "enable_checkpointing": "use checkpoint.every_n_steps=N",
     "use_distributed_sampler": "set by the model family's sampler policy",
 }
+# ``key=true|false`` for a group means this key of it (the group was a boolean setting once)
+BOOLEAN_SHORTHANDS = {"compile": "compile.enabled"}
 
 
 def _did_you_mean(word: str, options) -> str:
@@ -125,6 +128,8 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
         parsed = OmegaConf.to_container(OmegaConf.create({"v": yaml.safe_load(value) if value.strip() else ""}))["v"]
     except (yaml.YAMLError, OmegaConfBaseException) as err:
         raise ConfigError(f"cannot parse the value of {arg!r} as YAML ({one_line(err)}); quote it, e.g. {key}='\"text\"'") from None
+    if not add and key in BOOLEAN_SHORTHANDS and isinstance(parsed, bool):
+        key = BOOLEAN_SHORTHANDS[key]
     node, parts = cfg, key.split(".")
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
@@ -229,7 +234,9 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     cfg.model = {"name": model_name, **family.model_defaults(model_name)}
     cfg.norm = _norm_group(cfg.norm, cfg.choices.norm, root)
     cfg.data = _data_group(cfg.choices.data, root)
-    cfg = merge_strict(cfg, task.recipe, f"{task.path / 'task.yaml'} (recipe)")
+    recipe = dict(task.recipe)  # a plain mapping: its ${...} resolve against the whole config, later
+    upgrade_compile(recipe)
+    cfg = merge_strict(cfg, recipe, f"{task.path / 'task.yaml'} (recipe)")
     for arg in overrides:
         _apply_override(cfg, arg)
     try:
@@ -294,6 +301,7 @@ def validate(cfg: DictConfig) -> None:
     check_ranges(cfg)
     check_fp8_settings(cfg)
     check_strategy_settings(cfg)
+    check_compile_settings(cfg)
     spec = norm_spec(cfg)
     spec.plan(int(cfg.model.num_layers))
 
@@ -316,6 +324,8 @@ def load_run_config(run_dir: str | Path) -> DictConfig:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    cfg = OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), OmegaConf.load(path))
+    saved = OmegaConf.load(path)
+    upgrade_compile(saved)  # saved before compile.mode existed
+    cfg = OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), saved)
     get_task(cfg.task.name).load_plugin()
     return cfg

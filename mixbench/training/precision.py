@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..core.errors import ConfigError
+from .compile import compile_enabled
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,6 @@ def apply_fp8(cfg: DictConfig, model: nn.Module) -> dict | None:
         len(linears),
         ", ".join(kept) or "none",
     )
-    if not cfg.compile:
+    if not compile_enabled(cfg):
         log.warning("trainer.precision=fp8 without compile=true: torchao's float8 scaling is only fast when compiled")
     return {"recipe": cfg.fp8.recipe, "skip": skip, "converted": len(converted), "kept_bf16": kept}

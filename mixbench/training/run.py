@@ -27,6 +27,7 @@ from ..results.table import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, model_options
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
+from .compile import CudaGraphStepMarker, compile_model, upgrade_compile, uses_cudagraphs
 from .config import compose, norm_spec, runs_root
 from .gradnorm import GradNormMonitor
 from .loggers import build_loggers
@@ -90,6 +91,8 @@ def _same_run(folder: Path, cfg: DictConfig) -> bool:
         theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
     except (OSError, ValueError, TypeError):
         return False
+    upgrade_compile(theirs)  # saved before compile.mode existed
+    theirs["compile"] = {"mode": None, **theirs.get("compile", {})}
     ours = OmegaConf.to_container(cfg, resolve=True)
     for config in (theirs, ours):
         for key in LOCATION_KEYS:
@@ -318,11 +321,14 @@ def _run_locked(
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
         if (fp8 := apply_fp8(cfg, model)) is not None:
             record["fp8"] = fp8
-        if cfg.compile:
-            model.compile()
+        if (compiled := compile_model(cfg, model)) is not None:
+            record["compile"] = compiled
         module = build_lightning_module(cfg, model, datamodule)
         record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
-        trainer = build_trainer(cfg, run_dir, [divergence, throughput, history, *extra, *callbacks], block_class=type(model.blocks[0]))
+        markers = [CudaGraphStepMarker()] if uses_cudagraphs(cfg) else []
+        trainer = build_trainer(
+            cfg, run_dir, [divergence, throughput, history, *extra, *markers, *callbacks], block_class=type(model.blocks[0])
+        )
         trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint)
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]

@@ -1,0 +1,219 @@
+"""data.pipeline=dali: config, the one error when DALI is missing, the pipeline's settings and ops (through a recording
+stand-in for nvidia.dali), and — on the GPU machine with DALI installed — DALI against timm's transforms."""
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from mixbench.core.errors import ConfigError
+from mixbench.data.dali import INSTALL_HINT, dali_settings, parse_rand_augment
+from mixbench.data.folders import ImageFolderDataModule
+from mixbench.training.config import compose
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+
+@pytest.fixture(scope="module")
+def jpeg_root(tmp_path_factory):
+    from image_loader import write_jpegs
+
+    root = tmp_path_factory.mktemp("jpegs")
+    write_jpegs(root, 40, 64)
+    return root
+
+
+def test_the_option_composes():
+    cfg = compose(["task=in1k_vit_small", "data.pipeline=dali", "data.root=/data/imagenet"])
+    assert cfg.data.pipeline == "dali"
+
+
+def test_without_dali_one_error_names_the_install_command(monkeypatch, jpeg_root, tmp_path, caplog):
+    from mixbench.cli.app import main
+
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # import nvidia.dali raises ImportError
+    with pytest.raises(ConfigError, match=r'pip install -e "\.\[dali\]"'):
+        ImageFolderDataModule(root=str(jpeg_root), pipeline="dali")
+    args = ["run", "task=vit_tiny", "data=imagefolder", f"data.root={jpeg_root}", "data.pipeline=dali", f"results_dir={tmp_path}"]
+    assert main(args) == 2
+    assert INSTALL_HINT in caplog.text and not list(tmp_path.rglob("record.json"))
+
+
+def test_rand_augment_specs():
+    assert parse_rand_augment("rand-m9-mstd0.5-inc1") == {"n": 2, "m": 9, "mstd": 0.5, "inc": True}
+    assert parse_rand_augment("rand-n3-m7") == {"n": 3, "m": 7, "mstd": 0.0, "inc": False}
+    assert parse_rand_augment(None) is None
+    with pytest.raises(ConfigError, match="RandAugment"):
+        parse_rand_augment("v0")
+
+
+class FakeDali:
+    """A stand-in for nvidia.dali that records every op call (name, keyword arguments) a pipeline definition makes."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, dict]] = []
+        self.built: dict = {}
+
+    def op(self, name):
+        def call(*args, **kwargs):
+            self.calls.append((name, kwargs))
+            node = types.SimpleNamespace(gpu=lambda: "labels-on-gpu")
+            return (node, node) if name == "readers.file" else node
+
+        return call
+
+    def modules(self) -> dict:
+        fn = types.SimpleNamespace(
+            readers=types.SimpleNamespace(file=self.op("readers.file")),
+            decoders=types.SimpleNamespace(image_random_crop=self.op("decoders.image_random_crop"), image=self.op("decoders.image")),
+            random=types.SimpleNamespace(coin_flip=self.op("random.coin_flip")),
+            resize=self.op("resize"),
+            flip=self.op("flip"),
+            crop_mirror_normalize=self.op("crop_mirror_normalize"),
+        )
+        dtypes = types.SimpleNamespace(RGB="RGB", FLOAT="FLOAT", INTERP_CUBIC="cubic", INTERP_LINEAR="linear")
+
+        def pipeline_def(enable_conditionals=False):
+            def wrap(definition):
+                def make(**kwargs):
+                    self.built = {"enable_conditionals": enable_conditionals, **kwargs, "outputs": definition()}
+                    return self.built
+
+                return make
+
+            return wrap
+
+        dali = types.ModuleType("nvidia.dali")
+        dali.fn, dali.types, dali.pipeline_def = fn, dtypes, pipeline_def
+        rand_augment = types.ModuleType("nvidia.dali.auto_aug.rand_augment")
+        rand_augment.rand_augment = self.op("rand_augment")
+        plugin = types.ModuleType("nvidia.dali.plugin.pytorch")
+        plugin.DALIGenericIterator, plugin.LastBatchPolicy = object, types.SimpleNamespace(DROP="drop", PARTIAL="partial")
+        return {"nvidia.dali": dali, "nvidia.dali.auto_aug.rand_augment": rand_augment, "nvidia.dali.plugin.pytorch": plugin}
+
+
+def setup_module_with_fake(monkeypatch, jpeg_root, **options) -> tuple[ImageFolderDataModule, FakeDali]:
+    fake = FakeDali()
+    for name, module in fake.modules().items():
+        monkeypatch.setitem(sys.modules, name, module)
+    dm = ImageFolderDataModule(root=str(jpeg_root), pipeline="dali", batch_size=8, eval_batch_size=10, num_workers=3, seed=5, **options)
+    dm.setup()
+    return dm, fake
+
+
+def test_train_pipeline_is_built_with_the_recipe_and_this_ranks_shard(monkeypatch, jpeg_root):
+    from mixbench.data.dali import build_pipeline
+
+    dm, fake = setup_module_with_fake(monkeypatch, jpeg_root)
+    settings = dali_settings(dm, list(dm.train_set.samples), train=True, rank=1, world=2, device_id=1)
+    assert settings.files == tuple(p for p, _ in dm.train_set.samples) and len(settings.files) == 40
+    assert (settings.shard_id, settings.num_shards, settings.device_id, settings.batch_size) == (1, 2, 1, 8)
+    assert settings.rand_augment == {"n": 2, "m": 9, "mstd": 0.5, "inc": True} and settings.resize_shorter == 256
+    built = build_pipeline(settings)
+    assert built["enable_conditionals"] and (built["batch_size"], built["device_id"], built["num_threads"]) == (8, 1, 3)
+    calls = dict(fake.calls)
+    assert [name for name, _ in fake.calls] == [
+        "readers.file",
+        "decoders.image_random_crop",
+        "resize",
+        "random.coin_flip",
+        "flip",
+        "rand_augment",
+        "crop_mirror_normalize",
+    ]
+    reader = calls["readers.file"]
+    assert (reader["shard_id"], reader["num_shards"], reader["shuffle_after_epoch"]) == (1, 2, True)
+    assert calls["decoders.image_random_crop"]["device"] == "mixed"
+    assert calls["decoders.image_random_crop"]["random_area"] == [0.08, 1.0]
+    assert calls["resize"]["size"] == [224, 224] and calls["resize"]["interp_type"] == "cubic"
+    assert calls["random.coin_flip"]["probability"] == 0.5
+    assert (calls["rand_augment"]["n"], calls["rand_augment"]["m"], calls["rand_augment"]["monotonic_mag"]) == (2, 9, True)
+    assert calls["crop_mirror_normalize"]["mean"] == pytest.approx([0.485 * 255, 0.456 * 255, 0.406 * 255])
+
+
+def test_eval_pipeline_resizes_and_center_crops(monkeypatch, jpeg_root):
+    from mixbench.data.dali import build_pipeline
+
+    dm, fake = setup_module_with_fake(monkeypatch, jpeg_root, auto_augment=None, crop_pct=0.9)
+    settings = dali_settings(dm, list(dm.val_set.samples), train=False, rank=0, world=1, device_id=0)
+    build_pipeline(settings)
+    calls = dict(fake.calls)
+    assert "rand_augment" not in calls and calls["readers.file"]["shuffle_after_epoch"] is False
+    assert calls["resize"]["resize_shorter"] == 248  # floor(224 / 0.9)
+    assert calls["crop_mirror_normalize"]["crop"] == [224, 224]
+    assert dm.describe()["exact_resume"] is False and "restarts" in dm.describe()["resume_note"]
+
+
+# ----------------------------------------------------------------------------------------------- on the GPU machine
+
+
+def dali_loader_on_gpu(dm, train: bool):
+    from mixbench.data.dali import DaliLoader
+
+    samples = list((dm.train_set if train else dm.val_set).samples)
+    return DaliLoader(dali_settings(dm, samples, train, 0, 1, 0), dm.aug["re_prob"] if train else 0.0)
+
+
+@pytest.mark.gpu
+def test_dali_eval_matches_timms_eval_transform(jpeg_root):
+    """Deterministic ops: resize the short side (cubic, antialiased) → center crop → normalize, DALI (GPU decode) against
+    timm's eval transform (PIL) image by image: mean absolute difference below 0.06 in normalized units (JPEG decoders
+    and cubic filters differ by a few grey levels)."""
+    pytest.importorskip("nvidia.dali", reason=INSTALL_HINT)
+    from PIL import Image
+
+    dm = ImageFolderDataModule(root=str(jpeg_root), pipeline="dali", eval_batch_size=10, img_size=224, auto_augment=None)
+    dm.setup()
+    _, timm_eval = ImageFolderDataModule(root=str(jpeg_root), img_size=224).transforms()
+    images, labels = next(iter(dali_loader_on_gpu(dm, train=False)))
+    for i, (path, label) in enumerate(list(dm.val_set.samples)[:10]):
+        reference = timm_eval(Image.open(path).convert("RGB"))
+        assert int(labels[i]) == label
+        assert (images[i].cpu() - reference).abs().mean() < 0.06
+
+
+@pytest.mark.gpu
+def test_dali_train_batches_have_the_recipes_statistics(jpeg_root):
+    """Random ops: a DALI train batch and a timm train batch of the same folder agree in shape, value range and per-channel
+    mean / std within 0.25 (RandAugment, erasing and crops are random, so only the statistics can be compared)."""
+    pytest.importorskip("nvidia.dali", reason=INSTALL_HINT)
+    dm = ImageFolderDataModule(root=str(jpeg_root), pipeline="dali", batch_size=32)
+    dm.setup()
+    images, labels = next(iter(dali_loader_on_gpu(dm, train=True)))
+    assert images.shape == (32, 3, 224, 224) and images.is_cuda and labels.shape == (32,)
+    cpu = ImageFolderDataModule(root=str(jpeg_root), batch_size=32, num_workers=0)
+    cpu.setup()
+    reference = torch.stack([cpu.train_set[i][0] for i in range(32)])
+    for stat in (lambda x: x.mean(dim=(0, 2, 3)), lambda x: x.std(dim=(0, 2, 3))):
+        assert (stat(images.float().cpu()) - stat(reference)).abs().max() < 0.25
+
+
+@pytest.mark.gpu
+def test_a_dali_run_records_that_resume_is_not_exact(jpeg_root, tmp_path):
+    pytest.importorskip("nvidia.dali", reason=INSTALL_HINT)
+    from mixbench.cli.app import main
+
+    args = [
+        "run",
+        "task=vit_tiny",
+        "data=imagefolder",
+        f"data.root={jpeg_root}",
+        "data.pipeline=dali",
+        "data.batch_size=8",
+        "model.num_classes=null",
+        "model.img_size=null",
+        "trainer.max_steps=6",
+        "trainer.max_epochs=null",
+        "trainer.limit_val_batches=2",
+        "trainer.enable_progress_bar=false",
+        "divergence.unigram_floor=false",
+        "save_weights=false",
+        f"results_dir={tmp_path}",
+    ]
+    assert main(args) == 0
+    (record,) = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
+    assert record["status"] == "completed" and record["steps"] == 6
+    assert record["dataset"]["pipeline"] == "dali" and record["dataset"]["exact_resume"] is False

@@ -1,0 +1,81 @@
+"""The issue-21 device benches, on CPU: their `mixbench run` arguments compose (no config error on the GPU machine), and
+their parsing and arithmetic (timm's log lines, epoch averages, fp8 seed pairs)."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+from mixbench.training.config import compose
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+
+def test_vit_e2e_and_timm_peer_arguments_compose(tmp_path):
+    import timm_peer
+    import vit_e2e
+
+    args = vit_e2e.parse_args([])
+    for pipeline in ("cpu", "dali"):
+        cfg = compose(vit_e2e.run_args(args, tmp_path, "mix", pipeline))
+        assert cfg.data.pipeline == pipeline and cfg.compile.mode == "default" and cfg.norm.placement == "mix"
+        assert compose(timm_peer.mixbench_args(timm_peer.parse_args([]), tmp_path, pipeline)).data.batch_size == 256
+
+
+def test_fp8_pair_arguments_compose():
+    import fp8_pairs
+
+    cfg = compose(["task=c4_llama_350m", "trainer.precision=fp8", "fp8.recipe=tensorwise", "seed=2", "compile=true"])
+    assert cfg.trainer.precision == "fp8" and cfg.model.name == "llama_350m"
+    assert fp8_pairs.parse_args([]).seeds == [0, 1, 2]
+
+
+def test_timm_log_lines_give_each_epochs_average_rate():
+    import timm_peer
+
+    log = "\n".join(
+        f"Train: {e} [{i:>4d}/32 ({100 * (i + 1) / 32:>3.0f}%)]  Loss: 6.9 (6.9)  "
+        f"Time: 0.12s, 2100.00/s  ({0.1 + e:.3f}s, {r:>7.2f}/s)  LR: 1e-3"
+        for e, (i, r) in enumerate([(31, 1500.0), (31, 1900.5)])
+    )
+    assert timm_peer.timm_epoch_rates(log) == {0: (32, 1500.0), 1: (32, 1900.5)}
+
+
+def test_epoch_average_skips_the_first_epoch():
+    from device_runs import epoch_average
+
+    record = {
+        "throughput": {
+            "epochs": [{"items": 100, "seconds": 10.0, "steps": 4, "items_per_sec": 10.0}]
+            + [
+                {"items": 100, "seconds": 1.0, "steps": 4, "items_per_sec": 100.0},
+                {"items": 100, "seconds": 3.0, "steps": 4, "items_per_sec": 33.3},
+            ]
+        }
+    }
+    average = epoch_average(record)
+    assert average["items_per_sec"] == pytest.approx(50.0) and average["steps_per_epoch"] == 4 and average["epochs_timed"] == 2
+
+
+def test_fp8_pairs_summary_pays_only_when_faster_and_inside_the_noise():
+    import fp8_pairs
+
+    def runs(speed: float, shift: float):
+        return [
+            {
+                "seed": s,
+                "precision": p,
+                "status": "completed",
+                "tokens_per_sec": 100.0 * (speed if p == "fp8" else 1.0),
+                "val_loss": 3.0 + 0.02 * s + (shift if p == "fp8" else 0.0),
+            }
+            for s in range(3)
+            for p in fp8_pairs.PRECISIONS
+        ]
+
+    fast = fp8_pairs.summary("llama_1b", runs(1.3, 0.01))
+    assert fast["pairs"] == 3 and fast["speed_ratio"] == pytest.approx(1.3) and fast["loss_diff"] == pytest.approx(0.01) and fast["pays"]
+    assert not fp8_pairs.summary("llama_1b", runs(1.1, 0.01))["pays"]
+    assert not fp8_pairs.summary("llama_1b", runs(1.3, 0.2))["pays"]
+    assert isinstance(fp8_pairs.parse_args(["--models", "llama_1b"]), argparse.Namespace)
