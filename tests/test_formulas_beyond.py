@@ -179,7 +179,14 @@ def test_qk_norm_head_on_vit_uses_timms_own_slots():
 
 # ------------------------------------------------------------------------------------------------ whole models
 @pytest.mark.parametrize(
-    "norm", [*NEW, NormSpec(placement="peri", options={"embed_norm": True}), NormSpec(placement="reordered", qk_norm="full")], ids=label
+    "norm",
+    [
+        *NEW,
+        NormSpec(placement="peri", options={"embed_norm": True}),
+        NormSpec(placement="reordered", qk_norm="full"),
+        NormSpec(placement="dyt", options={"dyt_embed_gain": True}),
+    ],
+    ids=label,
 )
 def test_llama_logits_match_formula(norm, rng):
     model = build("llama", norm)
@@ -188,6 +195,10 @@ def test_llama_logits_match_formula(norm, rng):
     ids = torch.randint(0, model.cfg.vocab_size, (2, 9), generator=rng)
     cos, sin = model.rope_cos[:9], model.rope_sin[:9]
     x = model.embed.weight[ids]
+    if spec.options.get("dyt_embed_gain"):  # DyT's LLaMA code: embeddings × a learnable scalar initialised to √d
+        x = x * math.sqrt(model.cfg.hidden_size)
+    else:
+        assert model.embed_gain is None
     if spec.options.get("embed_norm"):
         x = rms_norm(x, model.embed_norm.weight)
     else:
@@ -315,6 +326,31 @@ def test_dyt_replaces_every_norm_with_alpha0_per_position(family):
         NormSpec(placement="dyt", kind="layernorm")
     with pytest.raises(NormConfigError, match="positive number"):
         NormSpec(placement="dyt", options={"dyt_alpha_mlp": -1.0})
+
+
+@pytest.mark.parametrize("family", ["llama", "vit"])
+def test_dyt_embed_gain_is_a_learnable_sqrt_d_on_llama_only(family, rng):
+    off, on = build(family, "dyt"), build(family, NormSpec(placement="dyt", options={"dyt_embed_gain": True}))
+    assert off.norm_spec.option("dyt_embed_gain") is False and on.norm_spec.label() == "dyt+embed_gain"
+    if family == "vit":  # the DyT ViT code has no such scalar: the option changes nothing there
+        assert list(on.state_dict()) == list(off.state_dict())
+        return
+    assert off.embed_gain is None and "embed_gain" not in off.state_dict()
+    assert set(on.state_dict()) - set(off.state_dict()) == {"embed_gain"}
+    d = on.cfg.hidden_size
+    assert on.embed_gain.requires_grad and on.embed_gain.item() == pytest.approx(math.sqrt(d))
+    with torch.no_grad():
+        on.embed_gain.fill_(0.0)
+    on.reset_parameters()  # re-initialised with the model
+    assert on.embed_gain.item() == pytest.approx(math.sqrt(d))
+    ids = torch.randint(0, on.cfg.vocab_size, (2, 5), generator=rng)
+    torch.testing.assert_close(on.embed_tokens(ids), on.embed.weight[ids] * math.sqrt(d))
+    on(ids, labels=ids).backward()
+    assert on.embed_gain.grad is not None and on.embed_gain.grad.abs().item() > 0
+    with pytest.raises(NormConfigError, match="true or false"):
+        NormSpec(placement="dyt", options={"dyt_embed_gain": 1})
+    with pytest.raises(NormConfigError, match="unknown norm option"):
+        NormSpec(placement="pre", options={"dyt_embed_gain": True})
 
 
 def test_hybrid_rejects_full_qk_norm_and_accepts_head():

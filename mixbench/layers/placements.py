@@ -108,6 +108,11 @@ class Placement:
         """Whether the model normalises the embedding output before the first block (Peri-LN's ``norm.embed_norm``)."""
         return False
 
+    def embed_gain(self, spec, dim: int) -> float | None:
+        """Initial value of a learnable scalar that LLaMA multiplies its token embeddings by (DyT's ``norm.dyt_embed_gain``:
+        √d, as the DyT LLaMA code's ``shared_scale``), or ``None`` for none.  ViT has no such scalar."""
+        return None
+
 
 class BlockPlacement(Placement):
     """A placement that is also a per-block rule (the two sub-layers of one block)."""
@@ -459,19 +464,30 @@ class DynamicTanh(BlockPlacement):
     final norm too (and q/k norms of ``norm.qk_norm``); a ``dyt`` block inside ``norm.layers`` replaces its own
     norms only.  α is one learnable scalar per norm, initialised per position (``norm.dyt_alpha_attn`` for the
     attention-input norm and any q/k norm, ``norm.dyt_alpha_mlp``, ``norm.dyt_alpha_final``); γ = 1, β = 0.
-    LLaMA has no β (the paper's LLaMA code), ViT has one (jiachenzhu/DyT ``convert_ln_to_dyt``)."""
+    LLaMA has no β (the paper's LLaMA code), ViT has one (jiachenzhu/DyT ``convert_ln_to_dyt``).
+
+    ``norm.dyt_embed_gain`` (LLaMA only, off by default): multiply the token embeddings by a learnable scalar initialised
+    to √d, as the DyT LLaMA code does (jiachenzhu/DyT ``other_tasks/LLaMA/fms_fsdp/models/llama.py``: ``shared_scale``).
+    Without it the N(0, 0.02) embeddings enter ``tanh(α x)`` in its linear range: every branch input is ~0.01 RMS, and the
+    branch outputs, the logits (std ~0.005 at init) and every block's gradient are ~10³ × smaller than Pre-LN's."""
 
     name, summary = "dyt", "pre-LN with every norm → γ ⊙ tanh(α x) + β — DyT (Zhu et al., CVPR 2025)"
     # 0.5: the paper's ViT value; the paper gives LLaMA values only from 7B up (attn / MLP / final 0.8 / 0.2 / 0.2
     # at 7B), so small LLaMAs use 0.5 too until swept.
-    options = {"dyt_alpha_attn": 0.5, "dyt_alpha_mlp": 0.5, "dyt_alpha_final": 0.5}
+    options = {"dyt_alpha_attn": 0.5, "dyt_alpha_mlp": 0.5, "dyt_alpha_final": 0.5, "dyt_embed_gain": False}
+    alpha_options: ClassVar[tuple[str, ...]] = ("dyt_alpha_attn", "dyt_alpha_mlp", "dyt_alpha_final")
 
     def alphas(self, spec) -> tuple[float, float, float]:
         """α0 of the attention, MLP and final norms (a ``dyt`` block of ``norm.layers`` uses the defaults)."""
-        return tuple(float(spec.options.get(key, default)) for key, default in self.options.items())
+        return tuple(float(spec.options.get(key, self.options[key])) for key in self.alpha_options)
+
+    def embed_gain(self, spec, dim):
+        return math.sqrt(dim) if spec.options.get("dyt_embed_gain", False) else None
 
     def validate(self, spec):
-        for key in self.options:
+        if not isinstance(spec.option("dyt_embed_gain"), bool):
+            raise NormConfigError(f"norm.dyt_embed_gain must be true or false, got {spec.option('dyt_embed_gain')!r}")
+        for key in self.alpha_options:
             value = spec.option(key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise NormConfigError(f"norm.{key} must be a positive number, got {value!r}")
@@ -491,6 +507,7 @@ class DynamicTanh(BlockPlacement):
 
     def label(self, spec):
         alphas = self.alphas(spec)
-        if alphas == tuple(float(v) for v in self.options.values()):
-            return self.name
-        return self.name + "(α0=" + "/".join(f"{a:g}" for a in alphas) + ")"
+        name = self.name
+        if alphas != tuple(float(self.options[key]) for key in self.alpha_options):
+            name += "(α0=" + "/".join(f"{a:g}" for a in alphas) + ")"
+        return name + ("+embed_gain" if spec.options.get("dyt_embed_gain", False) else "")

@@ -183,10 +183,11 @@ class LlamaBlock(PlacedResidual, nn.Module):
 
 
 class Llama(nn.Module):
-    """Token embedding (→ optional embedding norm) → L placed blocks → optional final norm → untied LM head.
+    """Token embedding (→ optional learnable gain → optional embedding norm) → L placed blocks → optional final norm → untied LM head.
 
     The norms come from the placement's norm factory (the ``norm.kind`` norm, or DyT for ``norm=dyt``); the
-    embedding norm ``embed_norm`` (Peri-LN's ``norm.embed_norm``) exists only when on, after ``scaled_embed``.
+    embedding norm ``embed_norm`` (Peri-LN's ``norm.embed_norm``) exists only when on, after ``scaled_embed``; so does
+    the learnable scalar ``embed_gain`` (DyT's ``norm.dyt_embed_gain``, initialised to √d, before the embedding norm).
     """
 
     forward_computes_loss = True  # forward(input_ids, labels=...) returns the summed cross-entropy
@@ -200,6 +201,8 @@ class Llama(nn.Module):
         self.embed_scale = cfg.hidden_size**0.5 if norm.scaled_embed else 1.0
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_norm = make_norm(cfg.hidden_size, position="embed") if placement.wants_embed_norm(norm) else None
+        self.embed_gain_init = placement.embed_gain(norm, cfg.hidden_size)  # DyT's learnable √d (norm.dyt_embed_gain)
+        self.embed_gain = nn.Parameter(torch.empty(1)) if self.embed_gain_init is not None else None
         self.blocks = nn.ModuleList(LlamaBlock(cfg, norm, i, make_norm) for i in range(cfg.num_layers))
         self.norm = make_norm(cfg.hidden_size, position="final") if norm.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
@@ -222,6 +225,8 @@ class Llama(nn.Module):
                 nn.init.ones_(module.weight)
             elif isinstance(module, DyT):
                 module.reset_parameters()
+        if self.embed_gain is not None:
+            self.embed_gain.fill_(self.embed_gain_init)
         if self.norm_spec.scaled_init:
             scaled_init_([w for b in self.blocks for w in (b.attn.proj.weight, b.mlp.fc2.weight)], self.cfg.init_std, self.cfg.num_layers)
         init_placements_(self.blocks)
@@ -238,10 +243,12 @@ class Llama(nn.Module):
         return ("score.weight",) if self.score is not None else ()
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Token embeddings (× ``embed_scale``, then the embedding norm where the placement has one)."""
+        """Token embeddings (× ``embed_scale``, × the learnable ``embed_gain``, then the embedding norm, each where on)."""
         x = self.embed(input_ids)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
+        if self.embed_gain is not None:
+            x = x * self.embed_gain
         if self.embed_norm is not None:
             x = self.embed_norm(x)
         return x
