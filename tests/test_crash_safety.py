@@ -1,5 +1,6 @@
 """Crash-safe runs: SIGKILL at several moments, `resume=auto`, and the uninterrupted run's result exactly."""
 
+import csv
 import json
 import logging
 import os
@@ -166,3 +167,40 @@ def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_re
     resumed = record(run_dir)
     assert resumed["status"] == "completed" and resumed["steps"] == 8 and "preempted" not in resumed
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
+
+
+def test_a_run_resumed_mid_epoch_keeps_every_later_epoch_whole(tmp_path):
+    """A text run of several epochs, killed in its first epoch and resumed, gives the uninterrupted run's validations
+    (same steps, same epochs) and result exactly: the resumed loader keeps the whole epoch's length."""
+    import gzip
+
+    words = "the quick brown fox jumps over a lazy dog while seven wise owls watch the quiet river run".split()
+    corpus = tmp_path / "tiny-train.00000-of-00001.json.gz"
+    with gzip.open(corpus, "wt") as f:
+        for i in range(10):  # ~80 packed windows of 16 tokens: 20 batches of 4 an epoch
+            text = " ".join(words[(i * 7 + k) % len(words)] for k in range(60))
+            f.write(json.dumps({"text": text, "url": f"doc{i}", "timestamp": "2026"}) + "\n")
+    with gzip.open(tmp_path / "tiny-validation.00000-of-00001.json.gz", "wt") as f:
+        f.write(json.dumps({"text": " ".join(words * 3), "url": "val", "timestamp": "2026"}) + "\n")
+    args = [
+        *COMMON,
+        f"data.path={tmp_path}/tiny-train.*.json.gz",
+        "data.tokenizer=embedded",
+        "trainer.max_steps=40",
+        "trainer.val_check_interval=null",
+        "trainer.check_val_every_n_epoch=1",
+        "trainer.limit_val_batches=2",
+    ]
+    assert main(["run", *args, f"run_dir={tmp_path / 'whole'}"]) == 0
+    done = interrupt("step", 3, tmp_path / "cut", *args[len(COMMON) :])
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert main(["run", *args, f"run_dir={tmp_path / 'cut'}", "resume=auto"]) == 0
+
+    def validations(run_dir):
+        with open(run_dir / "logs" / "metrics.csv") as f:
+            return [(row["epoch"], row["step"]) for row in csv.DictReader(f) if row.get("val/loss")]
+
+    whole, cut = record(tmp_path / "whole"), record(tmp_path / "cut")
+    assert record(tmp_path / "whole")["dataset"]["num_train_sequences"] // 4 >= 10  # several epochs in 40 steps
+    assert validations(tmp_path / "cut") == validations(tmp_path / "whole")
+    assert cut["metrics"]["val/loss"] == whole["metrics"]["val/loss"]

@@ -18,7 +18,7 @@ from ..core.errors import ConfigError
 class EpochShuffleSampler(Sampler[int]):
     """Epoch ``e`` visits ``randperm(n, seed + e)``; rank ``r`` of ``w`` takes positions r, r+w, ...
     of its first ``n - n % w`` entries (equal counts on every rank).  ``start`` skips the first
-    indices of the current epoch — used to resume a run where it stopped."""
+    indices of the current epoch — used to resume a run where it stopped (``len`` stays the whole epoch's)."""
 
     def __init__(self, n: int, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True):
         if n < world_size:
@@ -46,7 +46,10 @@ class EpochShuffleSampler(Sampler[int]):
         yield from self.indices()[self.start :]
 
     def __len__(self) -> int:
-        return (self.n - self.n % self.world_size) // self.world_size - self.start
+        """The whole epoch's count, also while a resumed epoch yields only what follows ``start``: Lightning sizes
+        every epoch of a fit from the loader's first length (and counts the resumed epoch's batches from its
+        checkpoint), so a shortened length would cut every later epoch short."""
+        return (self.n - self.n % self.world_size) // self.world_size
 
 
 class ShardSampler(Sampler[int]):
