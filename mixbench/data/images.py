@@ -44,6 +44,12 @@ def stratified_split(labels: np.ndarray, val_per_class: int, seed: int = 0) -> t
     return np.sort(train), np.sort(val)
 
 
+CIFAR_RESUME_NOTE = (
+    "a run resumed mid-epoch draws a new shuffle and new augmentations for the rest of that epoch "
+    "(DataLoader shuffle=True): not the uninterrupted run's order; resumes at epoch boundaries are unaffected"
+)
+
+
 class CifarArrayDataModule(L.LightningDataModule):
     """CIFAR-10 images held in memory.
 
@@ -110,6 +116,8 @@ class CifarArrayDataModule(L.LightningDataModule):
             "path": str(self.path),
             "image_size": self.img_size,
             "train_augmentation": "random crop (pad 4) + horizontal flip" if self.augment else "none",
+            "exact_resume": False,
+            "resume_note": CIFAR_RESUME_NOTE,
         }
 
     def train_dataloader(self) -> DataLoader:
