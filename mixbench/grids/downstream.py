@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..core.settings import flat_settings
 from ..evaluation.formats import GENERATE_TASKS, TABLE2_TASKS
 from ..evaluation.report import seeds_report, task_floors
 from ..evaluation.runner import evaluate, resolve_sources
@@ -162,16 +163,10 @@ def _variant(args: list[str]) -> str:
 # --------------------------------------------------------------------------- finding finished stages
 
 
-def _flat(tree, prefix: str = "") -> dict:
-    if isinstance(tree, dict):
-        return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): tree}
-
-
 def same_settings(recorded: dict, composed: dict) -> bool:
     """Every setting ``recorded`` holds (except where results go) has the same value in ``composed``."""
-    new = _flat(composed)
-    old = _flat(recorded)
+    new = flat_settings(composed)
+    old = flat_settings(recorded)
     skip = set(VOLATILE)
     if old.get("data.tokenizer") == old.get("init_from"):
         skip.add("data.tokenizer")  # fine-tuning: the pretraining run's folder

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError, MixbenchError
+from ..core.settings import flat_settings
 from . import stats
 
 SCHEMA = "mixbench.result/1"
@@ -319,15 +320,6 @@ NOT_RECIPE = (
 )
 
 
-def _leaves(tree, prefix: str = "") -> dict:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out = {}
-    for key, value in tree.items():
-        out.update(_leaves(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
-    return out
-
-
 def _is_recipe(key: str) -> bool:
     return not any(key == k or key.startswith(k + ".") for k in NOT_RECIPE)
 
@@ -337,7 +329,7 @@ def annotate_recipes(records: list[dict]) -> list[dict]:
     that differ between runs of one norm in one column, so that such runs get columns of their own instead of being
     averaged as if they were seeds of one configuration.  Settings that differ only between norms (a placement's own
     options) do not split a column; a setting a record lacks (written before it existed) is left out of its label."""
-    settings = [{k: v for k, v in _leaves(r.get("config") or {}).items() if _is_recipe(k)} for r in records]
+    settings = [{k: v for k, v in flat_settings(r.get("config") or {}).items() if _is_recipe(k)} for r in records]
     varying: dict[str, set[str]] = {}  # base column → settings that differ inside one of its cells
     cells: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(records):

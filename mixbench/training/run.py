@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.errors import ConfigError
 from ..core.families import get_family
+from ..core.settings import flat_settings
 from ..core.tasks import get_task
 from ..layers.placements import plan_summary
 from ..models import build_model, model_defaults
@@ -63,50 +65,31 @@ def finished_record(run_dir: Path) -> dict | None:
 LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm")  # where and how a run runs, not what it is
 
 
-def _differences(theirs, ours, path: tuple = ()):
-    """The paths where two config trees differ, each with whether the stored config (``theirs``) has it."""
-    if isinstance(theirs, dict) and isinstance(ours, dict):
-        for key in sorted(theirs.keys() | ours.keys(), key=str):
-            if key not in theirs:
-                yield (*path, key), False
-            elif key not in ours:
-                yield (*path, key), True
-            else:
-                yield from _differences(theirs[key], ours[key], (*path, key))
-    elif theirs != ours:
-        yield path, True
-
-
-def _lookup(tree, path: tuple):
-    for key in path:
-        tree = tree[key]
-    return tree
-
-
-def _same_run(folder: Path, cfg: DictConfig) -> bool:
+def _same_run(folder: Path, cfg: DictConfig, defaults) -> bool:
     """Whether ``folder`` holds a run of exactly ``cfg`` (the run-location settings aside: a results folder that was
     moved or renamed still resumes).  A setting added to mixbench after that run was made (absent from its
-    ``config.yaml``) matches while ``cfg`` holds the setting's default: the older code behaved as the default does."""
+    ``config.yaml``) matches while ``cfg`` holds the setting's default (``defaults()``: the flat settings of ``cfg``'s
+    group choices): the older code behaved as the default does."""
     try:
         theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
     except (OSError, ValueError, TypeError):
         return False
     upgrade_compile(theirs)  # saved before compile.mode existed
-    theirs["compile"] = {"mode": None, **theirs.get("compile", {})}
     ours = OmegaConf.to_container(cfg, resolve=True)
     for config in (theirs, ours):
         for key in LOCATION_KEYS:
             config.pop(key, None)
-    differences = list(_differences(theirs, ours))
-    if any(in_theirs for _, in_theirs in differences):
+    theirs, ours = flat_settings(theirs), flat_settings(ours)
+    if any(key not in ours or ours[key] != value for key, value in theirs.items()):
         return False
-    if not differences:
+    added = [key for key in ours if key not in theirs]
+    if not added:
         return True
     try:
-        defaults = OmegaConf.to_container(compose([f"{k}={v}" for k, v in cfg.choices.items()]), resolve=True)
-        return all(_lookup(ours, path) == _lookup(defaults, path) for path, _ in differences)
+        default = defaults()
     except (ConfigError, KeyError, TypeError):  # e.g. a project's task (not composable from here)
         return False
+    return all(key in default and ours[key] == default[key] for key in added)
 
 
 def _runs_parent(cfg: DictConfig, label: str) -> Path:
@@ -117,7 +100,10 @@ def _runs_parent(cfg: DictConfig, label: str) -> Path:
 def existing_run(cfg: DictConfig, label: str) -> Path | None:
     """The folder under ``results_dir`` holding a run of exactly ``cfg``: a finished one before an unfinished one
     (the newest); None when there is none.  Creates nothing."""
-    same = [p for p in sorted(_runs_parent(cfg, label).glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg)]
+    defaults = functools.cache(
+        lambda: flat_settings(OmegaConf.to_container(compose([f"{k}={v}" for k, v in cfg.choices.items()]), resolve=True))
+    )
+    same = [p for p in sorted(_runs_parent(cfg, label).glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg, defaults)]
     finished = [p for p in same if finished_record(p) is not None]
     return finished[0] if finished else (same[-1] if same else None)
 
