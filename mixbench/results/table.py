@@ -346,6 +346,12 @@ def annotate_recipes(records: list[dict]) -> list[dict]:
     return records
 
 
+def with_recipes(records: list[dict]) -> list[dict]:
+    """``records`` as :func:`load_records` returns them (``_recipe`` set); records built elsewhere are annotated as
+    copies."""
+    return records if all("_recipe" in r for r in records) else annotate_recipes([dict(r) for r in records])
+
+
 def _base_column_key(record: dict) -> str:
     return f"{record['task']} · {model_label(record)} · {dataset_name(record)} [{record['scale']}]"
 
@@ -423,8 +429,7 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
         raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
     groups: dict[tuple[str, str], list[dict]] = {}
     metric_of, hib, info = {}, {}, {}
-    if any("_recipe" not in r for r in records):
-        records = annotate_recipes([dict(r) for r in records])
+    records = with_recipes(records)
     for r in records:
         col = column_key(r)
         metric_of.setdefault(col, r["primary_metric"]["name"])
@@ -749,6 +754,7 @@ RUN_FIELDS = (
 
 def _repeat_index(records: list[dict]) -> list[int]:
     """For each record, how many earlier records (by ``started_at``) share its norm, column and seed: 0 = the first."""
+    records = with_recipes(records)
     order = sorted(range(len(records)), key=lambda i: _time_order(records[i]))
     seen: dict = {}
     index = [0] * len(records)
