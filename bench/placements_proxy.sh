@@ -24,7 +24,7 @@ OUT=${OUT:-results/proxy/placements}
 SEEDS=${SEEDS:-0,1,2}
 JOBS=${JOBS:-3}
 ONLY=${ONLY:-}
-FAMILIES=${FAMILIES:-"lm vision"}   # which blocks of the grid: lm (LLaMA) and/or vision (ViT)
+FAMILIES=${FAMILIES:-"lm vision"}   # which blocks of the grid: lm (LLaMA) and/or vision (ViT); none: PREPEND/APPEND only
 GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 mkdir -p "$OUT" "$RESULTS"
 if [ -d .whl ] && ! python3 -c "import datasets, omegaconf" 2>/dev/null; then
@@ -35,8 +35,13 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_O
 for f in .data/textmix3/*.json.xz; do
     [ -e "$f" ] && [ ! -s "${f%.xz}.gz" ] && xz -dc "$f" | gzip -1 > "${f%.xz}.gz"
 done
-[ -f .data/cifar/cifar10_bigbench.npz ] && [ -f .data/textmix3/pkgtext-validation.00000-of-00001.json.gz ] \
-    || { echo "missing data (see the header of $0)"; exit 2; }
+extras=$(cat ${PREPEND:-} ${APPEND:-} 2>/dev/null)
+if [[ $FAMILIES == *lm* || $extras == *task=c4_llama* ]]; then  # each family's data, where the plan needs it
+    [ -f .data/textmix3/pkgtext-validation.00000-of-00001.json.gz ] || { echo "missing .data/textmix3 (see the header of $0)"; exit 2; }
+fi
+if [[ $FAMILIES == *vision* || $extras == *task=in1k* ]]; then
+    [ -f .data/cifar/cifar10_bigbench.npz ] || { echo "missing .data/cifar (see the header of $0)"; exit 2; }
+fi
 COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false "results_dir=$RESULTS" resume=auto)
 TEXT=('data.path=.data/textmix3/pkgtext-train.*.json.gz' data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2)
 IMAGES=(data.path=.data/cifar/cifar10_bigbench.npz data.num_workers=3)

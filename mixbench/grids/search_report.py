@@ -95,20 +95,16 @@ def score_figure(rows: list[dict], space, records: list[dict], best: str | None,
     ax.scatter(xs, [r["value"] for r in done], label="search trials (search seed)", zorder=3)
     if records:
         table = aggregate(records, baseline=None)
+        styles = iter([("C1", "--"), ("C2", ":"), ("C3", "-."), ("C4", "--"), ("C5", ":")] * 4)
         for col in table.columns:
             for row in table.rows:
                 cell = table.cells.get((row, col))
                 if cell is None or cell.mean is None:
                     continue
-                ax.axhline(
-                    cell.mean,
-                    ls="--" if row != best else "-",
-                    lw=1,
-                    color=None if row != best else "black",
-                    label=f"{row}: confirmation mean (n={cell.n})",
-                )
+                color, ls = ("black", "-") if row == best else next(styles)
+                ax.axhline(cell.mean, ls=ls, lw=1, color=color, label=f"{row}: confirmation mean (n={cell.n})")
     ax.set_ylabel(metric)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="best", framealpha=0.9)
     fig.tight_layout()
     return fig
 
