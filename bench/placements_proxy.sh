@@ -27,14 +27,10 @@ ONLY=${ONLY:-}
 FAMILIES=${FAMILIES:-"lm vision"}   # which blocks of the grid: lm (LLaMA) and/or vision (ViT); none: PREPEND/APPEND only
 GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 mkdir -p "$OUT" "$RESULTS"
-if [ -d .whl ] && ! python3 -c "import datasets, omegaconf" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source bench/proxy_parts.sh
+use_wheels datasets omegaconf
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-for f in .data/textmix3/*.json.xz; do
-    [ -e "$f" ] && [ ! -s "${f%.xz}.gz" ] && xz -dc "$f" | gzip -1 > "${f%.xz}.gz"
-done
+unpack_textmix
 extras=$(cat ${PREPEND:-} ${APPEND:-} 2>/dev/null)
 if [[ $FAMILIES == *lm* || $extras == *task=c4_llama* ]]; then  # each family's data, where the plan needs it
     [ -f .data/textmix3/pkgtext-validation.00000-of-00001.json.gz ] || { echo "missing .data/textmix3 (see the header of $0)"; exit 2; }

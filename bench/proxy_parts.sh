@@ -1,13 +1,23 @@
-# Sourced by bench/table2_proxy.sh and bench/table3_proxy.sh: the chains of one `mixbench reproduce TABLE --scale proxy`
-# per PARTS item ("GPU:NORM:SEEDS ..."), each on CUDA_VISIBLE_DEVICES=GPU with its chains side by side.
-# Uses PARTS, ARGS (the reproduce settings), OUT, PRETRAIN_DATA, EXTRA_PRETRAIN, DEADLINE_S and script_start.
-# Sourced from the repository root.
+# Sourced (from the repository root) by the proxy device scripts: bench/table2_proxy.sh and bench/table3_proxy.sh use all
+# of it — the chains of one `mixbench reproduce TABLE --scale proxy` per PARTS item ("GPU:NORM:SEEDS ..."), each on
+# CUDA_VISIBLE_DEVICES=GPU with its chains side by side, from PARTS, ARGS (the reproduce settings), OUT, PRETRAIN_DATA,
+# EXTRA_PRETRAIN, DEADLINE_S and script_start; bench/placements_proxy.sh and bench/search_proxy.sh use use_wheels and
+# unpack_textmix.
 
 use_wheels() {  # use_wheels MODULE ...: when a module is missing and .whl/ exists (bench/table2_proxy_wheels.sh), install .whl/ into /tmp/site
     if [ -d .whl ] && ! python3 -c "import $(IFS=,; echo "$*")" 2>/dev/null; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
         export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
+}
+
+unpack_textmix() {  # .data/textmix3/*.json.xz (xz keeps a device call under its 64 MiB) → the .json.gz the runs read
+    local f
+    [ "${DRY_RUN:-0}" = 1 ] && return 0   # a plan only: leave the checkout as small as the device call needs it
+    for f in .data/textmix3/*.json.xz; do
+        [ -e "$f" ] && [ ! -s "${f%.xz}.gz" ] && xz -dc "$f" | gzip -1 > "${f%.xz}.gz"
+    done
+    return 0
 }
 
 plan_parts() {  # plan_parts TABLE: the dry-run plan of every part into $OUT/TABLE_proxy_plan.txt, and on stdout

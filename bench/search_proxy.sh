@@ -28,10 +28,9 @@ JOBS=${JOBS:-3}
 GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 [ "$GPUS" -ge 1 ] 2>/dev/null || GPUS=1
 mkdir -p "$OUT" "$RESULTS"
-if [ -d .whl ] && ! python3 -c "import optuna, datasets, omegaconf" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source bench/proxy_parts.sh
+use_wheels optuna datasets omegaconf
+[[ $STUDIES != *llama* ]] || unpack_textmix
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false)
 TEXT=('data.path=.data/textmix3/pkgtext-train.*.json.gz' data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2)

@@ -25,6 +25,7 @@ RESULTS=${RESULTS:-results/runs/table3_proxy}   # git-ignored and not carried: k
 PARTS=${PARTS:-"0:pre:0 1:pre:1 2:pre:2 3:post:0 4:post:1 5:post:2 6:mix:0 7:mix:1,2"}
 mkdir -p "$OUT"
 source bench/proxy_parts.sh
+unpack_textmix
 use_wheels datasets omegaconf
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 python3 -c "import mixbench" || { echo "mixbench is not importable: pip install -e ."; exit 2; }
