@@ -20,6 +20,24 @@ unpack_textmix() {  # .data/textmix3/*.json.xz (xz keeps a device call under its
     return 0
 }
 
+default_parts() {  # default_parts NORMS SEEDS: the chains (norm × seed) dealt round-robin over the machine's GPUs, as PARTS
+    local gpus n=0 norm seed gpu
+    gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+    [ "$gpus" -ge 1 ] 2>/dev/null || gpus=1
+    declare -A seeds_of=()
+    for norm in $1; do
+        for seed in ${2//,/ }; do
+            gpu=$(( n % gpus )); n=$(( n + 1 ))
+            seeds_of[$gpu:$norm]+="${seeds_of[$gpu:$norm]:+,}$seed"
+        done
+    done
+    for gpu in $(seq 0 $(( gpus - 1 ))); do
+        for norm in $1; do
+            [ -z "${seeds_of[$gpu:$norm]:-}" ] || printf '%s ' "$gpu:$norm:${seeds_of[$gpu:$norm]}"
+        done
+    done
+}
+
 plan_parts() {  # plan_parts TABLE: the dry-run plan of every part into $OUT/TABLE_proxy_plan.txt, and on stdout
     local table=$1 part gpu norm seeds
     : > "$OUT/${table}_proxy_plan.txt"

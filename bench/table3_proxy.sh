@@ -11,7 +11,7 @@
 #   .whl/ from bench/table2_proxy_wheels.sh when datasets / omegaconf are not installed there
 # Copies, not links to ../shared: the device machine sees only the repository (carry .data and .whl).
 # PARTS: "GPU:NORM:SEEDS ..." — one `mixbench reproduce table3` per item, CUDA_VISIBLE_DEVICES=GPU, chains of a part side
-# by side on its GPU.  Not yet timed on a GPU.  The chains resume (finished stages are reused from $RESULTS), so a run
+# by side on its GPU (default: the 9 chains dealt round-robin over the machine's GPUs).  Not yet timed on a GPU.  The chains resume (finished stages are reused from $RESULTS), so a run
 # cut by DEADLINE_S=N (stops the chains N seconds after the script starts, then writes the summary) can be completed by a
 # second call on the same warm machine.
 # Output: $OUT (default results/proxy/table3): table3_proxy.md (final reward per placement with Welch intervals and the
@@ -22,9 +22,10 @@ script_start=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/proxy/table3}
 RESULTS=${RESULTS:-results/runs/table3_proxy}   # git-ignored and not carried: kept between calls on a warm device machine
-PARTS=${PARTS:-"0:pre:0 1:pre:1 2:pre:2 3:post:0 4:post:1 5:post:2 6:mix:0 7:mix:1,2"}
+
 mkdir -p "$OUT"
 source bench/proxy_parts.sh
+PARTS=${PARTS:-$(default_parts "pre post mix" 0,1,2)}   # 9 chains over the GPUs, round-robin
 unpack_textmix
 use_wheels datasets omegaconf
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
