@@ -43,7 +43,7 @@ def run(cfg: DictConfig) -> dict:
 def load_records(results_dir: str | Path = "results"):
     """Every result record under ``results_dir`` as a pandas DataFrame, one row per run (unreadable records are
     logged and skipped, as ``mixbench table`` does)."""
-    from .results.table import load_records_frame
+    from .results.frames import load_records_frame
 
     frame, problems = load_records_frame(results_dir)
     for problem in problems:

@@ -211,7 +211,7 @@ def test_reproduce_dry_run_and_proxy_grid(capsys):
 
 
 def test_paper_comparison_table(tmp_path, capsys):
-    from mixbench.results.table import SCHEMA, write_record
+    from mixbench.results.records import SCHEMA, write_record
 
     rec = {
         "schema": SCHEMA,
@@ -328,7 +328,7 @@ def test_resumed_run_continues_where_it_stopped(tmp_path):
 
 def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
     """--jobs 2: the table4 proxy grid as concurrent `mixbench run` subprocesses, every record written and counted."""
-    from mixbench.results.table import load_records
+    from mixbench.results.records import load_records
 
     tiny = [
         "data.path=embedded",

@@ -8,18 +8,10 @@ import pytest
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
-from mixbench.results.table import (
-    SCHEMA,
-    aggregate,
-    cells_frame,
-    find_baseline,
-    load_records,
-    load_records_frame,
-    print_rich,
-    records_frame,
-    render,
-    write_record,
-)
+from mixbench.results.frames import load_records_frame, records_frame
+from mixbench.results.records import SCHEMA, load_records, write_record
+from mixbench.results.render import cells_frame, print_rich, render
+from mixbench.results.table import aggregate, find_baseline
 
 
 def record(norm, value, seed=0, status="completed", task="vit_small", metric="val/top1", hib=True, started=None, with_value=True):

@@ -128,7 +128,7 @@ def test_a_pruned_trial_is_recorded_as_pruned_at_its_step(tmp_path):
 
 
 def synthetic(folder, norm: dict, label: str, seed: int, value: float):
-    from mixbench.results.table import SCHEMA, write_record
+    from mixbench.results.records import SCHEMA, write_record
 
     run = folder / "confirm" / "runs" / label / f"seed{seed}"
     write_record(

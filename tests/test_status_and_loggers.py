@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mixbench.cli.app import main
-from mixbench.results.table import write_record
+from mixbench.results.records import write_record
 from mixbench.training.status import classify, loss_gain
 
 TINY_LM = [

@@ -52,7 +52,9 @@ def budget_fractions(text: str) -> list[float]:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from ..results.table import aggregate, budget_views, load_records, print_rich, render, tidy_csv
+    from ..results.records import load_records
+    from ..results.render import print_rich, render, tidy_csv
+    from ..results.table import aggregate, budget_views
     from ..training.config import runs_root
 
     if args.results_dir is None:  # your own runs; the committed proxy results are under results/proxy/

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
-from ..results.table import read_record, write_record
+from ..results.records import read_record, write_record
 from ..sft.prompt import build_prompt
 from ..training.trained import load_trained
 from .formats import GENERATE_TASKS, TABLE2_TASKS, extract_answer, get_task_format

@@ -33,7 +33,8 @@ from ..core.settings import flat_settings
 from ..evaluation.formats import GENERATE_TASKS, TABLE2_TASKS
 from ..evaluation.report import seeds_report, task_floors
 from ..evaluation.runner import evaluate, resolve_sources
-from ..results.table import Cell, load_records, model_label
+from ..results.records import load_records, model_label
+from ..results.table import Cell
 from ..training.config import compose, norm_spec
 from .paper import grid, paper_runs
 from .runner import run_one

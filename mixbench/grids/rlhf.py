@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..results.records import load_records, model_label
 from ..results.stats import mean_std, welch_interval
-from ..results.table import Cell, load_records, model_label
+from ..results.table import Cell
 from ..training.config import compose, norm_spec
 from .downstream import _pretrain_record, _train, _variant, _view, combos, emit, find_finished, follow_up, paper_rows
 from .paper import grid

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.tasks import get_task
-from ..results.table import primary_value
+from ..results.records import primary_value
 from ..training.callbacks import TrialPruning
 from ..training.config import compose, norm_spec
 from ..training.run import run

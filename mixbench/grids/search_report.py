@@ -7,7 +7,9 @@ import logging
 
 from ..core.errors import ConfigError
 from ..core.tasks import get_task
-from ..results.table import aggregate, load_records, render, row_key
+from ..results.records import load_records, row_key
+from ..results.render import render
+from ..results.table import aggregate
 from .search import best_trial, open_study, plan_label, study_dir
 
 log = logging.getLogger(__name__)

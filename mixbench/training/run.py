@@ -25,7 +25,7 @@ from ..core.tasks import get_task
 from ..layers.placements import plan_summary
 from ..models import build_model, model_defaults
 from ..results.provenance import git_commit, hardware, package_versions
-from ..results.table import SCHEMA, write_record
+from ..results.records import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, model_options
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
@@ -403,7 +403,7 @@ def check_final_validation(record: dict, fit_validation: dict, metric: str, step
 
 
 # model options that pick a kernel, not the function computed: left out of the model's label (a table still gives runs
-# of one norm that differ in them columns of their own: mixbench.results.table.annotate_recipes)
+# of one norm that differ in them columns of their own: mixbench.results.records.annotate_recipes)
 KERNEL_ONLY_OPTIONS = ("attention_backend",)
 
 

@@ -17,7 +17,7 @@ import statistics
 
 from ..core.families import get_family
 from ..results.curves import read_metrics
-from ..results.table import load_records, write_record
+from ..results.records import load_records, write_record
 
 
 def loss_gain(history: list[tuple[float, float]]) -> float | None:

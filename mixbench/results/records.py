@@ -1,0 +1,215 @@
+"""Result records: one JSON per run (written atomically, read and checked against the schema) and what one record
+says — its outcome, its primary value, and the row and column it belongs to in a table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from ..core.errors import MixbenchError
+from ..core.settings import flat_settings
+
+SCHEMA = "mixbench.result/1"
+REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
+STATUSES = ("completed", "diverged", "stalled", "failed", "pruned")  # pruned: a search trial its pruner stopped early
+
+
+class RecordError(MixbenchError):
+    """A results file is malformed."""
+
+
+def write_record(record: dict, path: str | Path) -> Path:
+    """Write ``record`` as JSON via a temp file in the same folder + rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".record-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=2, sort_keys=False, default=str, allow_nan=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_record(path: str | Path) -> dict:
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RecordError(f"{path}: not readable JSON ({err})") from None
+    if not isinstance(record, dict):
+        raise RecordError(f"{path}: expected a JSON object")
+    missing = [k for k in REQUIRED if k not in record]
+    if missing:
+        raise RecordError(f"{path}: missing field(s) {missing}")
+    if record["schema"] != SCHEMA:
+        raise RecordError(f"{path}: unknown schema {record['schema']!r} (expected {SCHEMA})")
+    if record["status"] not in STATUSES:
+        raise RecordError(f"{path}: unknown status {record['status']!r}")
+    pm = record["primary_metric"]
+    if not isinstance(pm, dict) or not {"name", "higher_is_better"} <= set(pm):
+        raise RecordError(f"{path}: primary_metric needs name and higher_is_better")
+    return record
+
+
+def load_records(results_dir: str | Path) -> tuple[list[dict], list[str]]:
+    """Every ``record.json`` under ``results_dir``; unreadable ones are returned as problem messages."""
+    records, problems = [], []
+    for path in sorted(Path(results_dir).rglob("record.json")):
+        try:
+            record = read_record(path)
+        except RecordError as err:
+            problems.append(str(err))
+            continue
+        record["_path"] = str(path)
+        records.append(record)
+    return annotate_recipes(records), problems
+
+
+# ---------------------------------------------------------------- one record → its outcome and value
+
+
+def primary_value(record: dict):
+    """The record's primary metric as stored in ``metrics`` (else ``primary_metric.value``); may be None or NaN."""
+    name = record["primary_metric"]["name"]
+    metrics = record["metrics"] if isinstance(record["metrics"], dict) else {}
+    return metrics.get(name, record["primary_metric"].get("value"))
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def outcome(record: dict) -> str:
+    """``completed`` (with a finite primary metric), ``diverged``, ``stalled`` or ``failed`` (crashed).  A record that
+    says ``completed`` without a finite primary metric counts as ``diverged``."""
+    status = record["status"]
+    if status == "completed":
+        return "completed" if _finite(primary_value(record)) else "diverged"
+    return status
+
+
+def _seed_key(seed):
+    try:
+        hash(seed)
+    except TypeError:
+        return json.dumps(seed, sort_keys=True, default=str)
+    return seed
+
+
+def _time_order(record: dict) -> tuple[str, str]:
+    """Records in the order they were made: ``started_at`` (ISO, UTC), then the file path."""
+    return str(record.get("started_at") or record.get("finished_at") or ""), str(record.get("_path", ""))
+
+
+# ---------------------------------------------------------------- one record → its row and column in a table
+
+
+def row_key(record: dict) -> str:
+    norm = record["norm"]
+    return norm.get("label", norm.get("placement", "?")) if isinstance(norm, dict) else str(norm)
+
+
+def model_label(record: dict) -> str:
+    """The model's label, plus ``+fp8(<recipe>)`` for a run whose matmuls were float8: its numbers differ from the
+    bf16 run of the same seed, so the two never share a table cell as repeats."""
+    model = record["model"]
+    label = model.get("label", model.get("name", "?")) if isinstance(model, dict) else str(model)
+    fp8 = record.get("fp8")
+    return label + (f"+fp8({fp8.get('recipe', '?')})" if isinstance(fp8, dict) else "")
+
+
+def dataset_name(record: dict) -> str:
+    data = record["dataset"]
+    return data.get("name", "?") if isinstance(data, dict) else str(data)
+
+
+# config settings that say where and how a run ran, not what it trained: never a reason to split a column
+NOT_RECIPE = (
+    "seed",
+    "run_dir",
+    "results_dir",
+    "resume",
+    "resume_from",
+    "command",
+    "slurm",
+    "save_weights",
+    "checkpoint",
+    "logger",
+    "logger_options",
+    "grad_norm_every_n_steps",
+    "divergence",
+    "compile",
+    "init_from",
+    "norm",
+    "choices",
+    "task",
+    "ddp",
+    "fsdp",
+    "data.path",
+    "data.num_workers",
+    "data.cache_dir",
+    "data.eval_batch_size",
+    "data.pin_memory",
+    "data.persistent_workers",
+    "data.prefetch_factor",
+    "data.pipeline",
+    "trainer.enable_progress_bar",
+    "trainer.devices",
+    "trainer.num_nodes",
+    "trainer.strategy",
+    "trainer.log_every_n_steps",
+    "trainer.deterministic",
+    "trainer.benchmark",
+)
+
+
+def _is_recipe(key: str) -> bool:
+    return not any(key == k or key.startswith(k + ".") for k in NOT_RECIPE)
+
+
+def annotate_recipes(records: list[dict]) -> list[dict]:
+    """Set each record's ``_recipe``: the training settings (``optim.lr=0.008``, ``model.attention_backend=math``…)
+    that differ between runs of one norm in one column, so that such runs get columns of their own instead of being
+    averaged as if they were seeds of one configuration.  Settings that differ only between norms (a placement's own
+    options) do not split a column; a setting a record lacks (written before it existed) is left out of its label."""
+    settings = [{k: v for k, v in flat_settings(r.get("config") or {}).items() if _is_recipe(k)} for r in records]
+    varying: dict[str, set[str]] = {}  # base column → settings that differ inside one of its cells
+    cells: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(records):
+        cells.setdefault((row_key(r), _base_column_key(r)), []).append(i)
+    for (_, column), members in cells.items():
+        keys = set().union(*(settings[i].keys() for i in members))
+        for key in keys:
+            values = {repr(settings[i][key]) for i in members if key in settings[i]}
+            if len(values) > 1:
+                varying.setdefault(column, set()).add(key)
+    for r, mine in zip(records, settings):
+        keys = sorted(varying.get(_base_column_key(r), ()))
+        r["_recipe"] = ", ".join(f"{k}={mine[k]}" for k in keys if k in mine)
+    return records
+
+
+def with_recipes(records: list[dict]) -> list[dict]:
+    """``records`` as :func:`load_records` returns them (``_recipe`` set); records built elsewhere are annotated as
+    copies."""
+    return records if all("_recipe" in r for r in records) else annotate_recipes([dict(r) for r in records])
+
+
+def _base_column_key(record: dict) -> str:
+    return f"{record['task']} · {model_label(record)} · {dataset_name(record)} [{record['scale']}]"
+
+
+def column_key(record: dict) -> str:
+    """task · model · dataset [scale], then the training settings that set this run apart (:func:`annotate_recipes`)
+    and the budget fraction of a ``--at`` view."""
+    budget = record.get("_at_budget")
+    recipe = record.get("_recipe")
+    return _base_column_key(record) + (f" · {recipe}" if recipe else "") + (f" @{budget:.2f}" if budget is not None else "")

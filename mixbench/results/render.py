@@ -1,0 +1,275 @@
+"""Text output: a :class:`~mixbench.results.table.Table` as markdown, LaTeX, CSV or the rich terminal view, and
+records as tidy CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+
+from .frames import TIDY_FIELDS, tidy_frame
+from .table import Table
+
+
+def legend(table: Table, best: str = "bold") -> str:
+    """What the cells say, for under the table (``best``: how the best cell of a column is marked)."""
+    used = sorted({b for b in table.baseline_of.values() if b})
+    text = "mean ± std over seeds, n = seeds that finished (records of one seed are repeats, averaged into one sample). "
+    if used:
+        text += (
+            f"Δ = mean − mean of the baseline row ({' / '.join(used)}) of the column, [low, high] = its Welch "
+            f"{100 * table.confidence:g} % confidence interval (Welch–Satterthwaite dof; none when either cell has "
+            "fewer than 2 finished seeds), * = the interval excludes 0. "
+        )
+    elif table.baseline:
+        text += f"No baseline row {table.baseline!r} in any column: no Δ. "
+    return text + (
+        "k/n diverged (likewise stalled, pruned = a search trial its pruner stopped early, and failed = crashed) "
+        "= k of the cell's n seeds ended so (a seed's latest record decides); the mean is over the finished seeds "
+        f"only. {best} = best mean of the column."
+    )
+
+
+def _header(table: Table, col: str) -> str:
+    arrow = "↑" if table.higher_is_better[col] else "↓"
+    return f"{col} {table.metric_of[col]} {arrow}"
+
+
+def _cell_text(table: Table, row: str, col: str) -> str:
+    cell = table.cells.get((row, col))
+    return "" if cell is None else cell.text()
+
+
+CELL_FIELDS = (
+    "norm",
+    "task",
+    "model",
+    "dataset",
+    "scale",
+    "recipe",
+    "budget",
+    "metric",
+    "higher_is_better",
+    "mean",
+    "std",
+    "n",
+    "n_seeds",
+    "records",
+    "repeats",
+    "diverged",
+    "stalled",
+    "failed",
+    "baseline",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "dof",
+    "confidence",
+    "significant",
+    "best",
+)
+
+
+def cell_rows(table: Table) -> list[dict]:
+    """One dict per table cell with the numbers behind its text (keys :data:`CELL_FIELDS`; None where blank)."""
+    out = []
+    for col in table.columns:
+        for row in table.rows:
+            cell = table.cells.get((row, col))
+            if cell is None:
+                continue
+            d = cell.delta
+            out.append(
+                {
+                    "norm": row,
+                    **table.info.get(col, {}),
+                    "metric": table.metric_of[col],
+                    "higher_is_better": table.higher_is_better[col],
+                    "mean": cell.mean,
+                    "std": cell.std,
+                    "n": cell.n,
+                    "n_seeds": cell.n_seeds,
+                    "records": cell.records,
+                    "repeats": cell.repeats,
+                    "diverged": cell.diverged,
+                    "stalled": cell.stalled,
+                    "failed": cell.failed,
+                    "baseline": table.baseline_of.get(col),
+                    "delta": d.diff if d else None,
+                    "ci_low": d.low if d else None,
+                    "ci_high": d.high if d else None,
+                    "dof": d.dof if d else None,
+                    "confidence": table.confidence if d and d.low is not None else None,
+                    "significant": d.significant if d else None,
+                    "best": table.best.get(col) == row,
+                }
+            )
+    return out
+
+
+def cells_frame(table: Table):
+    """:func:`cell_rows` as a pandas DataFrame."""
+    import pandas as pd
+
+    frame = pd.DataFrame(cell_rows(table), columns=list(CELL_FIELDS))
+    frame["significant"] = frame["significant"].astype("boolean")  # True / False / <NA> (no interval)
+    return frame
+
+
+def _csv(rows: list[dict], fields) -> str:
+    """CSV with blank cells for None and 1/0 for booleans: every number column parses as float."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(fields)
+    for row in rows:
+        writer.writerow(
+            [
+                "" if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) if isinstance(v, bool) else v
+                for v in (row.get(f) for f in fields)
+            ]
+        )
+    return buf.getvalue()
+
+
+def render(table: Table, fmt: str = "md") -> str:
+    """``md`` | ``latex`` text of the table (best cell per column bold, legend under it), or ``csv``: one row per
+    cell with numeric columns (:data:`CELL_FIELDS`)."""
+    if fmt == "csv":
+        return _csv(cell_rows(table), CELL_FIELDS)
+    if fmt == "latex":
+        lines = [
+            r"\begin{tabular}{l" + "c" * len(table.columns) + "}",
+            r"\toprule",
+            " & ".join(["norm", *[_latex(_header(table, c)) for c in table.columns]]) + r" \\",
+            r"\midrule",
+        ]
+        for row in table.rows:
+            lines.append(" & ".join([_latex(row), *[_latex_cell(table, row, c) for c in table.columns]]) + r" \\")
+        lines += [r"\bottomrule", r"\end{tabular}", r"{\footnotesize " + _latex(legend(table, best="Bold")) + r"\par}"]
+        return "\n".join(lines) + "\n"
+    if fmt == "md":
+        lines = ["| norm | " + " | ".join(_header(table, c) for c in table.columns) + " |", "|---|" + "---|" * len(table.columns)]
+        for row in table.rows:
+            lines.append(f"| {_md_escape(row)} | " + " | ".join(_md_cell(table, row, c) for c in table.columns) + " |")
+        lines += ["", _md_escape(legend(table, best="Bold"))]
+        return "\n".join(lines) + "\n"
+    raise ValueError(f"unknown table format {fmt!r}; valid: rich, md, csv, latex, tidy")
+
+
+def _md_cell(table: Table, row: str, col: str) -> str:
+    """Markdown cell: a significance ``*`` escaped (``\\*``), the best cell in ``**bold**``."""
+    text = _md_escape(_cell_text(table, row, col))
+    return f"**{text}**" if text and table.best.get(col) == row else text
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("*", r"\*").replace("|", r"\|")
+
+
+def _latex_cell(table: Table, row: str, col: str) -> str:
+    text = _latex(_cell_text(table, row, col))
+    return rf"\textbf{{{text}}}" if text and table.best.get(col) == row else text
+
+
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "_": r"\_",
+    "%": r"\%",
+    "&": r"\&",
+    "#": r"\#",
+    "$": r"\$",
+    "{": r"\{",
+    "}": r"\}",
+    "±": r"$\pm$",
+    "α": r"$\alpha$",
+    "·": r"$\cdot$",
+    "↑": r"$\uparrow$",
+    "↓": r"$\downarrow$",
+    "−": r"$-$",
+    "Δ": r"$\Delta$",
+    "–": "--",
+}
+
+
+def _latex(s: str) -> str:
+    return "".join(_LATEX.get(ch, ch) for ch in s)
+
+
+HEADER_WIDTH = 28  # a column header's parts are broken after commas into lines of at most this many characters
+
+
+def _wrap_label(text: str, width: int = HEADER_WIDTH) -> list[str]:
+    """``vit_tiny[drop_path_rate=0.1,img_size=32]`` → lines of at most ``width`` characters, broken after commas (a
+    piece longer than ``width`` stays whole on its line)."""
+    lines, line = [], ""
+    for piece in re.split(r"(?<=,)", text):
+        if line and len(line) + len(piece) > width:
+            lines.append(line)
+            line = piece
+        else:
+            line += piece
+    return [*lines, line]
+
+
+def _rich_block(table: Table, columns: list[str], title: str):
+    """One ``rich.table.Table`` of ``columns`` (rows without a cell in them left out); no column wraps its text."""
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    out = RichTable(title=title, show_lines=True)
+    out.add_column("norm", style="bold", no_wrap=True)
+    for col in columns:  # Text, not markup: "[proxy]" is no style tag; the parts of the column name on lines of their own
+        info = table.info.get(col)
+        parts = (
+            (info["task"], info["model"], f"{info['dataset']} [{info['scale']}]", *(info["recipe"] or "").split(", ")) if info else (col,)
+        )
+        parts = tuple(part for part in parts if part)
+        name = "\n".join(line for part in parts for line in _wrap_label(part))
+        arrow = "↑" if table.higher_is_better[col] else "↓"
+        out.add_column(Text(f"{name}\n{table.metric_of[col]} {arrow}"), justify="right", no_wrap=True)
+    for row in table.rows:
+        cells = [table.cells.get((row, col)) for col in columns]
+        if all(cell is None for cell in cells):
+            continue
+        texts = []
+        for col, cell in zip(columns, cells):
+            if cell is None:
+                texts.append(Text(""))
+            elif table.best.get(col) == row:
+                texts.append(Text("\n".join(t for t in (cell.summary() + " ★", cell.delta_text()) if t), style="bold green"))
+            else:
+                texts.append(Text(cell.text(sep="\n")))
+        out.add_row(Text(row), *texts)
+    return out
+
+
+def print_rich(table: Table, console) -> None:
+    """The terminal view on a ``rich.console.Console``: the columns in blocks that fit the console's width, the norm
+    column repeated in each (one table per block, only the rows with a cell in it), then the legend.  Cells are never
+    cut: a column is as wide as its widest line, and a block too wide even with one column is printed at its own width
+    (the terminal wraps whole lines).  The best cell of each column is bold green ★."""
+    from rich.measure import Measurement
+    from rich.text import Text
+
+    def width_of(block) -> int:
+        return Measurement.get(console, console.options.update_width(10**6), block).maximum
+
+    title = "mixbench results"
+    blocks, current = [], []
+    for col in table.columns:
+        if current and width_of(_rich_block(table, [*current, col], title)) > console.width:
+            blocks.append(current)
+            current = []
+        current.append(col)
+    blocks.append(current)
+    for k, columns in enumerate(blocks):
+        block = _rich_block(table, columns, title + (f" ({k + 1}/{len(blocks)})" if len(blocks) > 1 else ""))
+        console.print(block, width=max(console.width, width_of(block)))
+    console.print(Text(legend(table, best="★")))
+
+
+def tidy_csv(records: list[dict]) -> str:
+    """:func:`tidy_frame` as CSV (booleans as 1/0, blanks for missing values)."""
+    frame = tidy_frame(records).astype(object)
+    return _csv(frame.where(frame.notna(), None).to_dict("records"), TIDY_FIELDS)
