@@ -10,7 +10,7 @@ from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
 from mixbench.results.frames import load_records_frame, records_frame
 from mixbench.results.records import SCHEMA, load_records, write_record
-from mixbench.results.render import cells_frame, print_rich, render
+from mixbench.results.render import _wrap_label, cells_frame, print_rich, render
 from mixbench.results.table import aggregate, find_baseline
 
 
@@ -337,7 +337,7 @@ def test_a_table_wider_than_the_terminal_fits_80_columns_and_cuts_no_cell(folder
     assert max(len(line) for line in lines) <= 80
     text = "\n".join(lines)
     for (row, col), cell in table.cells.items():
-        for piece in (row, cell.summary(), cell.delta_text()):
+        for piece in (*_wrap_label(row), cell.summary(), cell.delta_text()):  # a norm label broken only after commas
             assert not piece or piece in text, (row, col, piece)
     for col in table.columns:  # header parts broken only after commas
         info = table.info[col]

@@ -196,7 +196,7 @@ def _latex(s: str) -> str:
     return "".join(_LATEX.get(ch, ch) for ch in s)
 
 
-HEADER_WIDTH = 28  # a column header's parts are broken after commas into lines of at most this many characters
+HEADER_WIDTH = 28  # column-header parts and norm labels are broken after commas into lines of at most this many characters
 
 
 def _wrap_label(text: str, width: int = HEADER_WIDTH) -> list[str]:
@@ -240,15 +240,16 @@ def _rich_block(table: Table, columns: list[str], title: str):
                 texts.append(Text("\n".join(t for t in (cell.summary() + " ★", cell.delta_text()) if t), style="bold green"))
             else:
                 texts.append(Text(cell.text(sep="\n")))
-        out.add_row(Text(row), *texts)
+        out.add_row(Text("\n".join(_wrap_label(row))), *texts)  # a long plan label, e.g. custom[po,…], on lines
     return out
 
 
 def print_rich(table: Table, console) -> None:
     """The terminal view on a ``rich.console.Console``: the columns in blocks that fit the console's width, the norm
     column repeated in each (one table per block, only the rows with a cell in it), then the legend.  Cells are never
-    cut: a column is as wide as its widest line, and a block too wide even with one column is printed at its own width
-    (the terminal wraps whole lines).  The best cell of each column is bold green ★."""
+    cut: a column is as wide as its widest line; header parts and norm labels are broken after commas into lines of at
+    most ``HEADER_WIDTH`` characters, so one column and the norm column fit an 80-column terminal.  The best cell of
+    each column is bold green ★."""
     from rich.measure import Measurement
     from rich.text import Text
 
