@@ -156,7 +156,7 @@ def probe(step, losses, gnorms, block_gn):
     h.remove()
     hooks_on[0] = False
     model.train()
-    r = lambda v: float(f"{v:.4g}")  # noqa: E731
+    r = lambda v: float(f"{v:.4g}") if math.isfinite(v) else None  # noqa: E731  (null, not NaN: strict JSON)
     rec = {
         "tag": a.tag,
         "step": step,
@@ -177,7 +177,7 @@ def probe(step, losses, gnorms, block_gn):
         rec["ga"] = [r(b.norm1_post.weight.mean().item()) for b in blocks]
         rec["gm"] = [r(b.norm2_post.weight.mean().item()) for b in blocks]
     rec["bgn"] = [r(v) for v in block_gn]
-    print(json.dumps(rec), flush=True)
+    print(json.dumps(rec, allow_nan=False), flush=True)
     return rec
 
 
