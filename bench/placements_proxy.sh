@@ -25,9 +25,9 @@ SEEDS=${SEEDS:-0,1,2}
 JOBS=${JOBS:-3}
 ONLY=${ONLY:-}
 FAMILIES=${FAMILIES:-"lm vision"}   # which blocks of the grid: lm (LLaMA) and/or vision (ViT); none: PREPEND/APPEND only
-GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
-mkdir -p "$OUT" "$RESULTS"
 source bench/proxy_parts.sh
+GPUS=${GPUS:-$(gpu_count)}
+mkdir -p "$OUT" "$RESULTS"
 use_wheels datasets omegaconf
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 unpack_textmix

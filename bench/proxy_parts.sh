@@ -11,6 +11,13 @@ use_wheels() {  # use_wheels MODULE ...: when a module is missing and .whl/ exis
     fi
 }
 
+gpu_count() {  # the machine's GPUs (nvidia-smi), at least 1
+    local n
+    n=$(nvidia-smi -L 2>/dev/null | wc -l)
+    [ "$n" -ge 1 ] 2>/dev/null || n=1
+    echo "$n"
+}
+
 unpack_textmix() {  # .data/textmix3/*.json.xz (xz keeps a device call under its 64 MiB) → the .json.gz the runs read
     local f
     [ "${DRY_RUN:-0}" = 1 ] && return 0   # a plan only: leave the checkout as small as the device call needs it
@@ -20,10 +27,8 @@ unpack_textmix() {  # .data/textmix3/*.json.xz (xz keeps a device call under its
     return 0
 }
 
-default_parts() {  # default_parts NORMS SEEDS: the chains (norm × seed) dealt round-robin over the machine's GPUs, as PARTS
-    local gpus n=0 norm seed gpu
-    gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-    [ "$gpus" -ge 1 ] 2>/dev/null || gpus=1
+default_parts() {  # default_parts NORMS SEEDS: the chains (norm × seed) dealt round-robin over $GPUS (default: the machine's), as PARTS
+    local gpus=${GPUS:-$(gpu_count)} n=0 norm seed gpu
     declare -A seeds_of=()
     for norm in $1; do
         for seed in ${2//,/ }; do

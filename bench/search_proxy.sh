@@ -25,10 +25,9 @@ STUDIES=${STUDIES:-"llama24_alpha vit_plan"}
 TRIALS=${TRIALS:-24}
 SEEDS=${SEEDS:-3}
 JOBS=${JOBS:-3}
-GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
-[ "$GPUS" -ge 1 ] 2>/dev/null || GPUS=1
-mkdir -p "$OUT" "$RESULTS"
 source bench/proxy_parts.sh
+GPUS=${GPUS:-$(gpu_count)}
+mkdir -p "$OUT" "$RESULTS"
 use_wheels optuna datasets omegaconf
 [[ $STUDIES != *llama* ]] || unpack_textmix
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0

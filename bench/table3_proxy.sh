@@ -11,9 +11,9 @@
 #   .whl/ from bench/table2_proxy_wheels.sh when datasets / omegaconf are not installed there
 # Copies, not links to ../shared: the device machine sees only the repository (carry .data and .whl).
 # PARTS: "GPU:NORM:SEEDS ..." — one `mixbench reproduce table3` per item, CUDA_VISIBLE_DEVICES=GPU, chains of a part side
-# by side on its GPU (default: the 9 chains dealt round-robin over the machine's GPUs).  Not yet timed on a GPU.  The chains resume (finished stages are reused from $RESULTS), so a run
-# cut by DEADLINE_S=N (stops the chains N seconds after the script starts, then writes the summary) can be completed by a
-# second call on the same warm machine.
+# by side on its GPU (default: the 9 chains dealt round-robin over the machine's GPUs, or over GPUS).  Not yet timed on
+# a GPU.  The chains resume (finished stages are reused from $RESULTS), so a run cut by DEADLINE_S=N (stops the chains
+# N seconds after the script starts, then writes the summary) can be completed by a second call on the same warm machine.
 # Output: $OUT (default results/proxy/table3): table3_proxy.md (final reward per placement with Welch intervals and the
 # reward models' held-out accuracy), the plan, the consoles, wall_time.txt and table3_proxy_runs.tgz (records, configs,
 # logs; no weights).  DRY_RUN=1 checks the data and prints the plan only.
@@ -22,7 +22,6 @@ script_start=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/proxy/table3}
 RESULTS=${RESULTS:-results/runs/table3_proxy}   # git-ignored and not carried: kept between calls on a warm device machine
-
 mkdir -p "$OUT"
 source bench/proxy_parts.sh
 PARTS=${PARTS:-$(default_parts "pre post mix" 0,1,2)}   # 9 chains over the GPUs, round-robin

@@ -41,7 +41,6 @@ from mixbench.training.builders import build_datamodule, build_lightning_module,
 from mixbench.training.config import norm_spec
 from mixbench.training.optim import build_optimizer, warmup_cosine
 
-DATA = "/work/main/.data/cifar/cifar10_bigbench.npz"
 RECIPE = [
     "task=in1k_vit_tiny",
     "scale=proxy",
@@ -51,7 +50,6 @@ RECIPE = [
     "optim.warmup_epochs=3",
     "ema.decay=0.999",
     "data.num_workers=0",
-    f"data.path={DATA}",
 ]
 GPU_BATCH, STEPS_PER_EPOCH = 256, 31  # the GPU runs: 8,000 images, batch 256, drop_last
 
@@ -66,10 +64,13 @@ p.add_argument("--probe", type=int, default=64)
 p.add_argument("--set", nargs="*", default=[], help="more overrides, e.g. norm.qk_norm=head")
 p.add_argument("--bf16", action="store_true", help="train step under CPU bf16 autocast (the recipe's bf16-mixed); probes stay fp32")
 p.add_argument("--tag", default="")
+p.add_argument("--data", default=".data/cifar/cifar10_bigbench.npz", help="the CIFAR-10 .npz (bench/placements_proxy.sh's)")
 a = p.parse_args()
 torch.set_num_threads(1)
 
-cfg = mixbench.compose([*RECIPE, f"norm={a.norm}", f"optim.lr={a.lr}", f"seed={a.seed}", f"data.batch_size={a.batch}", *a.set])
+cfg = mixbench.compose(
+    [*RECIPE, f"norm={a.norm}", f"optim.lr={a.lr}", f"seed={a.seed}", f"data.batch_size={a.batch}", f"data.path={a.data}", *a.set]
+)
 L.seed_everything(cfg.seed, verbose=False)
 dm = build_datamodule(cfg)
 model = build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **model_options(cfg, dm))
