@@ -3,6 +3,7 @@ plan against ``pre`` and ``mix``, from :func:`mixbench.results.aggregate`) and a
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 from ..core.errors import ConfigError
@@ -97,7 +98,7 @@ def score_figure(rows: list[dict], space, records: list[dict], best: str | None,
     ax.scatter(xs, [r["value"] for r in done], label="search trials (search seed)", zorder=3)
     if records:
         table = aggregate(records, baseline=None)
-        styles = iter([("C1", "--"), ("C2", ":"), ("C3", "-."), ("C4", "--"), ("C5", ":")] * 4)
+        styles = itertools.cycle([("C1", "--"), ("C2", ":"), ("C3", "-."), ("C4", "--"), ("C5", ":")])
         for col in table.columns:
             for row in table.rows:
                 cell = table.cells.get((row, col))
