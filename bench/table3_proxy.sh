@@ -16,12 +16,16 @@
 # N seconds after the script starts, then writes the summary) can be completed by a second call on the same warm machine.
 # Output: $OUT (default results/proxy/table3): table3_proxy.md (final reward per placement with Welch intervals and the
 # reward models' held-out accuracy), the plan, the consoles, wall_time.txt and table3_proxy_runs.tgz (records, configs,
-# logs; no weights).  DRY_RUN=1 checks the data and prints the plan only.
+# logs; no weights).  DRY_RUN=1 checks the data and prints the plan only.  SMOKE=1: every stage for a few steps, one chain
+# per placement side by side on GPU 0, on the embedded pretraining text, into $RESULTS-smoke and $OUT/smoke (about a
+# minute; run it before the chains to check that every stage works on this machine).
 set -euo pipefail
 script_start=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/proxy/table3}
 RESULTS=${RESULTS:-results/runs/table3_proxy}   # git-ignored and not carried: kept between calls on a warm device machine
+SMOKE=${SMOKE:-0}
+if [ "$SMOKE" = 1 ]; then RESULTS=$RESULTS-smoke OUT=$OUT/smoke PARTS=${PARTS:-"0:pre:0 0:post:0 0:mix:0"}; fi
 mkdir -p "$OUT"
 source bench/proxy_parts.sh
 PARTS=${PARTS:-$(default_parts "pre post mix" 0,1,2)}   # 9 chains over the GPUs, round-robin
@@ -38,10 +42,13 @@ ARGS=(results_dir="$RESULTS" data.tokenizer=embedded model.vocab_size=8192 train
       "pretrain:data.path=.data/textmix3/pkgtext-train.*.json.gz" pretrain:compile=true pretrain:data.batch_size=64
       pretrain:data.num_workers=2)
 for stage in sft rm rl; do ARGS+=("$stage:data.path=$PREFS" "$stage:data.stage_split=4,3,3"); done
+[ "$SMOKE" = 0 ] || ARGS+=(trainer.max_steps=4 rl:trainer.max_steps=4 divergence.unigram_floor=false   # 4 steps cannot beat chance
+                          pretrain:data.path=embedded pretrain:trainer.val_check_interval=2 pretrain:data.max_val_tokens=20000
+                          sft:data.val_size=16 rm:data.val_size=16 rl:data.val_size=16)
 ARGS+=(${EXTRA:-})
 plan_parts table3
 [ "${DRY_RUN:-0}" = 1 ] && exit 0
-tokenize_pretraining
+[ "$SMOKE" = 1 ] || tokenize_pretraining
 status=0
 run_parts table3 --resume || status=1
 python3 -m mixbench.grids.rlhf --results-dir "$RESULTS" --scale proxy --out "$OUT/table3_proxy.md" || status=1
