@@ -11,11 +11,12 @@
 #   .whl/ from bench/table2_proxy_wheels.sh when datasets / omegaconf are not installed there
 # Copies, not links to ../shared: the device machine sees only the repository (carry .data and .whl).
 # PARTS: "GPU:NORM:SEEDS ..." — one `mixbench reproduce table3` per item, CUDA_VISIBLE_DEVICES=GPU, chains of a part side
-# by side on its GPU (default: the 9 chains dealt round-robin over the machine's GPUs, or over GPUS).  Not yet timed on
-# a GPU.  The chains resume (finished stages are reused from $RESULTS), so a run cut by DEADLINE_S=N (stops the chains
-# N seconds after the script starts, then writes the summary) can be completed by a second call on the same warm machine.
-# Output: $OUT (default results/proxy/table3): table3_proxy.md (final reward per placement with Welch intervals and the
-# reward models' held-out accuracy), the plan, the consoles, wall_time.txt and table3_proxy_runs.tgz (records, configs,
+# by side on its GPU (default: the 9 chains dealt round-robin over the machine's GPUs, or over GPUS).  On one H200 the
+# 9 chains took 951 s (results/proxy/table3/README.md); the reward models need ≈ 15 GB each (4 chains on an 80 GB card).
+# The chains resume (finished stages are reused from $RESULTS), so a run cut by DEADLINE_S=N (stops the chains N seconds
+# after the script starts, then writes the summary) can be completed by a second call on the same warm machine.
+# Output: $OUT (default results/proxy/table3): table3_proxy.md (final reward and ReMax gain per placement with Welch
+# intervals, and the reward models' held-out accuracy), the plan, the consoles, wall_time.txt and table3_proxy_runs.tgz (records, configs,
 # logs; no weights).  DRY_RUN=1 checks the data and prints the plan only.  SMOKE=1: every stage for a few steps, one chain
 # per placement side by side on GPU 0, on the embedded pretraining text, into $RESULTS-smoke and $OUT/smoke (about a
 # minute; run it before the chains to check that every stage works on this machine).

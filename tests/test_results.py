@@ -452,6 +452,7 @@ def test_runs_of_one_norm_under_different_training_settings_get_columns_of_their
     def run(norm, value, seed, lr, workers, gain=1.0):
         r = record(norm, value, seed=seed)
         r["config"] = {"optim": {"lr": lr}, "data": {"num_workers": workers}, "norm": {"out_norm_gain": gain}}
+        r["config"] |= {"init_from": f"sft/seed{seed}", "rlhf": {"reward_model": f"rm/seed{seed}"}}  # each seed's own input runs
         return r
 
     records = [

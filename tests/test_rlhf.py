@@ -330,7 +330,7 @@ def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys):
     assert sum(line.startswith("[rl]") for line in capsys.readouterr().out.splitlines()) == 2  # the paper's Pre-LN and Mix-LN
 
 
-def test_table3_renders_final_reward_rm_accuracy_and_the_paper(sft_run, rm_run, tmp_path):
+def test_table3_renders_final_reward_remax_gain_rm_accuracy_and_the_paper(sft_run, rm_run, tmp_path):
     import json
 
     from mixbench.grids.rlhf import paper_numbers, rlhf_table
@@ -345,17 +345,20 @@ def test_table3_renders_final_reward_rm_accuracy_and_the_paper(sft_run, rm_run, 
         "reward_model": {"source": str(rm_run)},
         "started_at": "2026",
     }
+    rewards = {"pre": ((0.7, 0.2), (0.8, 0.4)), "mix(α=0.25)": ((1.3, 0.5), (1.4, 0.5))}  # per seed (final, before)
     records = [
-        {**base, "seed": s, "norm": {"label": label}, "metrics": {"val/final_reward": v, "val/initial_reward": v - 0.5}}
-        for label, values in (("pre", (0.7, 0.8)), ("mix(α=0.25)", (1.3, 1.4)))
-        for s, v in enumerate(values)
+        {**base, "seed": s, "norm": {"label": label}, "metrics": {"val/final_reward": final, "val/initial_reward": before}}
+        for label, pairs in rewards.items()
+        for s, (final, before) in enumerate(pairs)
     ]
     text = rlhf_table(records, paper_numbers("table3"))
-    rows = {line.split(" | ")[0]: line for line in text.splitlines()[2:]}
-    assert "0.750 ± 0.071 (n=2)" in rows["| llama_1b · pre · paper"] and rows["| llama_1b · pre · paper"].endswith("| 0.75 |")
-    assert "| 0.250 ± 0.071 (n=2) |" in rows["| llama_1b · pre · paper"]  # the reward before ReMax
-    mix = rows["| llama_1b · mix(α=0.25) · paper"]
-    assert "+0.600 [" in mix and mix.endswith("| 1.32 |") and f"{rm['metrics']['val/accuracy']:.1f}" in mix
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in text.splitlines()[2:]}
+    pre, mix = rows["| llama_1b · pre · paper"], rows["| llama_1b · mix(α=0.25) · paper"]
+    assert pre[0] == "0.750 ± 0.071 (n=2)" and pre[-1] == "0.75 |" and pre[1] == "–"
+    assert pre[2] == "0.300 ± 0.141 (n=2)"  # the reward before ReMax
+    assert pre[3] == "0.450 ± 0.071 (n=2)"  # the gains 0.5 and 0.4, each within its chain
+    assert mix[1].startswith("+0.600 [") and mix[-1] == "1.32 |" and mix[-2] == f"{rm['metrics']['val/accuracy']:.1f} (n=1)"
+    assert mix[3] == "0.850 ± 0.071 (n=2)" and mix[4].startswith("+0.400 [")  # gains 0.8, 0.9 against 0.5, 0.4
 
 
 def test_sft_reads_ultrafeedback_binarized_chosen_responses():

@@ -185,32 +185,55 @@ def _reward_model_accuracy(records: list[dict], results_dir: Path | None) -> str
     return "–" if mean is None else f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else "") + f" (n={len(values)})"
 
 
+def _gain_view(record: dict) -> dict | None:
+    """``record`` seen through its ReMax gain, ``final_reward − initial_reward``: the same reward model scores the same
+    held-out prompts before and after ReMax, so the reward model's offset (which differs from chain to chain) cancels."""
+    metrics = record.get("metrics", {})
+    final, initial = metrics.get("val/final_reward"), metrics.get("val/initial_reward")
+    if final is None or initial is None:
+        return None
+    gain = final - initial
+    return {
+        **record,
+        "metrics": {"val/remax_gain": gain},
+        "primary_metric": {"name": "val/remax_gain", "higher_is_better": True, "value": gain},
+    }
+
+
+def _delta(cell: Cell, base: Cell | None) -> str:
+    """``cell − base``: the difference of means and its 95 % Welch interval ("–" without 2 values a side)."""
+    if base is None or base is cell or len(cell.values) < 2 or len(base.values) < 2:
+        return "–"
+    i = welch_interval(cell.values, base.values)
+    return f"{i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
+
+
 def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_dir: Path | None = None) -> str:
-    """A Markdown table of ReMax records: per model label · norm · scale the final reward (mean ± std over seeds), the
-    95 % Welch interval of its difference from the ``baseline`` placement, the same reward before ReMax (the SFT policy),
-    the reward models' held-out accuracy, and
-    the paper's number where ``paper`` has one (``{(model, norm label): value}``, paper scale only)."""
+    """A Markdown table of ReMax records: per model label · norm · scale the final reward (mean ± std over seeds) and the
+    95 % Welch interval of its difference from the ``baseline`` placement; the same reward before ReMax (the SFT
+    policy); the ReMax gain (final − before, within each chain) and its interval against the baseline's gain; the reward
+    models' held-out accuracy; and the paper's number where ``paper`` has one (``{(model, norm label): value}``, paper
+    scale only).  Each chain trains its own reward model, whose offset moves both rewards: the gain is free of it."""
 
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((model_label(r), r["norm"]["label"], r["scale"]), []).append(r)
     cells = {key: Cell.from_records(recs) for key, recs in groups.items()}
+    gains = {key: Cell.from_records([v for r in recs if (v := _gain_view(r)) is not None]) for key, recs in groups.items()}
     lines = [
         f"| model · norm · scale | final reward | Δ vs {baseline} (95 % Welch CI) | reward before ReMax | "
-        "RM held-out accuracy (%) | paper |",
-        "|---|---|---|---|---|---|",
+        f"ReMax gain (final − before) | gain Δ vs {baseline} (95 % Welch CI) | RM held-out accuracy (%) | paper |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for (model, norm, scale), cell in cells.items():
-        base = next((c for (m, n, s), c in cells.items() if m == model and s == scale and n.startswith(baseline)), None)
-        delta = "–"
-        if base is not None and base is not cell and len(cell.values) > 1 and len(base.values) > 1:
-            i = welch_interval(cell.values, base.values)
-            delta = f"{i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
-        value = paper.get((groups[(model, norm, scale)][0]["model"]["name"], norm)) if scale == "paper" else None
-        initial = Cell.from_records([v for r in groups[(model, norm, scale)] if (v := _view(r, "val/initial_reward", 1.0)) is not None])
+    for key, cell in cells.items():
+        model, norm, scale = key
+        base = next((k for k in cells if k[0] == model and k[2] == scale and k[1].startswith(baseline)), None)
+        value = paper.get((groups[key][0]["model"]["name"], norm)) if scale == "paper" else None
+        initial = Cell.from_records([v for r in groups[key] if (v := _view(r, "val/initial_reward", 1.0)) is not None])
         lines.append(
-            f"| {model} · {norm} · {scale} | {cell.summary(3) or '–'} | {delta} | {initial.summary(3) or '–'} | "
-            f"{_reward_model_accuracy(groups[(model, norm, scale)], results_dir)} | {value if value is not None else '–'} |"
+            f"| {model} · {norm} · {scale} | {cell.summary(3) or '–'} | {_delta(cell, cells.get(base))} | "
+            f"{initial.summary(3) or '–'} | {gains[key].summary(3) or '–'} | {_delta(gains[key], gains.get(base))} | "
+            f"{_reward_model_accuracy(groups[key], results_dir)} | {value if value is not None else '–'} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -148,6 +148,7 @@ NOT_RECIPE = (
     "divergence",
     "compile",
     "init_from",
+    "rlhf.reward_model",  # like init_from: the run it reads (each chain its own), whose recipe is in that run's record
     "norm",
     "choices",
     "task",
