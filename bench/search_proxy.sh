@@ -13,7 +13,9 @@
 # STUDIES: which studies (default both); TRIALS: finished trials per study (a re-run tops the studies up to it; runs of
 # trials cut off by DEADLINE_S are not continued, their trials fail when the heartbeat stops); JOBS: runs at a time a
 # GPU; PHASES: any of search confirm report (default all; a second device call can run "confirm report"); DEADLINE_S:
-# stop what still runs after that many seconds, per phase; DRY_RUN=1: print the plan.
+# stop what still runs after that many seconds, per phase; DRY_RUN=1: print the plan.  REUSE (default
+# results/proxy/placements, the grid with the same recipes): confirmation runs whose settings and seed a finished run
+# there has are copied from it (`mixbench search --confirm --reuse-from`) instead of run again; REUSE= turns that off.
 # Output: $RESULTS/search/<study>/ (study.sqlite3, trials/, confirm/, report.md, score_vs_plan.png; RESULTS=.search is
 # git-ignored, so a second device call on the warm machine continues it), $OUT/search_lanes.log and $OUT/search_runs.tgz
 # (the studies, records, configs, metrics logs and reports; no weights).
@@ -24,6 +26,7 @@ OUT=${OUT:-$RESULTS}
 STUDIES=${STUDIES:-"llama24_alpha vit_plan"}
 TRIALS=${TRIALS:-24}
 SEEDS=${SEEDS:-3}
+REUSE=${REUSE-results/proxy/placements}   # finished runs of the confirmation's settings and seeds there are reused ("" = none)
 JOBS=${JOBS:-3}
 source bench/proxy_parts.sh
 GPUS=${GPUS:-$(gpu_count)}
@@ -69,7 +72,11 @@ PHASES=${PHASES:-"search confirm report"}
 confirm=$RESULTS/confirm_plan.txt
 : > "$confirm"
 for study in $STUDIES; do
-    [[ $PHASES != *confirm* ]] || python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --dry-run --results-dir "$RESULTS" >> "$confirm"
+    [[ $PHASES == *confirm* ]] || continue
+    if [ -n "$REUSE" ]; then  # the confirmation runs the earlier runs of $REUSE already are: copied, not run again
+        python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --results-dir "$RESULTS" --reuse-from "$REUSE" --reuse-only
+    fi
+    python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --dry-run --results-dir "$RESULTS" ${REUSE:+--reuse-from "$REUSE"} >> "$confirm"
 done
 [ ! -s "$confirm" ] || python3 bench/grid_lanes.py "$confirm" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee -a "$OUT/search_lanes.log"
 for study in $STUDIES; do

@@ -226,3 +226,33 @@ def test_tiny_search_confirm_and_report_end_to_end(tmp_path, capsys):
     assert main(["search", "--report", "e2e", *args]) == 0
     out = capsys.readouterr().out
     assert "### against pre" in out and "### against mix(α=0.25)" in out and out.count(" vs ") + out.count("beats") >= 2
+
+
+def test_confirm_reuses_earlier_runs_of_the_same_settings_and_seed_only(tmp_path, capsys, caplog):
+    args = ["--results-dir", str(tmp_path)]
+    earlier = tmp_path / "earlier"
+    assert main(["search", "--study", "re", "--space", "alpha", "--pruner", "none", "--trials", "1", *args, *TINY_LM]) == 0
+    assert main(["run", *TINY_LM, "norm=pre", "seed=1", f"results_dir={earlier}", "compile=false"]) == 0  # same settings
+    assert main(["run", *TINY_LM, "norm=pre", "seed=2", f"results_dir={earlier}", "optim.lr=0.5"]) == 0  # another lr
+    capsys.readouterr()
+    reuse = ["search", "--confirm", "re", "--seeds", "2", "--reuse-from", str(earlier), *args]
+    assert main([*reuse, "--dry-run"]) == 0
+    plan = capsys.readouterr().out.splitlines()
+    assert len(plan) == 6 and [line.split(" (same")[0] for line in plan if line.startswith("# reuse")] == [
+        f"# reuse {next(earlier.rglob('seed1-*'))}"
+    ]
+    assert "norm=pre seed=1" not in " ".join(line for line in plan if line.startswith("mixbench run"))
+    assert not (tmp_path / "search" / "re" / "confirm").exists()  # a dry run copies nothing
+    assert main([*reuse, "--reuse-only"]) == 0
+    (copy,) = (tmp_path / "search" / "re" / "confirm").rglob("record.json")
+    record = json.loads(copy.read_text())
+    assert record["seed"] == 1 and record["norm"]["label"] == "pre" and record["reused_from"] == str(next(earlier.rglob("seed1-*")))
+    assert (copy.parent / "config.yaml").is_file() and copy.parent.parent.name == "reused"
+    assert main(reuse) == 0  # the five other runs; the copy is kept, not run again
+    assert len(list((tmp_path / "search" / "re" / "confirm").rglob("record.json"))) == 6
+    capsys.readouterr()
+    assert main(["search", "--report", "re", *args]) == 0
+    assert "1 of 6 confirmation runs are earlier runs of the same settings and seeds, reused from" in capsys.readouterr().out
+    assert main(["search", "--confirm", "re", "--reuse-from", str(tmp_path / "nowhere"), *args]) == 2
+    assert main(["search", "--confirm", "re", "--reuse-only", *args]) == 2
+    assert "give --reuse-from DIR" in caplog.text and "no such folder" in caplog.text

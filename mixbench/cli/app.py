@@ -123,12 +123,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ..grids.search import Settings, confirmation_runs, optuna_module, search
+    from ..grids.search import Settings, adopt_reused, confirmation_runs, optuna_module, reusable_runs, search
 
     optuna_module()  # one clear error when Optuna is missing, before anything is written
     modes = [m for m in ("confirm", "report") if getattr(args, m)]
     if len(modes) > 1 or (modes and (args.study or args.overrides)):
         raise ConfigError("give one of --study NAME [key=value ...] (search), --confirm NAME or --report NAME")
+    if (args.reuse_from or args.reuse_only) and not args.confirm:
+        raise ConfigError("--reuse-from and --reuse-only belong to --confirm NAME")
+    if args.reuse_only and not args.reuse_from:
+        raise ConfigError("--reuse-only copies the runs --reuse-from DIR finds: give --reuse-from DIR")
     if args.report:
         from ..grids.search_report import report
 
@@ -138,10 +142,17 @@ def cmd_search(args: argparse.Namespace) -> int:
         from ..grids.runner import run_many, summarize
 
         argvs = confirmation_runs(args.results_dir, args.confirm, args.seeds)
+        reused = reusable_runs(argvs, args.reuse_from) if args.reuse_from else {}
+        todo = [argv for i, argv in enumerate(argvs) if i not in reused]
         if args.dry_run:
-            sys.stdout.write("".join("mixbench run " + shlex.join(argv) + "\n" for argv in argvs))
+            for i, record in reused.items():
+                sys.stdout.write(f"# reuse {Path(record['_path']).parent} (same settings and seed): mixbench run {shlex.join(argvs[i])}\n")
+            sys.stdout.write("".join("mixbench run " + shlex.join(argv) + "\n" for argv in todo))
             return 0
-        return summarize(run_many(argvs, args.jobs), f"confirmation of {args.confirm}")
+        adopt_reused(args.results_dir, args.confirm, list(reused.values()))
+        if args.reuse_only:
+            return 0
+        return summarize(run_many(todo, args.jobs), f"confirmation of {args.confirm}")
     if not args.study:
         raise ConfigError("mixbench search needs --study NAME (or --confirm NAME / --report NAME)")
     kinds = tuple(k for k in (args.kinds or "").split(",") if k)
@@ -330,6 +341,16 @@ def add_search_command(sub) -> None:
     srch.add_argument("--confirm", metavar="NAME", help="re-run the study's best plan, pre and mix(α=0.25) with fresh seeds")
     srch.add_argument("--seeds", type=int, default=3, help="--confirm: seeds per arm, none of them the search seed (default 3)")
     srch.add_argument("--jobs", type=int, default=1, help="--confirm: runs at a time, as subprocesses")
+    srch.add_argument(
+        "--reuse-from",
+        action="append",
+        metavar="DIR",
+        help="--confirm: take finished runs of the same settings and seed from DIR (e.g. results/proxy/placements) "
+        "instead of running them again; copied into the study's confirm/reused/ (repeatable)",
+    )
+    srch.add_argument(
+        "--reuse-only", action="store_true", help="--confirm --reuse-from: copy the reusable runs, run nothing (for launchers)"
+    )
     srch.add_argument("--report", metavar="NAME", help="print the ranked plans and the confirmation table; write report.md and a plot")
     srch.add_argument("--confidence", type=float, default=0.95, help="--report: level of the Welch intervals")
     srch.add_argument("--results-dir", default="results", help="where studies live (<results-dir>/search/NAME)")

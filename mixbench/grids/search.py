@@ -20,10 +20,10 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.tasks import get_task
-from ..results.records import primary_value
+from ..results.records import load_records, primary_value, same_configuration, write_record
 from ..training.callbacks import TrialPruning
 from ..training.config import compose, norm_spec
-from ..training.run import run
+from ..training.run import FINISHED, run
 from .search_space import Space
 
 log = logging.getLogger(__name__)
@@ -268,6 +268,56 @@ def confirmation_runs(results_dir, name: str, seeds: int) -> list[list[str]]:
         for seed in confirmation_seeds(int(cfg.seed), seeds)
         for arm in arms.values()
     ]
+
+
+def reusable_runs(argvs: list[list[str]], sources: list) -> dict[int, dict]:
+    """``{i: record}``: for the confirmation run ``argvs[i]``, the newest finished record under the ``sources`` folders
+    (earlier runs, e.g. a placements grid) of the same configuration and seed (``same_configuration``).  Such a run is
+    an independent sample the search never used, so the confirmation need not repeat it."""
+    from omegaconf import OmegaConf
+
+    records = [r for source in sources for r in _readable_records(source)]
+    records.sort(key=lambda r: str(r.get("started_at")), reverse=True)
+    found = {}
+    for i, argv in enumerate(argvs):
+        cfg = compose(argv)
+        composed = OmegaConf.to_container(cfg, resolve=True)
+        for r in records:
+            if r["task"] == cfg.task.name and r["status"] in FINISHED and same_configuration(r.get("config") or {}, composed):
+                found[i] = r
+                break
+    return found
+
+
+def _readable_records(source) -> list[dict]:
+    if not Path(source).is_dir():
+        raise ConfigError(f"--reuse-from {source}: no such folder (give a folder of earlier runs, e.g. results/proxy/placements)")
+    records, problems = load_records(source)
+    for problem in problems:
+        log.warning("--reuse-from: skipped unreadable record: %s", problem)
+    return records
+
+
+def adopt_reused(results_dir, name: str, records: list[dict]) -> list[Path]:
+    """Copy each reused record (record.json with ``reused_from`` naming the original folder, config.yaml,
+    logs/metrics.csv) into ``<study>/confirm/reused/<its run folder>``; a copy made before is kept."""
+    import json
+    import shutil
+
+    copies = []
+    for record in records:
+        source = Path(record["_path"]).parent
+        target = study_dir(results_dir, name) / "confirm" / "reused" / source.name
+        if not (target / "record.json").is_file():
+            for extra in ("config.yaml", "logs/metrics.csv"):
+                if (source / extra).is_file():
+                    (target / extra).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source / extra, target / extra)
+            original = json.loads((source / "record.json").read_text())
+            write_record({**original, "reused_from": str(source)}, target / "record.json")
+            log.info("confirmation: reused %s", source)
+        copies.append(target)
+    return copies
 
 
 def open_plan(settings: Settings) -> str:

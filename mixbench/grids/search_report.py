@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 
 from ..core.errors import ConfigError
 from ..core.tasks import get_task
@@ -153,6 +154,13 @@ def report(results_dir, name: str, confidence: float = 0.95) -> str:
         text.append(f"No best plan yet: {err}")
     if records and best:
         text += ["## Confirmation (seeds the search never used, full budget)", ""]
+        reused = [r["reused_from"] for r in records if r.get("reused_from")]
+        if reused:
+            text += [
+                f"{len(reused)} of {len(records)} confirmation runs are earlier runs of the same settings and seeds, "
+                f"reused from {os.path.commonpath(reused)} (`--reuse-from`; `reused_from` in their records).",
+                "",
+            ]
         baselines = [baseline_label(records, placement) for placement in ("pre", "mix")]
         for baseline in baselines:
             text += [f"### against {baseline}", "", render(aggregate(records, baseline=baseline, confidence=confidence), "md")]
