@@ -2,8 +2,8 @@
 in docs/llama_stalls.md: train loss every --log steps, branch-output RMS and max attention logit of some blocks, and how much
 the final hidden state at a position changes when its own token (own) or the token 5 back (ctx5) is replaced.
 
-Data: /tmp/wt19data/{train,val}.npy, int16 token ids of the textmix shard 00001 / the validation shard, made with the
-embedded 8,192-token BPE (documents joined with id 0).  Example:
+Data: --data DIR (default .data/llama_stalls) with train.npy / val.npy, int16 token ids of the textmix shard 00001 / the
+validation shard in the embedded 8,192-token BPE, documents joined with id 0: made by bench/llama_stalls_data.py.  Example:
     PYTHONPATH=. python bench/llama_stalls_cpu.py --norm hybrid --width 128 --heads 2 --layers 24 --steps 300"""
 
 import argparse
@@ -35,6 +35,7 @@ p.add_argument("--log", type=int, default=25)
 p.add_argument("--diag", action="store_true")
 p.add_argument("--tag", default="")
 p.add_argument("--stop", type=int, default=0)
+p.add_argument("--data", default=".data/llama_stalls", help="folder with train.npy and val.npy (bench/llama_stalls_data.py)")
 a = p.parse_args()
 torch.manual_seed(a.seed)
 torch.set_num_threads(1)
@@ -49,8 +50,8 @@ cfg = LlamaConfig(
     **json.loads(a.model),
 )
 model = Llama(cfg, spec)
-train = torch.from_numpy(np.load("/tmp/wt19data/train.npy").astype(np.int64))
-val = torch.from_numpy(np.load("/tmp/wt19data/val.npy").astype(np.int64))
+train = torch.from_numpy(np.load(f"{a.data}/train.npy").astype(np.int64))
+val = torch.from_numpy(np.load(f"{a.data}/val.npy").astype(np.int64))
 g = torch.Generator().manual_seed(1000 + a.seed)
 
 

@@ -1,6 +1,7 @@
-"""docs/llama_stalls.md — `llama_stalls_probe.py NORM OPTIONS_JSON STEPS [WIDTH] [LR]`: train a few steps (the recipe of
-llama_stalls_cpu.py, 24 blocks) and show per block how much h_t depends on token t (own) and the token-specific share of the
-hidden states' mean square (spec: 1 = all tokens different, 0 = one shared vector)."""
+"""docs/llama_stalls.md — `llama_stalls_probe.py NORM OPTIONS_JSON STEPS [WIDTH] [LR] [DATA_DIR]`: train a few steps (the
+recipe of llama_stalls_cpu.py, 24 blocks, on DATA_DIR/train.npy, default .data/llama_stalls from llama_stalls_data.py)
+and show per block how much h_t depends on token t (own) and the token-specific share of the hidden states' mean square
+(spec: 1 = all tokens different, 0 = one shared vector)."""
 
 import json
 import sys
@@ -16,6 +17,7 @@ torch.set_num_threads(1)
 norm, opt_json, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 width = int(sys.argv[4]) if len(sys.argv) > 4 else 128
 lr = float(sys.argv[5]) if len(sys.argv) > 5 else 1e-3
+data = sys.argv[6] if len(sys.argv) > 6 else ".data/llama_stalls"
 torch.manual_seed(0)
 spec = NormSpec.from_dict({"placement": norm, **json.loads(opt_json)})
 m = Llama(
@@ -24,7 +26,7 @@ m = Llama(
     ),
     spec,
 )
-train = torch.from_numpy(np.load("/tmp/wt19data/train.npy").astype(np.int64))
+train = torch.from_numpy(np.load(f"{data}/train.npy").astype(np.int64))
 g = torch.Generator().manual_seed(1000)
 
 
