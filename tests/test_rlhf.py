@@ -463,3 +463,16 @@ def test_reproduce_table3_runs_a_chain_and_reuses_its_finished_stages(tmp_path, 
     assert capsys.readouterr().out.count("# reuse") == 4
     assert main(args) == 0
     assert len(list(tmp_path.rglob("record.json"))) == 4
+
+
+def test_dataset_names_say_which_sources_a_run_read(tmp_path):
+    from mixbench.sft.data import data_name
+
+    for folder in ("boolq", "ARC-Easy", "shards"):
+        (tmp_path / folder).mkdir()
+    for f in ("boolq/train.json", "ARC-Easy/train.json", "commonsense_170k.json", "shards/part-0.json.gz", "shards/part-1.json.gz"):
+        (tmp_path / f).write_text("[]")
+    assert data_name(f"{tmp_path}/boolq/train.json,{tmp_path}/ARC-Easy/train.json") == "boolq+ARC-Easy"  # not "train"
+    assert data_name(str(tmp_path / "commonsense_170k.json")) == "commonsense_170k"
+    assert data_name(str(tmp_path / "shards" / "part-*.json.gz")) == "shards"  # shards of one folder: the folder
+    assert data_name("HuggingFaceH4/ultrafeedback_binarized") == "ultrafeedback_binarized"  # a hub name

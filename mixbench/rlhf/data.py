@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -34,7 +33,7 @@ from ..core.errors import ConfigError
 from ..core.jsonitems import read_items
 from ..data.samplers import ResumableOrder
 from ..data.tokens import TokenizerSpec
-from ..sft.data import EMBEDDED_SAMPLE, binarized_triples, files_of, read_records, special_ids, stage_share
+from ..sft.data import EMBEDDED_SAMPLE, binarized_triples, data_name, files_of, read_records, special_ids, stage_share
 from ..sft.prompt import build_prompt
 from ..training.trained import tokenizer_of
 
@@ -179,7 +178,7 @@ class _PreferenceSource(ResumableOrder, L.LightningDataModule):
 
     def describe(self) -> dict:
         return {
-            "name": self.name or (Path(self.path).stem if self.path not in (None, "embedded") else "embedded_preferences"),
+            "name": self.name or (data_name(self.path) if self.path not in (None, "embedded") else "embedded_preferences"),
             "label": self.label or (f"preferences {self.path} ({self.format_read}), {self.stage} share of stage_split={self.stage_split}"),
             "source": str(self.path),
             "format": self.format_read,

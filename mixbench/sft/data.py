@@ -57,6 +57,26 @@ def files_of(path: str) -> list[Path]:
     return [Path(f) for part in str(path).split(",") if part.strip() for f in sorted(glob.glob(str(Path(part.strip()).expanduser())))]
 
 
+GENERIC_STEMS = {"train", "test", "validation", "valid", "val", "dev", "data"}
+
+
+def data_name(path: str) -> str:
+    """A short dataset name for records: a file's stem (``commonsense_170k``); its folder's name when the stem says
+    nothing (``boolq/train.json`` → ``boolq``) or the folder holds several of the files (shards); several sources
+    joined by ``+`` (``ARC-Challenge+ARC-Easy+boolq+openbookqa``); a hub name's last part."""
+    files = files_of(path)
+    if not files:
+        return Path(str(path)).name.split(".")[0]
+    by_folder: dict[Path, list[Path]] = {}
+    for f in files:
+        by_folder.setdefault(f.parent, []).append(f)
+    names = []
+    for folder, members in by_folder.items():
+        stem = members[0].name.split(".")[0]
+        names.append(stem if len(members) == 1 and stem.lower() not in GENERIC_STEMS else folder.resolve().name)
+    return "+".join(dict.fromkeys(names))
+
+
 def _messages_prompt(messages: list, where: str) -> tuple[str, str]:
     """``(instruction, response)`` of a conversation ending with the assistant's response."""
     if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
@@ -295,7 +315,7 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         self.batch_size, self.global_batch_size = batch_size, global_batch_size
         self.eval_batch_size, self.num_workers = eval_batch_size or batch_size, num_workers
         self.max_train_tokens, self.stage_split = max_train_tokens, stage_split
-        self.dataset_name = name or self.files[0].stem
+        self.dataset_name = name or data_name(",".join(str(f) for f in self.files))
         self.dataset_label = label or f"instruction data {', '.join(str(f) for f in self.files)}"
         self._resume: tuple[int, int] | None = None
 
