@@ -205,7 +205,7 @@ def _delta(cell: Cell, base: Cell | None) -> str:
     if base is None or base is cell or len(cell.values) < 2 or len(base.values) < 2:
         return "–"
     i = welch_interval(cell.values, base.values)
-    return f"{i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
+    return f"{i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}]".replace("-", "−")  # the minus sign of mixbench table
 
 
 def rlhf_table(records: list[dict], paper: dict, baseline: str = "pre", results_dir: Path | None = None) -> str:
