@@ -288,6 +288,7 @@ def test_tiny_chain_pretrain_sft_rm_remax_writes_final_reward(sft_run, rm_run, t
     assert rl["init_from"]["source"] == str(sft_run) and rl["reward_model"]["source"] == str(rm_run)
     assert rl["primary_metric"]["name"] == "val/final_reward" and rl["metrics"]["val/final_reward"] == rl["primary_metric"]["value"]
     assert 1 <= rl["metrics"]["val/response_len"] <= 6 and "val/kl" in rl["metrics"] and "val/initial_reward" in rl["metrics"]
+    assert 0.0 <= rl["metrics"]["val/answer_match"] <= 100.0 and "val/initial_answer_match" in rl["metrics"]
     from safetensors.torch import load_file
 
     assert "score.weight" in load_file(str(rm_run / "model.safetensors"))
@@ -407,7 +408,11 @@ def test_remax_task_with_the_rule_reward_needs_no_reward_model(sft_run, tmp_path
     (path,) = tmp_path.rglob("record.json")
     record = json.loads(path.read_text())
     assert record["status"] == "completed" and record["reward"].startswith("rule") and "reward_model" not in record
-    assert 0.0 <= record["metrics"]["val/final_reward"] <= 1.0
+    metrics = record["metrics"]
+    assert 0.0 <= metrics["val/final_reward"] <= 1.0
+    # the rule reward is the answer match: the same samples, as a fraction and as a percentage
+    assert metrics["val/answer_match"] == pytest.approx(100.0 * metrics["val/final_reward"], abs=1e-4)
+    assert metrics["val/initial_answer_match"] == pytest.approx(100.0 * metrics["val/initial_reward"], abs=1e-4)
 
 
 def test_reproduce_table3_runs_a_chain_and_reuses_its_finished_stages(tmp_path, capsys):

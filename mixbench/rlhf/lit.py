@@ -130,14 +130,28 @@ class ReMaxModule(OptimizedModule):
     policy as it starts (the SFT weights, loaded by ``init_from``).  Validation samples one response per held-out prompt
     (the same random stream at every validation) and logs ``val/final_reward`` (mean reward of those samples: the
     paper's "final reward" at the end of training), ``val/kl`` (Σ_t log π − log π_ref per response),
-    ``val/response_len`` (tokens, EOS included) and ``val/initial_reward`` (the same reward before the first step)."""
+    ``val/response_len`` (tokens, EOS included), ``val/answer_match`` (% of those samples equal to the prompt's chosen
+    response: the answer accuracy where the chosen response is the one correct answer, as in the commonsense proxy;
+    near 0 for free-text preferences) and ``val/initial_reward`` / ``val/initial_answer_match`` (the same before the
+    first step)."""
 
-    def __init__(self, model, optim, settings: ReMaxSettings, reward: nn.Module, eos_id: int, pad_id: int, provenance: dict | None = None):
+    def __init__(
+        self,
+        model,
+        optim,
+        settings: ReMaxSettings,
+        reward: nn.Module,
+        eos_id: int,
+        pad_id: int,
+        provenance: dict | None = None,
+        answer_match: nn.Module | None = None,
+    ):
         super().__init__(model, optim)
         self.settings, self.reward, self.eos_id, self.pad_id = settings, reward, eos_id, pad_id
+        self.answer_match = answer_match  # a RuleReward: 1 where the response equals the chosen one
         self.reference = copy.deepcopy(model).requires_grad_(False).eval()
-        self.val_reward, self.val_kl, self.val_len = MeanMetric(), MeanMetric(), MeanMetric()
-        self.record_extra, self.initial_reward = provenance or {}, None
+        self.val_reward, self.val_kl, self.val_len, self.val_match = MeanMetric(), MeanMetric(), MeanMetric(), MeanMetric()
+        self.record_extra, self.initial_reward, self.initial_answer_match = provenance or {}, None, None
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss, stats = remax_step(self.model, self.reference, self.reward, batch, self.settings, self.eos_id, self.pad_id)
@@ -160,14 +174,18 @@ class ReMaxModule(OptimizedModule):
                 self.validation_step(move_data_to_device(batch, self.device), 0)
         self.model.train()
         self.initial_reward = float(self.val_reward.compute())
-        for metric in (self.val_reward, self.val_kl, self.val_len):
+        if self.answer_match is not None:
+            self.initial_answer_match = float(self.val_match.compute())
+        for metric in (self.val_reward, self.val_kl, self.val_len, self.val_match):
             metric.reset()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["initial_reward"] = self.initial_reward
+        checkpoint["initial_answer_match"] = self.initial_answer_match
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.initial_reward = checkpoint.get("initial_reward")
+        self.initial_answer_match = checkpoint.get("initial_answer_match")
 
     def on_validation_epoch_start(self) -> None:
         self.val_generator = torch.Generator(device=self.device).manual_seed(self.settings.eval_seed + self.global_rank)
@@ -192,13 +210,18 @@ class ReMaxModule(OptimizedModule):
         self.val_reward.update(self.reward(ids, mask, sample, batch["answers"]).mean(), weight=n)
         self.val_kl.update(kl.mean(), weight=n)
         self.val_len.update(sample.lengths.float().mean(), weight=n)
+        if self.answer_match is not None:
+            self.val_match.update(100.0 * self.answer_match(ids, mask, sample, batch["answers"]).mean(), weight=n)
 
     def on_validation_epoch_end(self) -> None:
-        for name, metric in (("val/final_reward", self.val_reward), ("val/kl", self.val_kl), ("val/response_len", self.val_len)):
+        metrics = [("val/final_reward", self.val_reward), ("val/kl", self.val_kl), ("val/response_len", self.val_len)]
+        for name, metric in metrics + ([("val/answer_match", self.val_match)] if self.answer_match is not None else []):
             self.log(name, metric.compute(), prog_bar=name == "val/final_reward")
             metric.reset()
         if self.initial_reward is not None:
             self.log("val/initial_reward", self.initial_reward)
+        if self.initial_answer_match is not None:
+            self.log("val/initial_answer_match", self.initial_answer_match)
 
 
 def reward_module(cfg, settings: ReMaxSettings, datamodule) -> tuple[nn.Module, dict]:
@@ -223,4 +246,7 @@ def remax_module(cfg, model, datamodule) -> ReMaxModule:
 
     settings = ReMaxSettings(**OmegaConf.to_container(cfg.rlhf, resolve=True))
     reward, provenance = reward_module(cfg, settings, datamodule)
-    return ReMaxModule(model, OptimConfig.from_config(cfg.optim), settings, reward, datamodule.eos_id, datamodule.pad_id, provenance)
+    answer_match = RuleReward(datamodule.decode, datamodule.eos_id)
+    return ReMaxModule(
+        model, OptimConfig.from_config(cfg.optim), settings, reward, datamodule.eos_id, datamodule.pad_id, provenance, answer_match
+    )
