@@ -79,3 +79,45 @@ def test_fp8_pairs_summary_pays_only_when_faster_and_inside_the_noise():
     assert not fp8_pairs.summary("llama_1b", runs(1.1, 0.01))["pays"]
     assert not fp8_pairs.summary("llama_1b", runs(1.3, 0.2))["pays"]
     assert isinstance(fp8_pairs.parse_args(["--models", "llama_1b"]), argparse.Namespace)
+
+
+def test_dali_bundle_parts_are_joined_checked_and_put_on_the_paths(tmp_path):
+    """bench/dali_bundle.sh on a stand-in bundle (a fake nvidia.dali): parts received one call at a time are joined,
+    checked against SHA256 and unpacked, and `env` puts the install on PYTHONPATH / LD_LIBRARY_PATH; a cut part is refused."""
+    import hashlib
+    import io
+    import lzma
+    import os
+    import subprocess
+    import tarfile
+
+    site = tmp_path / "src"
+    (site / "nvidia" / "dali").mkdir(parents=True)
+    (site / "nvidia" / "dali" / "__init__.py").write_text("__version__ = 'stand-in'\n")
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        tar.add(site, arcname=".")
+    packed = lzma.compress(archive.getvalue())
+    bundle, parts, dest = tmp_path / "bundle", tmp_path / "parts", tmp_path / "site"
+    env = {**os.environ, "DALI_BUNDLE": str(bundle), "DALI_PARTS": str(parts), "DALI_SITE": str(dest)}
+    script = Path(__file__).resolve().parents[1] / "bench" / "dali_bundle.sh"
+    half = len(packed) // 2
+    for i, chunk in enumerate((packed[:half], packed[half:])):  # one call per part: only that part is in the checkout
+        bundle.mkdir(exist_ok=True)
+        for old in bundle.glob("part-*"):
+            old.unlink()
+        (bundle / f"part-{i:02d}").write_bytes(chunk)
+        (bundle / "SHA256").write_text(hashlib.sha256(packed).hexdigest() + "\n")
+        assert subprocess.run(["bash", str(script), "receive"], env=env, capture_output=True, text=True).returncode == 0
+    shell = f'source {script} env && echo "$PYTHONPATH|$LD_LIBRARY_PATH"'
+    out = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and "DALI stand-in" in out.stdout, out.stdout + out.stderr
+    paths = out.stdout.strip().splitlines()[-1]
+    assert paths.startswith(f"{dest}") and f"{dest}/nvidia/nvimgcodec:{dest}/nvidia/cu13/lib" in paths
+    (dest / ".complete").unlink()
+    (parts / "part-01").write_bytes(packed[half:-1])  # a part cut short
+    out = subprocess.run(["bash", "-c", f"source {script} env"], env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "do not match SHA256" in out.stdout
+    empty = {**env, "DALI_BUNDLE": str(tmp_path / "none")}
+    out = subprocess.run(["bash", str(script), "receive"], env=empty, capture_output=True, text=True)
+    assert out.returncode == 2 and "carry one" in out.stdout
