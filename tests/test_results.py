@@ -476,3 +476,19 @@ def test_runs_of_one_norm_under_different_training_settings_get_columns_of_their
     rows = list(csv.DictReader(io.StringIO(render(table, "csv"))))
     assert {r["recipe"] for r in rows} == {"optim.lr=0.004", "optim.lr=0.008"}
     assert len(aggregate([run("pre", 50.0, 0, 4e-3, 2), run("pre", 53.0, 1, 8e-3, 2)]).columns) == 2  # unread records too
+
+
+def test_copies_of_one_run_count_once(tmp_path):
+    """A confirmation run reused from a grid (``search --reuse-from``) is a copy of the grid's record: tabling both
+    folders together must not count the run twice."""
+    from mixbench.results.table import Cell
+
+    runs = [record("pre", 50.0, seed=0), record("pre", 52.0, seed=1), record("pre", 51.0, seed=1)]  # seed 1 repeated
+    for i, r in enumerate(runs):
+        r["run_id"] = f"run{i}"
+    copy = {**runs[1], "reused_from": "grid/pre/seed1"}  # the same run, copied into a study
+    for i, r in enumerate([*runs, copy]):
+        write_record(r, tmp_path / f"r{i}" / "record.json")
+    loaded, _ = load_records(tmp_path)
+    cell = Cell.from_records(loaded)
+    assert cell.records == 3 and cell.samples == {0: 50.0, 1: 51.5}  # the repeat is a second run, the copy is not

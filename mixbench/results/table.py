@@ -47,6 +47,9 @@ class Cell:
 
     @classmethod
     def from_records(cls, records: list[dict]) -> Cell:
+        """The cell of ``records``; copies of one run (the same ``run_id``, e.g. a confirmation run reused from a
+        grid with ``mixbench search --reuse-from``) count once."""
+        records = list({r.get("run_id") or id(r): r for r in records}.values())
         by_seed: dict = {}
         for r in sorted(records, key=_time_order):
             by_seed.setdefault(_seed_key(r["seed"]), []).append(r)
