@@ -16,8 +16,8 @@
 # shared nvidia/ namespace folder, and the decoder then fails to dlopen libnvimgcodec.so.  numpy, packaging, pyyaml,
 # typing_extensions and wheel are left out: the device's environment has them, and a second numpy would shadow torch's.
 [[ "${BASH_SOURCE[0]}" != "$0" ]] || set -uo pipefail   # run, not sourced: the caller's shell keeps its options
-cd "$(dirname "${BASH_SOURCE[0]}")/.." || return 2
-BUNDLE=${DALI_BUNDLE:-.dali}             # the parts, here and in the device's checkout
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)    # no cd: a sourcing shell stays where it is
+BUNDLE=${DALI_BUNDLE:-$REPO/.dali}       # the parts, here and in the device's checkout
 PARTS_DIR=${DALI_PARTS:-/tmp/dali_parts}  # where the device keeps them between calls
 SITE=${DALI_SITE:-/tmp/dali_site}         # the unpacked install
 
@@ -31,7 +31,7 @@ pack() {
     python3 -m pip install -q --no-deps --no-compile --only-binary=:all: --python-version "$py" --platform manylinux_2_28_x86_64 \
         --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
         --target "$work/site" "$work"/wheels/*.whl || return 1
-    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE"
+    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE" || return 1
     tar -C "$work/site" -cf - . | xz -T0 -6 | split -b "${PART_MB:-44}M" -d -a 2 - "$BUNDLE/part-"
     (cd "$BUNDLE" && cat part-* | sha256sum | cut -d' ' -f1 > SHA256)
     ls "$work/wheels" > "$BUNDLE/WHEELS"
@@ -52,13 +52,16 @@ receive() {
 }
 
 unpack_env() {
-    if [ ! -f "$SITE/.complete" ]; then
-        [ -f "$PARTS_DIR/SHA256" ] || { echo "no SHA256 in $PARTS_DIR: carry .dali/SHA256 with a part"; return 2; }
+    [ -f "$PARTS_DIR/SHA256" ] || { echo "no SHA256 in $PARTS_DIR: carry .dali/SHA256 with a part"; return 2; }
+    if [ "$(cat "$SITE/.complete" 2>/dev/null)" != "$(cat "$PARTS_DIR/SHA256")" ]; then  # not this bundle unpacked yet
         local sum
         sum=$(cat "$PARTS_DIR"/part-* | sha256sum | cut -d' ' -f1)
-        [ "$sum" = "$(cat "$PARTS_DIR/SHA256")" ] || { echo "the parts in $PARTS_DIR do not match SHA256: a part is missing or cut"; return 2; }
+        [ "$sum" = "$(cat "$PARTS_DIR/SHA256")" ] || {
+            echo "the parts in $PARTS_DIR ($(cd "$PARTS_DIR" && ls part-* | tr '\n' ' ')) do not match SHA256: a part is missing, cut or left from another bundle"
+            return 2
+        }
         rm -rf "$SITE" && mkdir -p "$SITE"
-        cat "$PARTS_DIR"/part-* | xz -dc | tar -C "$SITE" -xf - && touch "$SITE/.complete"
+        cat "$PARTS_DIR"/part-* | xz -dc | tar -C "$SITE" -xf - && cp "$PARTS_DIR/SHA256" "$SITE/.complete"
     fi
     export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
     export LD_LIBRARY_PATH=$SITE/nvidia/nvimgcodec:$SITE/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

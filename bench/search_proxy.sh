@@ -74,9 +74,12 @@ confirm=$RESULTS/confirm_plan.txt
 for study in $STUDIES; do
     [[ $PHASES == *confirm* ]] || continue
     if [ -n "$REUSE" ]; then  # the confirmation runs the earlier runs of $REUSE already are: copied, not run again
-        python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --results-dir "$RESULTS" --reuse-from "$REUSE" --reuse-only
+        [ -d "$REUSE" ] || { echo "REUSE=$REUSE: no such folder (REUSE= runs every confirmation run)"; exit 2; }
+        python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --results-dir "$RESULTS" --reuse-from "$REUSE" --reuse-only \
+            || exit 2
     fi
-    python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --dry-run --results-dir "$RESULTS" ${REUSE:+--reuse-from "$REUSE"} >> "$confirm"
+    python3 -m mixbench.cli search --confirm "$study" --seeds "$SEEDS" --dry-run --results-dir "$RESULTS" ${REUSE:+--reuse-from "$REUSE"} \
+        >> "$confirm" || { echo "the confirmation of $study could not be planned"; exit 2; }
 done
 [ ! -s "$confirm" ] || python3 bench/grid_lanes.py "$confirm" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee -a "$OUT/search_lanes.log"
 for study in $STUDIES; do

@@ -26,6 +26,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-results/proxy/table3}
 RESULTS=${RESULTS:-results/runs/table3_proxy}   # git-ignored and not carried: kept between calls on a warm device machine
 SMOKE=${SMOKE:-0}
+case $SMOKE in 0|1) ;; *) echo "SMOKE=$SMOKE: give 0 or 1"; exit 2;; esac
 if [ "$SMOKE" = 1 ]; then RESULTS=$RESULTS-smoke OUT=$OUT/smoke PARTS=${PARTS:-"0:pre:0 0:post:0 0:mix:0"}; fi
 mkdir -p "$OUT"
 source bench/proxy_parts.sh

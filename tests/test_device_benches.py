@@ -114,8 +114,8 @@ def test_dali_bundle_parts_are_joined_checked_and_put_on_the_paths(tmp_path):
     assert out.returncode == 0 and "DALI stand-in" in out.stdout, out.stdout + out.stderr
     paths = out.stdout.strip().splitlines()[-1]
     assert paths.startswith(f"{dest}") and f"{dest}/nvidia/nvimgcodec:{dest}/nvidia/cu13/lib" in paths
-    (dest / ".complete").unlink()
-    (parts / "part-01").write_bytes(packed[half:-1])  # a part cut short
+    (parts / "part-01").write_bytes(packed[half:-1])  # a part cut short: refused, though an earlier bundle is unpacked
+    (parts / "SHA256").write_text("0" * 64 + "\n")
     out = subprocess.run(["bash", "-c", f"source {script} env"], env=env, capture_output=True, text=True)
     assert out.returncode == 2 and "do not match SHA256" in out.stdout
     empty = {**env, "DALI_BUNDLE": str(tmp_path / "none")}

@@ -485,7 +485,7 @@ def test_copies_of_one_run_count_once(tmp_path):
 
     runs = [record("pre", 50.0, seed=0), record("pre", 52.0, seed=1), record("pre", 51.0, seed=1)]  # seed 1 repeated
     for i, r in enumerate(runs):
-        r["run_id"] = f"run{i}"
+        r["run_id"], r["started_at"] = "out", f"2026-11-27T0{i}:00:00"  # one folder name (run_dir=exp{i}/out)
     copy = {**runs[1], "reused_from": "grid/pre/seed1"}  # the same run, copied into a study
     for i, r in enumerate([*runs, copy]):
         write_record(r, tmp_path / f"r{i}" / "record.json")

@@ -481,3 +481,4 @@ def test_dataset_names_say_which_sources_a_run_read(tmp_path):
     assert data_name(str(tmp_path / "commonsense_170k.json")) == "commonsense_170k"
     assert data_name(str(tmp_path / "shards" / "part-*.json.gz")) == "shards"  # shards of one folder: the folder
     assert data_name("HuggingFaceH4/ultrafeedback_binarized") == "ultrafeedback_binarized"  # a hub name
+    assert data_name("allenai/ai2_arc,allenai/openbookqa") == "ai2_arc+openbookqa"

@@ -9,6 +9,7 @@ from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
 from mixbench.grids.search_space import Space, grammar_plans
 from mixbench.layers.placement import NormSpec
+from mixbench.results.records import write_record
 
 optuna = pytest.importorskip("optuna")
 
@@ -234,6 +235,8 @@ def test_confirm_reuses_earlier_runs_of_the_same_settings_and_seed_only(tmp_path
     assert main(["search", "--study", "re", "--space", "alpha", "--pruner", "none", "--trials", "1", *args, *TINY_LM]) == 0
     assert main(["run", *TINY_LM, "norm=pre", "seed=1", f"results_dir={earlier}", "compile=false"]) == 0  # same settings
     assert main(["run", *TINY_LM, "norm=pre", "seed=2", f"results_dir={earlier}", "optim.lr=0.5"]) == 0  # another lr
+    (blank,) = [p for p in earlier.rglob("record.json") if "seed2-" in str(p)]  # a record without its config
+    write_record({**json.loads(blank.read_text()), "config": {}, "run_id": "blank"}, earlier / "blank" / "record.json")
     capsys.readouterr()
     reuse = ["search", "--confirm", "re", "--seeds", "2", "--reuse-from", str(earlier), *args]
     assert main([*reuse, "--dry-run"]) == 0
@@ -250,6 +253,11 @@ def test_confirm_reuses_earlier_runs_of_the_same_settings_and_seed_only(tmp_path
     assert (copy.parent / "config.yaml").is_file() and copy.parent.parent.name == "reused"
     assert main(reuse) == 0  # the five other runs; the copy is kept, not run again
     assert len(list((tmp_path / "search" / "re" / "confirm").rglob("record.json"))) == 6
+    capsys.readouterr()
+    assert main([*reuse, "--dry-run"]) == 0  # all six are in the study now: nothing to reuse or run again
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["done"] * 6
+    assert main([*reuse, "--reuse-only"]) == 0
+    assert len(list((tmp_path / "search" / "re" / "confirm").rglob("record.json"))) == 6  # no second copy
     capsys.readouterr()
     assert main(["search", "--report", "re", *args]) == 0
     assert "1 of 6 confirmation runs are earlier runs of the same settings and seeds, reused from" in capsys.readouterr().out

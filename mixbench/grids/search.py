@@ -20,10 +20,10 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.tasks import get_task
-from ..results.records import load_records, primary_value, same_configuration, write_record
+from ..results.records import load_records, primary_value, write_record
 from ..training.callbacks import TrialPruning
 from ..training.config import compose, norm_spec
-from ..training.run import FINISHED, run
+from ..training.run import FINISHED, run, run_defaults, same_run_settings
 from .search_space import Space
 
 log = logging.getLogger(__name__)
@@ -272,8 +272,9 @@ def confirmation_runs(results_dir, name: str, seeds: int) -> list[list[str]]:
 
 def reusable_runs(argvs: list[list[str]], sources: list) -> dict[int, dict]:
     """``{i: record}``: for the confirmation run ``argvs[i]``, the newest finished record under the ``sources`` folders
-    (earlier runs, e.g. a placements grid) of the same configuration and seed (``same_configuration``).  Such a run is
-    an independent sample the search never used, so the confirmation need not repeat it."""
+    (earlier runs, e.g. a placements grid) of exactly its settings and seed, by the test ``resume=auto`` uses
+    (:func:`~mixbench.training.run.same_run_settings`: only the run's location may differ).  Such a run is an
+    independent sample the search never used, so the confirmation need not repeat it."""
     from omegaconf import OmegaConf
 
     records = [r for source in sources for r in _readable_records(source)]
@@ -281,9 +282,14 @@ def reusable_runs(argvs: list[list[str]], sources: list) -> dict[int, dict]:
     found = {}
     for i, argv in enumerate(argvs):
         cfg = compose(argv)
-        composed = OmegaConf.to_container(cfg, resolve=True)
+        defaults = run_defaults(cfg)
         for r in records:
-            if r["task"] == cfg.task.name and r["status"] in FINISHED and same_configuration(r.get("config") or {}, composed):
+            if (
+                r["task"] == cfg.task.name
+                and r["seed"] == OmegaConf.select(cfg, "seed")
+                and r["status"] in FINISHED
+                and same_run_settings(r.get("config") or {}, cfg, defaults)
+            ):
                 found[i] = r
                 break
     return found

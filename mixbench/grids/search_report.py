@@ -125,6 +125,14 @@ def baseline_label(records: list[dict], placement: str) -> str:
     )
 
 
+def _common_folder(paths: list[str]) -> str:
+    """The folder the ``paths`` share, or all their parents when they share none (relative beside absolute paths)."""
+    try:
+        return os.path.commonpath(paths)
+    except ValueError:
+        return ", ".join(sorted({os.path.dirname(p) for p in paths}))
+
+
 def report(results_dir, name: str, confidence: float = 0.95) -> str:
     """The report's markdown; also written to ``<study>/report.md`` with the plot ``<study>/score_vs_plan.png``."""
     study, settings, space, cfg = open_study(results_dir, name)
@@ -158,7 +166,7 @@ def report(results_dir, name: str, confidence: float = 0.95) -> str:
         if reused:
             text += [
                 f"{len(reused)} of {len(records)} confirmation runs are earlier runs of the same settings and seeds, "
-                f"reused from {os.path.commonpath(reused)} (`--reuse-from`; `reused_from` in their records).",
+                f"reused from {_common_folder(reused)} (`--reuse-from`; `reused_from` in their records).",
                 "",
             ]
         baselines = [baseline_label(records, placement) for placement in ("pre", "mix")]

@@ -176,20 +176,6 @@ def _is_recipe(key: str) -> bool:
     return not any(key == k or key.startswith(k + ".") for k in NOT_RECIPE)
 
 
-# the NOT_RECIPE settings that say only where and how a run ran (the others name what it trained: task, norm, data, seed)
-HOW_IT_RAN = tuple(k for k in NOT_RECIPE if k not in ("seed", "norm", "choices", "task", "data.path"))
-
-
-def same_configuration(recorded: dict, composed: dict) -> bool:
-    """Whether a recorded run's config and a composed one train the same thing on the same seed: every setting both
-    hold has one value, except where and how the run ran (``HOW_IT_RAN``: folders, workers, compilation…).  A setting
-    only one of them holds is one the other's code did not have yet, and is skipped, as in ``annotate_recipes``."""
-    old, new = flat_settings(recorded), flat_settings(composed)
-    return all(
-        new[key] == value for key, value in old.items() if key in new and not any(key == k or key.startswith(k + ".") for k in HOW_IT_RAN)
-    )
-
-
 def annotate_recipes(records: list[dict]) -> list[dict]:
     """Set each record's ``_recipe``: the training settings (``optim.lr=0.008``, ``model.attention_backend=math``…)
     that differ between runs of one norm in one column, so that such runs get columns of their own instead of being

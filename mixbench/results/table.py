@@ -47,9 +47,9 @@ class Cell:
 
     @classmethod
     def from_records(cls, records: list[dict]) -> Cell:
-        """The cell of ``records``; copies of one run (the same ``run_id``, e.g. a confirmation run reused from a
-        grid with ``mixbench search --reuse-from``) count once."""
-        records = list({r.get("run_id") or id(r): r for r in records}.values())
+        """The cell of ``records``; copies of one run (the same ``run_id``, seed and start time: a confirmation run
+        reused from a grid with ``mixbench search --reuse-from``) count once."""
+        records = list({_run_key(r): r for r in records}.values())
         by_seed: dict = {}
         for r in sorted(records, key=_time_order):
             by_seed.setdefault(_seed_key(r["seed"]), []).append(r)
@@ -131,6 +131,13 @@ class Cell:
 
 
 NOT_FINISHED = ("diverged", "stalled", "failed", "pruned")
+
+
+def _run_key(record: dict):
+    """One run's identity across copies of its record (a run folder's name alone is not unique: run_dir= is free)."""
+    if record.get("run_id") and record.get("started_at"):
+        return (record["run_id"], str(record["seed"]), record["started_at"])
+    return id(record)
 
 
 def _num(x: float, digits: int) -> str:

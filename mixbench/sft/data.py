@@ -65,8 +65,8 @@ def data_name(path: str) -> str:
     nothing (``boolq/train.json`` → ``boolq``) or the folder holds several of the files (shards); several sources
     joined by ``+`` (``ARC-Challenge+ARC-Easy+boolq+openbookqa``); a hub name's last part."""
     files = files_of(path)
-    if not files:
-        return Path(str(path)).name.split(".")[0]
+    if not files:  # hub names
+        return "+".join(dict.fromkeys(Path(p.strip()).name.split(".")[0] for p in str(path).split(",") if p.strip())) or "data"
     by_folder: dict[Path, list[Path]] = {}
     for f in files:
         by_folder.setdefault(f.parent, []).append(f)

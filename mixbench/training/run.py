@@ -65,15 +65,15 @@ def finished_record(run_dir: Path) -> dict | None:
 LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm")  # where and how a run runs, not what it is
 
 
-def _same_run(folder: Path, cfg: DictConfig, defaults) -> bool:
-    """Whether ``folder`` holds a run of exactly ``cfg`` (the run-location settings aside: a results folder that was
-    moved or renamed still resumes).  A setting added to mixbench after that run was made (absent from its
-    ``config.yaml``) matches while ``cfg`` holds the setting's default (``defaults()``: the flat settings of ``cfg``'s
-    group choices): the older code behaved as the default does."""
-    try:
-        theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
-    except (OSError, ValueError, TypeError):
+def same_run_settings(theirs: dict, cfg: DictConfig, defaults) -> bool:
+    """Whether a run's saved settings ``theirs`` (its ``config.yaml``, or its record's ``config``) are exactly ``cfg``,
+    the run-location settings (``LOCATION_KEYS``) aside: a results folder that was moved or renamed still matches.  A
+    setting added to mixbench after that run was made (absent from ``theirs``) matches while ``cfg`` holds the
+    setting's default (``defaults()``: the flat settings of ``cfg``'s group choices): the older code behaved as the
+    default does.  Empty settings match nothing."""
+    if not theirs:
         return False
+    theirs = json.loads(json.dumps(theirs))  # a copy: the compile upgrade below edits it
     upgrade_compile(theirs)  # saved before compile.mode existed
     ours = OmegaConf.to_container(cfg, resolve=True)
     for config in (theirs, ours):
@@ -92,6 +92,22 @@ def _same_run(folder: Path, cfg: DictConfig, defaults) -> bool:
     return all(key in default and ours[key] == default[key] for key in added)
 
 
+def run_defaults(cfg: DictConfig):
+    """``defaults()`` for :func:`same_run_settings`: the flat settings of ``cfg``'s group choices, composed once."""
+    return functools.cache(
+        lambda: flat_settings(OmegaConf.to_container(compose([f"{k}={v}" for k, v in cfg.choices.items()]), resolve=True))
+    )
+
+
+def _same_run(folder: Path, cfg: DictConfig, defaults) -> bool:
+    """Whether ``folder`` holds a run of exactly ``cfg`` (:func:`same_run_settings` of its ``config.yaml``)."""
+    try:
+        theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
+    except (OSError, ValueError, TypeError):
+        return False
+    return isinstance(theirs, dict) and same_run_settings(theirs, cfg, defaults)
+
+
 def _runs_parent(cfg: DictConfig, label: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
     return runs_root(cfg.results_dir) / cfg.task.name / cfg.model.name / slug
@@ -100,9 +116,7 @@ def _runs_parent(cfg: DictConfig, label: str) -> Path:
 def existing_run(cfg: DictConfig, label: str) -> Path | None:
     """The folder under ``results_dir`` holding a run of exactly ``cfg``: a finished one before an unfinished one
     (the newest); None when there is none.  Creates nothing."""
-    defaults = functools.cache(
-        lambda: flat_settings(OmegaConf.to_container(compose([f"{k}={v}" for k, v in cfg.choices.items()]), resolve=True))
-    )
+    defaults = run_defaults(cfg)
     same = [p for p in sorted(_runs_parent(cfg, label).glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg, defaults)]
     finished = [p for p in same if finished_record(p) is not None]
     return finished[0] if finished else (same[-1] if same else None)
