@@ -326,16 +326,15 @@ def reproduce_downstream(
 # --------------------------------------------------------------------------- tables
 
 
+def as_primary(record: dict, metric: str, value: float) -> dict:
+    """``record`` seen through ``value``, named ``metric``, as its only and primary metric (higher is better)."""
+    return {**record, "metrics": {metric: value}, "primary_metric": {"name": metric, "higher_is_better": True, "value": value}}
+
+
 def _view(record: dict, metric: str, scale: float = 100.0) -> dict | None:
     """``record`` seen through one downstream metric (×``scale``) as its primary metric; None if it lacks it."""
     value = record.get("metrics", {}).get(metric)
-    if value is None:
-        return None
-    return {
-        **record,
-        "metrics": {metric: scale * value},
-        "primary_metric": {"name": metric, "higher_is_better": True, "value": scale * value},
-    }
+    return None if value is None else as_primary(record, metric, scale * value)
 
 
 def _cells(records: list[dict], columns: list[str]) -> dict:

@@ -28,7 +28,7 @@ from ..results.records import load_records, model_label
 from ..results.stats import mean_std, welch_interval
 from ..results.table import Cell
 from ..training.config import compose, norm_spec
-from .downstream import _pretrain_record, _train, _variant, _view, combos, emit, find_finished, follow_up, paper_rows
+from .downstream import _pretrain_record, _train, _variant, _view, as_primary, combos, emit, find_finished, follow_up, paper_rows
 from .paper import grid
 
 log = logging.getLogger(__name__)
@@ -190,14 +190,7 @@ def _gain_view(record: dict) -> dict | None:
     held-out prompts before and after ReMax, so the reward model's offset (which differs from chain to chain) cancels."""
     metrics = record.get("metrics", {})
     final, initial = metrics.get("val/final_reward"), metrics.get("val/initial_reward")
-    if final is None or initial is None:
-        return None
-    gain = final - initial
-    return {
-        **record,
-        "metrics": {"val/remax_gain": gain},
-        "primary_metric": {"name": "val/remax_gain", "higher_is_better": True, "value": gain},
-    }
+    return None if final is None or initial is None else as_primary(record, "val/remax_gain", final - initial)
 
 
 def _delta(cell: Cell, base: Cell | None) -> str:
