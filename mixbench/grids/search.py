@@ -275,8 +275,6 @@ def reusable_runs(argvs: list[list[str]], sources: list) -> dict[int, dict]:
     (earlier runs, e.g. a placements grid) of exactly its settings and seed, by the test ``resume=auto`` uses
     (:func:`~mixbench.training.run.same_run_settings`: only the run's location may differ).  Such a run is an
     independent sample the search never used, so the confirmation need not repeat it."""
-    from omegaconf import OmegaConf
-
     records = [r for source in sources for r in _readable_records(source)]
     records.sort(key=lambda r: str(r.get("started_at")), reverse=True)
     found = {}
@@ -286,7 +284,7 @@ def reusable_runs(argvs: list[list[str]], sources: list) -> dict[int, dict]:
         for r in records:
             if (
                 r["task"] == cfg.task.name
-                and r["seed"] == OmegaConf.select(cfg, "seed")
+                and r["seed"] == cfg.seed
                 and r["status"] in FINISHED
                 and same_run_settings(r.get("config") or {}, cfg, defaults)
             ):
