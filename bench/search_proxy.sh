@@ -32,11 +32,16 @@ source bench/proxy_parts.sh
 GPUS=${GPUS:-$(gpu_count)}
 mkdir -p "$OUT" "$RESULTS"
 use_wheels optuna datasets omegaconf
-[[ $STUDIES != *llama* ]] || unpack_textmix
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false)
 TEXT=('data.path=.data/textmix3/pkgtext-train.*.json.gz' data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2)
 IMAGES=(data.path=.data/cifar/cifar10_bigbench.npz data.num_workers=3)
+PHASES=${PHASES:-"search confirm report"}
+if [[ $STUDIES == *llama* && $PHASES != report ]]; then  # the corpus tokenised once, before the lanes would each build the same cache
+    unpack_textmix
+    PRETRAIN_DATA=("${TEXT[@]:0:3}")
+    [ "${DRY_RUN:-0}" = 1 ] || tokenize_pretraining || { echo "tokenising the corpus failed"; exit 2; }
+fi
 
 recipe() {  # the placements grid's proxy recipe of one cell, without its norm and seed
     python3 -m mixbench.cli reproduce placements --scale proxy --seeds 1 --dry-run --only norm=pre "$@" 2>/dev/null \
@@ -67,7 +72,6 @@ echo "$(grep -c . "$plan") search processes planned ($TRIALS trials a study, $la
 check=$(head -1 "$plan" | sed 's/^mixbench search /search --dry-run /')
 eval python3 -m mixbench.cli "$check" > /dev/null || { echo "the search settings do not compose"; exit 2; }
 [ "${DRY_RUN:-0}" = 1 ] && { cat "$plan"; exit 0; }
-PHASES=${PHASES:-"search confirm report"}
 [[ $PHASES != *search* ]] || python3 bench/grid_lanes.py "$plan" --gpus "$GPUS" --jobs "$JOBS" --deadline "${DEADLINE_S:-0}" --logs "$RESULTS/logs" 2>&1 | tee "$OUT/search_lanes.log"
 confirm=$RESULTS/confirm_plan.txt
 : > "$confirm"
