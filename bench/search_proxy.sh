@@ -11,9 +11,12 @@
 # Needs the data of bench/placements_proxy.sh (.data/textmix3, .data/cifar; see its header) and Optuna
 # (pip install -e ".[search]"; a .whl/ folder with the optuna, sqlalchemy, alembic, colorlog, Mako wheels works offline).
 # STUDIES: which studies (default both); TRIALS: finished trials per study (a re-run tops the studies up to it; runs of
-# trials cut off by DEADLINE_S are not continued, their trials fail when the heartbeat stops); JOBS: runs at a time a
-# GPU; PHASES: any of search confirm report (default all; a second device call can run "confirm report"); DEADLINE_S:
-# stop what still runs after that many seconds, per phase; DRY_RUN=1: print the plan.  REUSE (default
+# trials cut off by DEADLINE_S are not continued, their trials fail when the heartbeat stops; failed trials count);
+# LANE_TRIALS: trials a search process runs at most (default TRIALS / (GPUs × JOBS), rounded up; 1 keeps a process that
+# finished early from starting a trial the deadline would cut); JOBS: runs at a time a GPU (a LLaMA run at 24 blocks
+# and batch 128 takes ≈ 18 GiB: at most 7 on a 140 GiB H200, 4 on an 80 GiB H100); PHASES: any of search confirm
+# report (default all; a second device call can run "confirm report"); DEADLINE_S: stop what still runs after that
+# many seconds, per phase; DRY_RUN=1: print the plan.  REUSE (default
 # results/proxy/placements, the grid with the same recipes): confirmation runs whose settings and seed a finished run
 # there has are copied from it (`mixbench search --confirm --reuse-from`) instead of run again; REUSE= turns that off.
 # Output: $RESULTS/search/<study>/ (study.sqlite3, trials/, confirm/, report.md, score_vs_plan.png; RESULTS=.search is
@@ -63,7 +66,7 @@ plan=$RESULTS/search_plan.txt
 : > "$plan"
 for study in $STUDIES; do
     args=$(study_args "$study") || exit 2
-    per_lane=$(( (TRIALS + lanes - 1) / lanes ))
+    per_lane=${LANE_TRIALS:-$(( (TRIALS + lanes - 1) / lanes ))}
     for _ in $(seq "$lanes"); do  # every lane a process of the same study: they share its SQLite storage
         echo "mixbench search --study $study --results-dir $RESULTS --trials $per_lane --max-trials $TRIALS --pruner halving --reduction-factor 2 $args $(data_args "$study")${COMMON[*]}" >> "$plan"
     done

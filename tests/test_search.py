@@ -264,3 +264,19 @@ def test_confirm_reuses_earlier_runs_of_the_same_settings_and_seed_only(tmp_path
     assert main(["search", "--confirm", "re", "--reuse-from", str(tmp_path / "nowhere"), *args]) == 2
     assert main(["search", "--confirm", "re", "--reuse-only", *args]) == 2
     assert "give --reuse-from DIR" in caplog.text and "no such folder" in caplog.text
+
+
+def test_a_crashed_trial_is_failed_with_its_error_named_and_the_search_goes_on(tmp_path, monkeypatch, capsys):
+    import mixbench.grids.search as search_module
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(search_module, "run", out_of_memory)
+    args = ["search", "--study", "oom", "--space", "alpha", "--pruner", "none", "--results-dir", str(tmp_path), *TINY_LM, "--trials", "2"]
+    assert main(args) == 0  # a crashed trial is recorded failed; the other trial still runs
+    trials = optuna.load_study(study_name="oom", storage=f"sqlite:///{tmp_path / 'search' / 'oom' / 'study.sqlite3'}").trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] * 2
+    assert all(t.user_attrs["status"] == "failed (MemoryError)" for t in trials)
+    assert main(["search", "--report", "oom", "--results-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("| failed (MemoryError) |") == 2

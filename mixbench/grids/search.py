@@ -198,7 +198,11 @@ def search(results_dir, name: str, settings: Settings, trials: int, max_trials: 
         argv = [*settings.overrides, *space.overrides(plan), f"results_dir={folder / 'trials'}"]
         pruning = TrialPruning(trial, metric)
         info = {"study": name, "trial": trial.number, "space": settings.space, "params": dict(trial.params)}
-        record = run(compose(argv), command=["mixbench", "run", *argv], callbacks=(pruning,), record_extra={"search": info})
+        try:
+            record = run(compose(argv), command=["mixbench", "run", *argv], callbacks=(pruning,), record_extra={"search": info})
+        except Exception as error:  # Optuna records the trial as failed; the report names why (e.g. out of GPU memory)
+            trial.set_user_attr("status", f"failed ({type(error).__name__})")
+            raise
         trial.set_user_attr("run_dir", str(Path(record["run_dir"]).relative_to(folder)))
         trial.set_user_attr("status", record["status"])
         if record["status"] == "pruned":
