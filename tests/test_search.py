@@ -280,3 +280,16 @@ def test_a_crashed_trial_is_failed_with_its_error_named_and_the_search_goes_on(t
     assert all(t.user_attrs["status"] == "failed (MemoryError)" for t in trials)
     assert main(["search", "--report", "oom", "--results-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.count("| failed (MemoryError) |") == 2
+
+
+@pytest.mark.parametrize("study", ["vit_plan", "llama24_alpha"])
+def test_the_committed_proxy_studies_render_their_committed_reports(tmp_path, study):
+    import shutil
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "results" / "proxy" / "search" / "search" / study
+    shutil.copytree(committed, tmp_path / "search" / study, ignore=shutil.ignore_patterns("*.png"))
+    assert main(["search", "--report", study, "--results-dir", str(tmp_path)]) == 0
+    rendered = (tmp_path / "search" / study / "report.md").read_text()
+    assert rendered == (committed / "report.md").read_text()
+    assert "(95% Welch, n=3 vs 3)" in rendered and (tmp_path / "search" / study / "score_vs_plan.png").is_file()
