@@ -107,7 +107,8 @@ class Runner:
         log.info("CUDA_VISIBLE_DEVICES=%s %s", gpus, shlex.join(argv))
         if self.dry_run:
             return 0, 0.0
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "PYTHONPATH": str(REPO)}
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # keep carried wheels' folders
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "PYTHONPATH": path}
         start = time.perf_counter()
         with open(log_path or os.devnull, "w") as out:
             try:

@@ -89,7 +89,14 @@ class FakeDali:
         dali = types.ModuleType("nvidia.dali")
         dali.fn, dali.types, dali.pipeline_def = fn, dtypes, pipeline_def
         rand_augment = types.ModuleType("nvidia.dali.auto_aug.rand_augment")
-        rand_augment.rand_augment = self.op("rand_augment")
+        record_rand_augment = self.op("rand_augment")
+
+        def rand_augment_op(*args, **kwargs):  # DALI's own rule (auto_aug/core/_utils.py): relative shifts need shapes
+            if kwargs.get("max_translate_rel") is not None and kwargs.get("shape") is None:
+                raise Exception("The argument `max_translate_rel` cannot be used without image shapes.")
+            return record_rand_augment(*args, **kwargs)
+
+        rand_augment.rand_augment = rand_augment_op
         plugin = types.ModuleType("nvidia.dali.plugin.pytorch")
         plugin.DALIGenericIterator, plugin.LastBatchPolicy = object, types.SimpleNamespace(DROP="drop", PARTIAL="partial")
         return {"nvidia.dali": dali, "nvidia.dali.auto_aug.rand_augment": rand_augment, "nvidia.dali.plugin.pytorch": plugin}
@@ -131,6 +138,7 @@ def test_train_pipeline_is_built_with_the_recipe_and_this_ranks_shard(monkeypatc
     assert calls["resize"]["size"] == [224, 224] and calls["resize"]["interp_type"] == "cubic"
     assert calls["random.coin_flip"]["probability"] == 0.5
     assert (calls["rand_augment"]["n"], calls["rand_augment"]["m"], calls["rand_augment"]["monotonic_mag"]) == (2, 9, True)
+    assert (calls["rand_augment"]["shape"], calls["rand_augment"]["max_translate_rel"]) == ((224, 224), 0.45)  # timm: 45 %
     assert calls["crop_mirror_normalize"]["mean"] == pytest.approx([0.485 * 255, 0.456 * 255, 0.406 * 255])
 
 

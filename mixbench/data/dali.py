@@ -175,6 +175,7 @@ def build_pipeline(settings: DaliSettings):
                     m=settings.rand_augment["m"],
                     fill_value=settings.fill_value,
                     interp_type=interp,
+                    shape=(settings.img_size, settings.img_size),  # every image has it after the resize above
                     max_translate_rel=0.45,
                     monotonic_mag=settings.rand_augment["inc"],
                 )
