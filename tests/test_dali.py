@@ -79,7 +79,7 @@ class FakeDali:
         def pipeline_def(enable_conditionals=False):
             def wrap(definition):
                 def make(**kwargs):
-                    self.built = {"enable_conditionals": enable_conditionals, **kwargs, "outputs": definition()}
+                    self.built = FakePipeline(enable_conditionals=enable_conditionals, **kwargs, outputs=definition())
                     return self.built
 
                 return make
@@ -98,8 +98,21 @@ class FakeDali:
 
         rand_augment.rand_augment = rand_augment_op
         plugin = types.ModuleType("nvidia.dali.plugin.pytorch")
-        plugin.DALIGenericIterator, plugin.LastBatchPolicy = object, types.SimpleNamespace(DROP="drop", PARTIAL="partial")
+        plugin.DALIGenericIterator, plugin.LastBatchPolicy = FakeIterator, types.SimpleNamespace(DROP="drop", PARTIAL="partial")
         return {"nvidia.dali": dali, "nvidia.dali.auto_aug.rand_augment": rand_augment, "nvidia.dali.plugin.pytorch": plugin}
+
+
+class FakePipeline(dict):
+    def build(self):
+        pass
+
+
+class FakeIterator:
+    def __init__(self, pipelines, names, **kwargs):
+        self.kwargs = kwargs
+
+    def __len__(self):
+        return 0
 
 
 def setup_module_with_fake(monkeypatch, jpeg_root, **options) -> tuple[ImageFolderDataModule, FakeDali]:
@@ -139,6 +152,7 @@ def test_train_pipeline_is_built_with_the_recipe_and_this_ranks_shard(monkeypatc
     assert calls["random.coin_flip"]["probability"] == 0.5
     assert (calls["rand_augment"]["n"], calls["rand_augment"]["m"], calls["rand_augment"]["monotonic_mag"]) == (2, 9, True)
     assert (calls["rand_augment"]["shape"], calls["rand_augment"]["max_translate_rel"]) == ((224, 224), 0.45)  # timm: 45 %
+    assert calls["rand_augment"]["interp_type"] == "linear"  # DALI's warp_affine takes nearest or linear only
     assert calls["crop_mirror_normalize"]["mean"] == pytest.approx([0.485 * 255, 0.456 * 255, 0.406 * 255])
 
 
@@ -225,3 +239,17 @@ def test_a_dali_run_records_that_resume_is_not_exact(jpeg_root, tmp_path):
     (record,) = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
     assert record["status"] == "completed" and record["steps"] == 6
     assert record["dataset"]["pipeline"] == "dali" and record["dataset"]["exact_resume"] is False
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_lightning_checks_a_dali_loader_like_a_dataloader_without_sampler(monkeypatch, jpeg_root, train):
+    """Lightning's check for shuffled eval loaders (run on every non-train loader) reads ``sampler`` and
+    ``batch_sampler``: the DALI loader has both, None, so it is taken as not shuffled instead of raising."""
+    from lightning.pytorch.utilities.data import _is_dataloader_shuffled
+
+    from mixbench.data.dali import DaliLoader
+
+    dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
+    samples = list((dm.train_set if train else dm.val_set).samples)
+    loader = DaliLoader(dali_settings(dm, samples, train=train, rank=0, world=1, device_id=0), 0.25 if train else 0.0)
+    assert _is_dataloader_shuffled(loader) is False and loader.iterator.kwargs["last_batch_policy"] == ("drop" if train else "partial")

@@ -174,7 +174,7 @@ def build_pipeline(settings: DaliSettings):
                     n=settings.rand_augment["n"],
                     m=settings.rand_augment["m"],
                     fill_value=settings.fill_value,
-                    interp_type=interp,
+                    interp_type=types.INTERP_LINEAR,  # its warp_affine takes nearest or linear only (timm: bicubic)
                     shape=(settings.img_size, settings.img_size),  # every image has it after the resize above
                     max_translate_rel=0.45,
                     monotonic_mag=settings.rand_augment["inc"],
@@ -218,7 +218,9 @@ class DaliLoader:
             auto_reset=True,
         )
         self.eraser = RandomErasing(re_prob, mode="pixel", max_count=1, device="cpu") if settings.train and re_prob > 0 else None
-        self.sampler = None  # no sampler for Lightning to set an epoch on: the reader reshuffles at each epoch end
+        # a DataLoader's sampler pair, both None: nothing for Lightning to set an epoch on or to check for shuffling (the
+        # reader reshuffles at each epoch end); without batch_sampler Lightning's check raises AttributeError
+        self.sampler = self.batch_sampler = None
 
     def __len__(self) -> int:
         return len(self.iterator)
