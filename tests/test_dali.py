@@ -108,11 +108,17 @@ class FakePipeline(dict):
 
 
 class FakeIterator:
+    """DALIGenericIterator's interface: a list with one dict of CUDA tensors a batch (here CPU tensors, 3 batches)."""
+
     def __init__(self, pipelines, names, **kwargs):
         self.kwargs = kwargs
 
     def __len__(self):
-        return 0
+        return 3
+
+    def __iter__(self):
+        for _ in range(3):
+            yield [{"images": torch.randn(4, 3, 8, 8), "labels": torch.randint(0, 2, (4, 1), dtype=torch.int32)}]
 
 
 def setup_module_with_fake(monkeypatch, jpeg_root, **options) -> tuple[ImageFolderDataModule, FakeDali]:
@@ -253,3 +259,43 @@ def test_lightning_checks_a_dali_loader_like_a_dataloader_without_sampler(monkey
     samples = list((dm.train_set if train else dm.val_set).samples)
     loader = DaliLoader(dali_settings(dm, samples, train=train, rank=0, world=1, device_id=0), 0.25 if train else 0.0)
     assert _is_dataloader_shuffled(loader) is False and loader.iterator.kwargs["last_batch_policy"] == ("drop" if train else "partial")
+
+
+def test_lightning_fits_and_validates_on_dali_loaders(monkeypatch, jpeg_root, tmp_path):
+    """The Lightning side of the DALI path without a GPU: a Trainer fits and validates a small model on two DaliLoaders
+    (the fake iterator's batches), so what Lightning asks of a loader (len, sampler checks, iteration) is there."""
+    import lightning as L
+
+    from mixbench.data.dali import DaliLoader
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(3 * 8 * 8, 2)
+            self.seen = {"train": 0, "val": 0}
+
+        def step(self, batch, split):
+            images, labels = batch
+            assert images.shape == (4, 3, 8, 8) and labels.dtype == torch.long and labels.shape == (4,)
+            self.seen[split] += 1
+            return torch.nn.functional.cross_entropy(self.head(images.flatten(1)), labels)
+
+        def training_step(self, batch, _):
+            return self.step(batch, "train")
+
+        def validation_step(self, batch, _):
+            self.log("val/loss", self.step(batch, "val"))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
+    train = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), 0.0)
+    val = DaliLoader(dali_settings(dm, list(dm.val_set.samples), train=False, rank=0, world=1, device_id=0), 0.0)
+    model = Tiny()
+    trainer = L.Trainer(
+        accelerator="cpu", max_epochs=2, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
+    assert model.seen == {"train": 6, "val": 6} and trainer.global_step == 6
