@@ -126,7 +126,12 @@ class Runner:
         if self.dry_run:
             return {"status": "dry-run", "args": args}
         records = sorted(results.rglob("record.json"))
-        record = json.loads(records[0].read_text()) if records else {"status": "failed", "error": f"exit {status}, no record"}
+        if records:
+            record = json.loads(records[0].read_text())
+        else:  # it died before writing one (e.g. an import error): the end of its output says why
+            log_path = self.work / f"run{self.count}.log"
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.is_file() else []
+            record = {"status": "failed", "error": f"exit {status}, no record; output ends: {' | '.join(tail)[-600:]}"}
         record["bench_wall_s"], record["bench_log"] = wall, str(self.work / f"run{self.count}.log")
         return record
 

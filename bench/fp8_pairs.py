@@ -15,6 +15,7 @@ Needs ``pip install -e ".[fp8]"`` and a GPU of compute capability ≥ 8.9.  The 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import sys
@@ -22,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_runs import REPO, Runner, markdown, start_logging, write_result  # noqa: E402  (bench/ is not a package)
+from device_runs import REPO, Runner, machine, markdown, start_logging, write_result  # noqa: E402  (bench/ is not a package)
 from multi_gpu import lm_args  # noqa: E402
 
 log = logging.getLogger("fp8_pairs")
@@ -74,50 +75,32 @@ def parse_args(argv=None):
     ap.add_argument("--text", default=".data/textmix3/pkgtext-train.*.json.gz", help="C4-format training shards (glob)")
     ap.add_argument("--gpu", default="0")
     ap.add_argument("--out", type=Path, default=Path("bench/results/fp8_pairs.json"))
+    ap.add_argument("--resume", action="store_true", help="keep the complete pairs --out already holds (same cards, settings)")
     ap.add_argument("--dry-run", action="store_true", help="print what would run and exit")
     return ap.parse_args(argv)
 
 
-def main(argv=None) -> None:
-    start_logging()
-    args = parse_args(argv)
-    rows, summaries = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        runner = Runner(Path(tmp), args.dry_run, timeout=900)
-        for model in args.models:
-            runs = []
-            for seed in args.seeds:
-                for precision in PRECISIONS:
-                    run_args = [
-                        f"task=c4_{model}",
-                        "norm=pre",
-                        f"seed={seed}",
-                        f"trainer.precision={precision}",
-                        f"fp8.recipe={args.recipe}",
-                        f"data.batch_size={args.batch}",
-                        f"data.global_batch_size={args.batch}",
-                        "compile=true",
-                        "save_weights=false",
-                        "divergence.unigram_floor=false",
-                        "trainer.enable_progress_bar=false",
-                        *lm_args(args.text, args.steps, max(1, args.steps // 8), REPO / ".data" / "token_cache"),
-                    ]
-                    record = runner.mixbench(run_args, args.gpu)
-                    runs.append(
-                        {
-                            "model": model,
-                            "seed": seed,
-                            "precision": precision,
-                            "status": record["status"],
-                            "tokens_per_sec": tokens_per_sec(record),
-                            "val_loss": (record.get("metrics") or {}).get("val/loss"),
-                            "error": record.get("error"),
-                        }
-                    )
-            rows += runs
-            summaries.append(summary(model, runs))
-    if args.dry_run:
-        return
+SAME_SETTINGS = ("models", "steps", "batch", "recipe", "text")  # what a resumed file must share with this call
+
+
+def finished_runs(args) -> list[dict]:
+    """``--resume``: the completed runs of ``--out`` when it was measured on this machine's cards with these settings
+    (a pair is only ever measured within one call, so each ratio still comes from one machine and one call)."""
+    if not args.resume or not args.out.is_file():
+        return []
+    earlier = json.loads(args.out.read_text())
+    if earlier.get("machine", {}).get("cards") != machine()["cards"]:
+        raise SystemExit(f"--resume: {args.out} was measured on {earlier.get('machine', {}).get('cards')}, not on this machine's cards")
+    settings = earlier.get("settings", {})
+    if any(settings.get(k) != str(getattr(args, k)) for k in SAME_SETTINGS):
+        raise SystemExit(f"--resume: {args.out} has other settings ({', '.join(SAME_SETTINGS)}): write to a new --out")
+    return [r for r in earlier["rows"] if "summary" not in r and r.get("status") == "completed"]
+
+
+def save(args, rows: list[dict]) -> None:
+    """The rows so far and each model's summary over its complete pairs: written after every pair, so a call stopped by
+    its time limit keeps what finished (``--resume`` continues from it)."""
+    summaries = [summary(model, [r for r in rows if r["model"] == model]) for model in args.models]
     table = markdown(
         [("model", "model"), ("seed", "seed"), ("precision", "precision"), ("tokens/s", "tokens_per_sec"), ("val/loss", "val_loss")], rows
     )
@@ -134,6 +117,55 @@ def main(argv=None) -> None:
         summaries,
     )
     write_result(args.out, "fp8_pairs", {k: str(v) for k, v in vars(args).items()}, rows + [{"summary": s} for s in summaries], table)
+
+
+def main(argv=None) -> None:
+    start_logging()
+    args = parse_args(argv)
+    rows = finished_runs(args)
+    measured = {precision: {(r["model"], r["seed"]) for r in rows if r["precision"] == precision} for precision in PRECISIONS}
+    done = set.intersection(*measured.values())
+    rows = [r for r in rows if (r["model"], r["seed"]) in done]  # a half pair is measured again, with its partner
+    if done:
+        log.info("--resume: %d complete pair(s) from %s: %s", len(done), args.out, sorted(done))
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = Runner(Path(tmp), args.dry_run, timeout=900)
+        for model in args.models:
+            for seed in args.seeds:
+                if (model, seed) in done:
+                    continue
+                for precision in PRECISIONS:
+                    record = runner.mixbench(run_args(args, model, seed, precision), args.gpu)
+                    rows.append(
+                        {
+                            "model": model,
+                            "seed": seed,
+                            "precision": precision,
+                            "status": record["status"],
+                            "tokens_per_sec": tokens_per_sec(record),
+                            "val_loss": (record.get("metrics") or {}).get("val/loss"),
+                            "error": record.get("error"),
+                        }
+                    )
+                if not args.dry_run:
+                    save(args, rows)
+
+
+def run_args(args, model: str, seed: int, precision: str) -> list[str]:
+    return [
+        f"task=c4_{model}",
+        "norm=pre",
+        f"seed={seed}",
+        f"trainer.precision={precision}",
+        f"fp8.recipe={args.recipe}",
+        f"data.batch_size={args.batch}",
+        f"data.global_batch_size={args.batch}",
+        "compile=true",
+        "save_weights=false",
+        "divergence.unigram_floor=false",
+        "trainer.enable_progress_bar=false",
+        *lm_args(args.text, args.steps, max(1, args.steps // 8), REPO / ".data" / "token_cache"),
+    ]
 
 
 if __name__ == "__main__":

@@ -121,3 +121,48 @@ def test_dali_bundle_parts_are_joined_checked_and_put_on_the_paths(tmp_path):
     empty = {**env, "DALI_BUNDLE": str(tmp_path / "none")}
     out = subprocess.run(["bash", str(script), "receive"], env=empty, capture_output=True, text=True)
     assert out.returncode == 2 and "carry one" in out.stdout
+
+
+def test_fp8_pairs_resumes_complete_pairs_of_the_same_machine_and_settings(tmp_path, monkeypatch):
+    import json
+
+    import device_runs
+    import fp8_pairs
+
+    ran = []
+
+    def fake_mixbench(self, args, gpus="0"):
+        seed, precision = int(args[2].split("=")[1]), args[3].split("=")[1]
+        ran.append((seed, precision))
+        return {
+            "status": "completed",
+            "throughput": {"perf/items_per_sec": 100.0 + 30 * (precision == "fp8")},
+            "metrics": {"val/loss": 3.0},
+        }
+
+    cards = {"cards": ["NVIDIA H200"], "cores_usable": 16, "cpu": "x86_64", "torch": "2", "cuda": "13"}
+    monkeypatch.setattr(device_runs.Runner, "mixbench", fake_mixbench)
+    monkeypatch.setattr(device_runs, "machine", lambda: cards)
+    monkeypatch.setattr(fp8_pairs, "machine", lambda: cards)
+    out = tmp_path / "fp8.json"
+    fp8_pairs.main(["--seeds", "0", "1", "--out", str(out)])
+    assert ran == [(0, "bf16-mixed"), (0, "fp8"), (1, "bf16-mixed"), (1, "fp8")]
+    fp8_pairs.main(["--seeds", "0", "1", "2", "--out", str(out), "--resume"])  # only seed 2 is new
+    assert ran[4:] == [(2, "bf16-mixed"), (2, "fp8")]
+    summary = [r["summary"] for r in json.loads(out.read_text())["rows"] if "summary" in r][0]
+    assert summary["pairs"] == 3 and summary["speed_ratio"] == pytest.approx(1.3)
+    cards["cards"] = ["NVIDIA H100 80GB HBM3"]  # another machine: its pairs are not mixed in
+    with pytest.raises(SystemExit, match="measured on"):
+        fp8_pairs.main(["--seeds", "3", "--out", str(out), "--resume"])
+    cards["cards"] = ["NVIDIA H200"]
+    with pytest.raises(SystemExit, match="other settings"):
+        fp8_pairs.main(["--seeds", "3", "--steps", "40", "--out", str(out), "--resume"])
+
+
+def test_a_run_that_wrote_no_record_reports_the_end_of_its_output(tmp_path):
+    import device_runs
+
+    runner = device_runs.Runner(tmp_path, dry_run=False, timeout=60)
+    record = runner.mixbench(["task=no_such_task_to_fail_early", "this is not a key=value"])
+    assert record["status"] == "failed" and "no record; output ends:" in record["error"]
+    assert len(record["error"]) > len("exit 1, no record; output ends: ")
