@@ -132,7 +132,7 @@ def test_embedded_cifar_is_stratified_real_images():
     images, labels = next(iter(dm.val_dataloader()))
     assert images.shape == (8, 3, 32, 32) and images.dtype == torch.float32
     assert dm.classes[0] == "airplane"
-    assert dm.describe()["exact_resume"] is False and "resumed mid-epoch" in dm.describe()["resume_note"]  # said, not hidden
+    assert dm.describe()["exact_resume"] is True and "resume_note" not in dm.describe()
 
 
 SHARED_CIFAR = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-test" / "cifar10_bigbench.npz"

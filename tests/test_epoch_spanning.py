@@ -1,4 +1,4 @@
-"""The image-folder training loader that spans epochs: the same batches as a per-epoch order, no drained workers at an
+"""The training loaders that span epochs (image folders, CIFAR-10 arrays): the same batches as a per-epoch order, no drained workers at an
 epoch start, epochs cut short, exact mid-epoch resume through `mixbench run`, and the stall bench's measurement."""
 
 import json
@@ -180,3 +180,43 @@ def test_the_throughput_monitor_records_epoch_averages_with_the_stall_and_withou
         monitor.on_train_epoch_end(trainer, module)
     assert [(e["steps"], e["items"], e["seconds"]) for e in monitor.epochs] == [(4, 80, 7.0), (4, 80, 7.0)]
     assert monitor.epochs[1]["items_per_sec"] == pytest.approx(80 / 7)
+
+
+def cifar_run(results: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "task=vit_tiny",  # the embedded CIFAR-10 arrays: 1,600 train images, 16 steps an epoch at batch 100
+        "data.batch_size=100",
+        "data.eval_batch_size=400",
+        "data.num_workers=0",
+        "model.num_layers=2",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "trainer.max_epochs=2",
+        "trainer.max_steps=-1",
+        "trainer.limit_val_batches=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.deterministic=true",
+        "divergence.unigram_floor=false",
+        "save_weights=false",
+        "checkpoint.every_n_steps=8",
+        "checkpoint.keep_last=null",
+        f"results_dir={results}",
+        *extra,
+    ]
+
+
+def test_cifar_resume_mid_epoch_through_mixbench_run_is_exact(tmp_path):
+    """The CIFAR-10 array loader: resumed from step 24 (mid epoch 1, its crops and flips seeded per sample) it ends at
+    the uninterrupted run's loss."""
+    from mixbench.cli.app import main
+
+    assert main(cifar_run(tmp_path / "full")) == 0
+    (full,) = [json.loads(p.read_text()) for p in (tmp_path / "full").rglob("record.json")]
+    assert full["steps"] == 32 and full["dataset"]["exact_resume"] is True
+    (ckpt,) = Path(full["run_dir"]).glob("checkpoints/*step=24.ckpt")
+    assert torch.load(ckpt, weights_only=False)["CifarArrayDataModule"] == {"epoch": 1, "consumed": 800, "seed": 0}
+    assert main(cifar_run(tmp_path / "resumed", f"resume_from={ckpt}")) == 0
+    (resumed,) = [json.loads(p.read_text()) for p in (tmp_path / "resumed").rglob("record.json")]
+    assert resumed["steps"] == 32
+    assert resumed["metrics"]["val/loss"] == pytest.approx(full["metrics"]["val/loss"], rel=1e-6)

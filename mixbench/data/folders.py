@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..core.errors import ConfigError
 from .dali import RESUME_NOTE as DALI_RESUME_NOTE
 from .device_pipeline import CropGeometry, CroppedImages, DeviceImagePipeline, EncodedImages, WorkerCrop, collate_cropped, collate_encoded
-from .samplers import EpochSpanningBatches, EpochSpanningLoader, ResumableOrder, SeededSamples
+from .samplers import EpochSpanningLoader, ResumableOrder
 
 log = logging.getLogger(__name__)
 
@@ -321,16 +321,7 @@ class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
             return DataLoader(
                 self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True, **workers, **self._loader_options(train=True)
             )
-        rank, world = self._rank_world()
-        batches = EpochSpanningBatches(len(self.train_set), self.batch_size, self.seed, rank, world, keyed=True)
-        if self._resume is not None:
-            epoch, consumed = self._resume
-            batches.start(epoch, consumed // self.batch_size)
-            self._resume = None
-        self.train_sampler = batches  # its epoch is the position ResumableOrder.state_dict saves
-        samples = SeededSamples(self.train_set, self.seed)  # each sample's augmentation seeded by (seed, epoch, index)
-        loader = DataLoader(samples, batch_sampler=batches, **workers, **self._loader_options(train=True))
-        return EpochSpanningLoader(loader, batches)
+        return self._epoch_spanning_loader(self.train_set, **workers, **self._loader_options(train=True))
 
     def val_dataloader(self) -> DataLoader:
         if self.pipeline == "dali":

@@ -13,6 +13,7 @@ from torchvision.transforms import v2
 
 from ..core.errors import ConfigError
 from . import ASSETS_DIR
+from .samplers import EpochSpanningLoader, ResumableOrder
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
@@ -44,20 +45,16 @@ def stratified_split(labels: np.ndarray, val_per_class: int, seed: int = 0) -> t
     return np.sort(train), np.sort(val)
 
 
-CIFAR_RESUME_NOTE = (
-    "a run resumed mid-epoch draws a new shuffle and new augmentations for the rest of that epoch "
-    "(DataLoader shuffle=True): not the uninterrupted run's order; resumes at epoch boundaries are unaffected"
-)
-
-
-class CifarArrayDataModule(L.LightningDataModule):
+class CifarArrayDataModule(ResumableOrder, L.LightningDataModule):
     """CIFAR-10 images held in memory.
 
     ``path='embedded'``: the 1,600 train / 400 val images shipped with mixbench; otherwise an ``.npz`` with
     ``x, y, classes`` split with ``val_per_class`` validation images per class (split seed 0, fixed across
     runs).  ``img_size`` other than 32 resizes (bicubic) after augmentation.  Train augmentation: random
     crop with 4-px padding + horizontal flip (``augment``); CIFAR-10 mean/std normalization.
-    ``batch_size`` is per device.
+    ``batch_size`` is per device.  Training order: epoch ``e`` is ``randperm(n, seed + e)``, each DDP rank a disjoint
+    share, served without a break between epochs; each sample's crop and flip are seeded by (seed, epoch, index), and
+    the position is saved in checkpoints, so a run resumed mid-epoch continues exactly as the uninterrupted one.
     """
 
     num_classes = 10
@@ -72,6 +69,7 @@ class CifarArrayDataModule(L.LightningDataModule):
         num_workers: int = 0,
         augment: bool = True,
         name: str | None = None,
+        seed: int = 0,
     ):
         super().__init__()
         if path is None:
@@ -79,6 +77,7 @@ class CifarArrayDataModule(L.LightningDataModule):
         self.path, self.val_per_class, self.img_size = path, val_per_class, img_size
         self.batch_size, self.num_workers, self.augment = batch_size, num_workers, augment
         self.eval_batch_size = eval_batch_size or batch_size
+        self.seed, self._resume = seed, None
         self.dataset_name = name or ("cifar10_embedded" if path == "embedded" else "cifar10_" + Path(path).stem)
 
     def _arrays(self):
@@ -116,19 +115,11 @@ class CifarArrayDataModule(L.LightningDataModule):
             "path": str(self.path),
             "image_size": self.img_size,
             "train_augmentation": "random crop (pad 4) + horizontal flip" if self.augment else "none",
-            "exact_resume": False,
-            "resume_note": CIFAR_RESUME_NOTE,
+            "exact_resume": True,
         }
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(
-            self.train_set,
-            batch_size=self.batch_size,
-            shuffle=True,
-            drop_last=True,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+    def train_dataloader(self) -> EpochSpanningLoader:
+        return self._epoch_spanning_loader(self.train_set, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers)

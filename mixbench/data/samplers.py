@@ -10,7 +10,7 @@ from collections import deque
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler, get_worker_info
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from ..core.errors import ConfigError
 
@@ -84,6 +84,20 @@ class ResumableOrder:
             self.train_sampler.set_start(*self._resume)
             self._resume = None
         return self.train_sampler
+
+    def _epoch_spanning_loader(self, dataset, **loader_options) -> EpochSpanningLoader:
+        """This rank's training loader over ``dataset``: full batches of :class:`EpochSpanningBatches` (no stall at epoch
+        starts), started at the restored position, each sample's random augmentation seeded by (seed, epoch, index)
+        (:class:`SeededSamples`), so a run resumed mid-epoch continues exactly as the uninterrupted one."""
+        rank, world = self._rank_world()
+        batches = EpochSpanningBatches(len(dataset), self.batch_size, self.seed, rank, world, keyed=True)
+        if self._resume is not None:
+            epoch, consumed = self._resume
+            batches.start(epoch, consumed // self.batch_size)
+            self._resume = None
+        self.train_sampler = batches  # its epoch is the position state_dict saves
+        loader = DataLoader(SeededSamples(dataset, self.seed), batch_sampler=batches, **loader_options)
+        return EpochSpanningLoader(loader, batches)
 
     def _val_sampler(self, n: int) -> ShardSampler:
         rank, world = self._rank_world()
