@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 21's benches on a one-GPU device machine, as back-to-back device calls (the machine keeps /tmp and ignored
+# folders only while calls follow within ≈ 30 s).  One call a step:
+#
+#   bash bench/issue21_device.sh receive   # ×4, carrying .dali/part-0N, .dali/SHA256 and .whl_min (the omegaconf wheel:
+#                                          #   mkdir .whl_min && cp .whl/omegaconf-*.whl .whl_min/); a 44 MiB part leaves no
+#                                          #   room for more beside the checkout.  RUN=cpu in the first also runs
+#                                          #   bench/vit_e2e.py --pipelines cpu (≈ 5 min)
+#   bash bench/issue21_device.sh dali      # carrying .dali/part-04, .dali/SHA256, .whl, .whl_fp8 (torchao), .data/textmix3,
+#                                          #   bench/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py, vit_e2e --pipelines
+#                                          #   dali, timm_peer --pipelines cpu dali
+#   bash bench/issue21_device.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
+#                                          #   limit; again until both JSONs hold 3 pairs
+#
+# Outputs: /tmp/issue21 on the machine (kept across the calls), all of it as $OUT/issue21_<step>.tgz after each call.
+# LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STEP=${1:?"receive | dali | fp8"}
+T0=$(date +%s)
+W=/tmp/issue21
+LIMIT_S=${LIMIT_S:-570}
+mkdir -p "$W" "${OUT:-$W}"
+
+install_wheels() {  # the full wheel set (+ torchao) once it is carried, else the omegaconf wheel alone
+    if [ -d .whl ] && [ ! -f /tmp/issue21_site/.full ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/issue21_site \
+            .whl/*.whl $([ -d .whl_fp8 ] && echo .whl_fp8/*.whl) && touch /tmp/issue21_site/.full
+    elif [ ! -d /tmp/issue21_site ] && [ -d .whl_min ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/issue21_site .whl_min/*.whl
+    fi
+    export PYTHONPATH=/tmp/issue21_site:$PWD PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
+}
+
+bench() {  # bench NAME COMMAND...: run it within what is left of LIMIT_S, log to $W/NAME.log, say how it ended
+    local name=$1 left
+    shift
+    left=$((LIMIT_S - ($(date +%s) - T0)))
+    [ "$left" -gt 30 ] || { echo "== $name: skipped, $left s left"; return 0; }
+    echo "== $name (up to $left s) at $(($(date +%s) - T0)) s"
+    timeout "$left" "$@" > "$W/$name.log" 2>&1
+    echo "== $name rc=$? at $(($(date +%s) - T0)) s"
+    tail -15 "$W/$name.log"
+}
+
+[ ! -d .dali ] || bash bench/dali_bundle.sh receive
+install_wheels
+case $STEP in
+    receive)
+        [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
+    dali)
+        source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
+        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider
+        bench vit_e2e_dali python3 bench/vit_e2e.py --pipelines dali --out "$W/vit_e2e_dali.json"
+        bench timm_peer python3 bench/timm_peer.py --pipelines cpu dali --out "$W/timm_peer.json" ;;
+    fp8)
+        source bench/proxy_parts.sh && unpack_textmix
+        for model in llama_350m llama_1b; do
+            bench "fp8_pairs_$model" python3 bench/fp8_pairs.py --models "$model" --resume \
+                --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
+        done ;;
+    *) echo "unknown step $STEP: receive | dali | fp8"; exit 2 ;;
+esac
+nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
+tar czf "${OUT:-$W}/issue21_$STEP.tgz" -C "$W" .
+echo "call total $(($(date +%s) - T0)) s"
