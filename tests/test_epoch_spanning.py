@@ -90,6 +90,21 @@ def jpeg_root(tmp_path_factory):
     return root
 
 
+TWO_EPOCHS_OF_A_TINY_VIT = [  # deterministic, checkpoints kept (resume tests pick one mid-epoch)
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "trainer.max_epochs=2",
+    "trainer.max_steps=-1",
+    "trainer.limit_val_batches=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.deterministic=true",
+    "divergence.unigram_floor=false",
+    "save_weights=false",
+    "checkpoint.keep_last=null",
+]
+
+
 def image_run(root: Path, results: Path, *extra: str) -> list[str]:
     return [
         "run",
@@ -102,20 +117,10 @@ def image_run(root: Path, results: Path, *extra: str) -> list[str]:
         "data.num_workers=1",
         "data.crop_pct=1.0",
         "data.auto_augment=null",
-        "model.num_layers=2",
-        "model.hidden_size=32",
-        "model.num_heads=2",
         "model.num_classes=null",
         "model.img_size=null",
-        "trainer.max_epochs=2",
-        "trainer.max_steps=-1",
-        "trainer.limit_val_batches=1",
-        "trainer.enable_progress_bar=false",
-        "trainer.deterministic=true",
-        "divergence.unigram_floor=false",
-        "save_weights=false",
+        *TWO_EPOCHS_OF_A_TINY_VIT,
         "checkpoint.every_n_steps=4",
-        "checkpoint.keep_last=null",
         f"results_dir={results}",
         *extra,
     ]
@@ -189,18 +194,8 @@ def cifar_run(results: Path, *extra: str) -> list[str]:
         "data.batch_size=100",
         "data.eval_batch_size=400",
         "data.num_workers=0",
-        "model.num_layers=2",
-        "model.hidden_size=32",
-        "model.num_heads=2",
-        "trainer.max_epochs=2",
-        "trainer.max_steps=-1",
-        "trainer.limit_val_batches=1",
-        "trainer.enable_progress_bar=false",
-        "trainer.deterministic=true",
-        "divergence.unigram_floor=false",
-        "save_weights=false",
+        *TWO_EPOCHS_OF_A_TINY_VIT,
         "checkpoint.every_n_steps=8",
-        "checkpoint.keep_last=null",
         f"results_dir={results}",
         *extra,
     ]
