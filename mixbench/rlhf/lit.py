@@ -148,7 +148,7 @@ class ReMaxModule(OptimizedModule):
     ):
         super().__init__(model, optim)
         self.settings, self.reward, self.eos_id, self.pad_id = settings, reward, eos_id, pad_id
-        self.answer_match = answer_match  # a RuleReward: 1 where the response equals the chosen one
+        self.answer_match = answer_match  # a RuleReward (``reward`` itself when that is one): 1 where the response equals the chosen one
         self.reference = copy.deepcopy(model).requires_grad_(False).eval()
         self.val_reward, self.val_kl, self.val_len, self.val_match = MeanMetric(), MeanMetric(), MeanMetric(), MeanMetric()
         self.record_extra, self.initial_reward, self.initial_answer_match = provenance or {}, None, None
@@ -207,11 +207,13 @@ class ReMaxModule(OptimizedModule):
             -1
         )
         n = ids.shape[0]
-        self.val_reward.update(self.reward(ids, mask, sample, batch["answers"]).mean(), weight=n)
+        rewards = self.reward(ids, mask, sample, batch["answers"])
+        self.val_reward.update(rewards.mean(), weight=n)
         self.val_kl.update(kl.mean(), weight=n)
         self.val_len.update(sample.lengths.float().mean(), weight=n)
-        if self.answer_match is not None:
-            self.val_match.update(100.0 * self.answer_match(ids, mask, sample, batch["answers"]).mean(), weight=n)
+        if self.answer_match is not None:  # with the rule reward, the match is the reward: not decoded twice
+            matches = rewards if self.answer_match is self.reward else self.answer_match(ids, mask, sample, batch["answers"])
+            self.val_match.update(100.0 * matches.mean(), weight=n)
 
     def on_validation_epoch_end(self) -> None:
         metrics = [("val/final_reward", self.val_reward), ("val/kl", self.val_kl), ("val/response_len", self.val_len)]
@@ -246,7 +248,7 @@ def remax_module(cfg, model, datamodule) -> ReMaxModule:
 
     settings = ReMaxSettings(**OmegaConf.to_container(cfg.rlhf, resolve=True))
     reward, provenance = reward_module(cfg, settings, datamodule)
-    answer_match = RuleReward(datamodule.decode, datamodule.eos_id)
+    answer_match = reward if isinstance(reward, RuleReward) else RuleReward(datamodule.decode, datamodule.eos_id)
     return ReMaxModule(
         model, OptimConfig.from_config(cfg.optim), settings, reward, datamodule.eos_id, datamodule.pad_id, provenance, answer_match
     )
