@@ -123,7 +123,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ..grids.search import Settings, adopt_reused, confirmation_runs, optuna_module, reusable_runs, search, study_dir
+    from ..grids.search import Settings, adopt_reused, confirmation_runs, optuna_module, search, split_confirmation
 
     optuna_module()  # one clear error when Optuna is missing, before anything is written
     modes = [m for m in ("confirm", "report") if getattr(args, m)]
@@ -142,11 +142,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         from ..grids.runner import run_many, summarize
 
         argvs = confirmation_runs(args.results_dir, args.confirm, args.seeds)
-        confirm = study_dir(args.results_dir, args.confirm) / "confirm"
-        done = reusable_runs(argvs, [confirm]) if confirm.is_dir() else {}  # run or copied there before
-        found = reusable_runs(argvs, args.reuse_from) if args.reuse_from else {}
-        reused = {i: record for i, record in found.items() if i not in done}
-        todo = [argv for i, argv in enumerate(argvs) if i not in done and i not in reused]
+        done, reused, todo = split_confirmation(args.results_dir, args.confirm, argvs, args.reuse_from)
         if args.dry_run:
             for i, record in done.items():
                 sys.stdout.write(f"# done {Path(record['_path']).parent}: mixbench run {shlex.join(argvs[i])}\n")

@@ -274,16 +274,15 @@ def confirmation_runs(results_dir, name: str, seeds: int) -> list[list[str]]:
     ]
 
 
-def reusable_runs(argvs: list[list[str]], sources: list) -> dict[int, dict]:
-    """``{i: record}``: for the confirmation run ``argvs[i]``, the newest finished record under the ``sources`` folders
-    (earlier runs, e.g. a placements grid) of exactly its settings and seed, by the test ``resume=auto`` uses
-    (:func:`~mixbench.training.run.same_run_settings`: only the run's location may differ).  Such a run is an
-    independent sample the search never used, so the confirmation need not repeat it."""
+def reusable_runs(configs: list, sources: list) -> dict[int, dict]:
+    """``{i: record}``: for the confirmation run ``configs[i]`` (composed), the newest finished record under the
+    ``sources`` folders (earlier runs, e.g. a placements grid) of exactly its settings and seed, by the test
+    ``resume=auto`` uses (:func:`~mixbench.training.run.same_run_settings`: only the run's location may differ).  Such a
+    run is an independent sample the search never used, so the confirmation need not repeat it."""
     records = [r for source in sources for r in _readable_records(source)]
     records.sort(key=lambda r: str(r.get("started_at")), reverse=True)
     found = {}
-    for i, argv in enumerate(argvs):
-        cfg = compose(argv)
+    for i, cfg in enumerate(configs):
         defaults = run_defaults(cfg)
         for r in records:
             if (
@@ -295,6 +294,18 @@ def reusable_runs(argvs: list[list[str]], sources: list) -> dict[int, dict]:
                 found[i] = r
                 break
     return found
+
+
+def split_confirmation(results_dir, name: str, argvs: list[list[str]], reuse_from: list | None) -> tuple[dict, dict, list]:
+    """``(done, reused, todo)`` of the confirmation runs ``argvs``: ``{i: record}`` of those the study's ``confirm/``
+    already holds (run or copied there before), ``{i: record}`` of those a ``reuse_from`` folder holds, and the argvs
+    still to run.  Each run's settings are composed once for both lookups."""
+    configs = [compose(argv) for argv in argvs]
+    confirm = study_dir(results_dir, name) / "confirm"
+    done = reusable_runs(configs, [confirm]) if confirm.is_dir() else {}
+    found = reusable_runs(configs, reuse_from) if reuse_from else {}
+    reused = {i: record for i, record in found.items() if i not in done}
+    return done, reused, [argv for i, argv in enumerate(argvs) if i not in done and i not in reused]
 
 
 def _readable_records(source) -> list[dict]:
