@@ -22,16 +22,6 @@ W=/tmp/issue21
 LIMIT_S=${LIMIT_S:-570}
 mkdir -p "$W" "${OUT:-$W}"
 
-install_wheels() {  # the full wheel set (+ torchao) once it is carried, else the omegaconf wheel alone
-    if [ -d .whl ] && [ ! -f /tmp/issue21_site/.full ]; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/issue21_site \
-            .whl/*.whl $([ -d .whl_fp8 ] && echo .whl_fp8/*.whl) && touch /tmp/issue21_site/.full
-    elif [ ! -d /tmp/issue21_site ] && [ -d .whl_min ]; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/issue21_site .whl_min/*.whl
-    fi
-    export PYTHONPATH=/tmp/issue21_site:$PWD PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
-}
-
 bench() {  # bench NAME COMMAND...: run it within what is left of LIMIT_S, log to $W/NAME.log, say how it ended
     local name=$1 left
     shift
@@ -44,7 +34,13 @@ bench() {  # bench NAME COMMAND...: run it within what is left of LIMIT_S, log t
 }
 
 [ ! -d .dali ] || bash bench/dali_bundle.sh receive
-install_wheels
+source bench/proxy_parts.sh
+if [ -d .whl ]; then  # the full wheel set (datasets, optuna, omegaconf) and torchao, once carried
+    WHEEL_DIRS=".whl .whl_fp8" use_wheels omegaconf datasets torchao
+else                  # the receive calls: room for the omegaconf wheel alone
+    WHEEL_DIRS=.whl_min use_wheels omegaconf
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
 case $STEP in
     receive)
         [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
@@ -54,7 +50,7 @@ case $STEP in
         bench vit_e2e_dali python3 bench/vit_e2e.py --pipelines dali --out "$W/vit_e2e_dali.json"
         bench timm_peer python3 bench/timm_peer.py --pipelines cpu dali --out "$W/timm_peer.json" ;;
     fp8)
-        source bench/proxy_parts.sh && unpack_textmix
+        unpack_textmix
         for model in llama_350m llama_1b; do
             bench "fp8_pairs_$model" python3 bench/fp8_pairs.py --models "$model" --resume \
                 --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"

@@ -1,12 +1,15 @@
 # Sourced (from the repository root) by the proxy device scripts: bench/table2_proxy.sh and bench/table3_proxy.sh use all
 # of it — the chains of one `mixbench reproduce TABLE --scale proxy` per PARTS item ("GPU:NORM:SEEDS ..."), each on
 # CUDA_VISIBLE_DEVICES=GPU with its chains side by side, from PARTS, ARGS (the reproduce settings), OUT, PRETRAIN_DATA,
-# EXTRA_PRETRAIN, DEADLINE_S and script_start; bench/placements_proxy.sh and bench/search_proxy.sh use use_wheels and
-# unpack_textmix.
+# EXTRA_PRETRAIN, DEADLINE_S and script_start; bench/placements_proxy.sh, bench/search_proxy.sh and bench/issue21_device.sh use use_wheels
+# and unpack_textmix.
 
-use_wheels() {  # use_wheels MODULE ...: when a module is missing and .whl/ exists (bench/table2_proxy_wheels.sh), install .whl/ into /tmp/site
-    if [ -d .whl ] && ! python3 -c "import $(IFS=,; echo "$*")" 2>/dev/null; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+use_wheels() {  # use_wheels MODULE ...: when a module is missing, install the wheels of WHEEL_DIRS (default .whl, from
+    # bench/table2_proxy_wheels.sh; the folders that exist) into /tmp/site, all in one pip call, and put it on PYTHONPATH
+    local dir wheels=()
+    for dir in ${WHEEL_DIRS:-.whl}; do [ -d "$dir" ] && wheels+=("$dir"/*.whl); done
+    if [ ${#wheels[@]} -gt 0 ] && ! python3 -c "import $(IFS=,; echo "$*")" 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}"
         export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
 }
