@@ -144,6 +144,8 @@ def markdown(columns: list[tuple[str, str]], rows: list[dict]) -> str:
             return "n/a"
         if isinstance(value, float):
             return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(cell(v) for v in value) + "]"
         return str(value)
 
     lines = ["| " + " | ".join(t for t, _ in columns) + " |", "|" + "---|" * len(columns)]

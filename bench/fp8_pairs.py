@@ -42,7 +42,7 @@ def paired(differences: list[float]) -> tuple[float, float, float]:
     if len(differences) < 2:
         return mean, float("nan"), float("nan")
     half = stats.t.ppf(0.975, len(differences) - 1) * statistics.stdev(differences) / len(differences) ** 0.5
-    return mean, mean - half, mean + half
+    return mean, float(mean - half), float(mean + half)
 
 
 def summary(model: str, runs: list[dict]) -> dict:

@@ -7,8 +7,13 @@
 #                                          #   room for more beside the checkout.  RUN=cpu in the first also runs
 #                                          #   bench/vit_e2e.py --pipelines cpu (≈ 5 min)
 #   bash bench/issue21_device.sh dali      # carrying .dali/part-04, .dali/SHA256, .whl, .whl_fp8 (torchao), .data/textmix3,
-#                                          #   bench/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py, vit_e2e --pipelines
-#                                          #   dali, timm_peer --pipelines cpu dali
+#                                          #   bench/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py, vit_e2e --pipelines dali
+#   bash bench/issue21_device.sh peer      # nothing to carry: timm_peer --pipelines cpu dali (timm's train.py beside both)
+#   bash bench/issue21_device.sh scale     # a 4-GPU machine, after the 4 receive calls, carrying .dali/part-04, .dali/SHA256,
+#                                          #   .whl, .whl_fp8, .data/textmix3: three lanes at once, each on its own GPUs and cores:
+#                                          #   ViT-S DDP on 2 GPUs against 1 with DALI (GPUs 0-1, cores 0-31, 2 repeats); the gap
+#                                          #   between DALI runs and the model alone, one recipe part off a row (GPU 2, cores
+#                                          #   32-47); llama_1b fp8 pairs, seed 2 and a rowwise pair (GPU 3, cores 48-63)
 #   bash bench/issue21_device.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
@@ -16,7 +21,7 @@
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STEP=${1:?"receive | dali | fp8"}
+STEP=${1:?"receive | dali | peer | scale | fp8"}
 T0=$(date +%s)
 W=/tmp/issue21
 LIMIT_S=${LIMIT_S:-570}
@@ -47,15 +52,33 @@ case $STEP in
     dali)
         source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
         bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider
-        bench vit_e2e_dali python3 bench/vit_e2e.py --pipelines dali --out "$W/vit_e2e_dali.json"
+        bench vit_e2e_dali python3 bench/vit_e2e.py --pipelines dali --out "$W/vit_e2e_dali.json" ;;
+    peer)
+        source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
         bench timm_peer python3 bench/timm_peer.py --pipelines cpu dali --out "$W/timm_peer.json" ;;
+    scale)
+        source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
+        unpack_textmix
+        bench multi_gpu_dali taskset -c 0-31 python3 bench/multi_gpu.py --gpus 0,1 --only vit_small --vit-pipeline dali \
+            --repeats 2 --budget $((LIMIT_S - 60)) --out "$W/multi_gpu_dali.json" &
+        bench vit_e2e_attribution taskset -c 32-47 python3 bench/vit_e2e.py --gpu 2 --pipelines dali --norms pre \
+            --variants '' data.auto_augment=null compile.mode=reduce-overhead ema.decay=null mixup.mixup_alpha=0,mixup.cutmix_alpha=0 \
+            --out "$W/vit_e2e_attribution.json" &
+        (
+            text='.data/textmix3/pkgtext-train.*.json.gz'
+            bench fp8_pairs_llama_1b_seed2 taskset -c 48-63 python3 bench/fp8_pairs.py --gpu 3 --models llama_1b --seeds 2 \
+                --text "$text" --out "$W/fp8_pairs_llama_1b_seed2.json"
+            bench fp8_pairs_llama_1b_rowwise taskset -c 48-63 python3 bench/fp8_pairs.py --gpu 3 --models llama_1b --seeds 0 \
+                --recipe rowwise --text "$text" --out "$W/fp8_pairs_llama_1b_rowwise.json"
+        ) &
+        wait ;;
     fp8)
         unpack_textmix
         for model in llama_350m llama_1b; do
             bench "fp8_pairs_$model" python3 bench/fp8_pairs.py --models "$model" --resume \
                 --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
         done ;;
-    *) echo "unknown step $STEP: receive | dali | fp8"; exit 2 ;;
+    *) echo "unknown step $STEP: receive | dali | peer | scale | fp8"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
 tar czf "${OUT:-$W}/issue21_$STEP.tgz" -C "$W" .

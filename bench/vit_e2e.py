@@ -14,6 +14,7 @@ what the input and the trainer cost.  Prints a table, writes it (``.md``) and th
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import sys
 import tempfile
@@ -26,9 +27,9 @@ from image_loader import training_step, write_jpegs  # noqa: E402
 log = logging.getLogger("vit_e2e")
 
 
-def run_args(args, root: Path, norm: str, pipeline: str) -> list[str]:
+def run_args(args, root: Path, norm: str, pipeline: str, variant: str = "") -> list[str]:
     extra = ["trainer.limit_val_batches=2", "trainer.log_every_n_steps=10", f"compile.mode={args.compile_mode}"]
-    return [*vit_run_args(args, root, norm, pipeline, validate_every=1000), *extra]
+    return [*vit_run_args(args, root, norm, pipeline, validate_every=1000), *extra, *filter(None, variant.split(","))]
 
 
 def model_alone(args) -> float | None:
@@ -36,6 +37,9 @@ def model_alone(args) -> float | None:
     if args.dry_run:
         log.info("model alone: bench/image_loader.py's compiled vit_small step, batch %d, %d timed steps", args.batch, args.model_steps)
         return None
+    import torch
+
+    torch.cuda.set_device(int(args.gpu))  # "cuda" below is then --gpu's card, the one the runs get
     step = training_step("vit_small", args.batch, "cuda", args.step_options)
     step.warm_up(5)
     return step.images_per_sec(args.model_steps)
@@ -47,6 +51,13 @@ def parse_args(argv=None):
     ap.add_argument("--compile-mode", default="default", help="compile.mode of the runs (e.g. reduce-overhead)")
     ap.add_argument("--step-options", default="defaults", help="the model-alone step's options (bench/vit_throughput.py)")
     ap.add_argument("--model-steps", type=int, default=40)
+    ap.add_argument(
+        "--variants",
+        nargs="+",
+        default=[""],
+        help="settings each row set is run with, a comma list each ('' = the recipe as is): an attribution of the gap "
+        "to the model alone, e.g. '' data.auto_augment=null ema.decay=null mixup.mixup_alpha=0,mixup.cutmix_alpha=0",
+    )
     image_bench_arguments(ap, "bench/results/vit_e2e.json")
     return ap.parse_args(argv)
 
@@ -61,23 +72,22 @@ def main(argv=None) -> None:
         alone = model_alone(args)
         runner = Runner(Path(tmp), args.dry_run)
         rows = [{"row": "model alone (random GPU batch)", "images_per_sec": alone, "of_model": 1.0 if alone else None}]
-        for pipeline in args.pipelines:
-            for norm in args.norms:
-                record = runner.mixbench(run_args(args, root, norm, pipeline), args.gpu)
-                average = epoch_average(record)
-                rate = average["items_per_sec"]
-                rows.append(
-                    {
-                        "row": f"mixbench run {norm}, data.pipeline={pipeline}",
-                        "status": record["status"],
-                        "images_per_sec": rate,
-                        "steps_per_epoch": average["steps_per_epoch"],
-                        "epochs_timed": average["epochs_timed"],
-                        "of_model": rate / alone if rate and alone else None,
-                        "per_epoch": average.get("per_epoch"),
-                        "error": record.get("error"),
-                    }
-                )
+        for pipeline, norm, variant in itertools.product(args.pipelines, args.norms, args.variants):
+            record = runner.mixbench(run_args(args, root, norm, pipeline, variant), args.gpu)
+            average = epoch_average(record)
+            rate = average["items_per_sec"]
+            rows.append(
+                {
+                    "row": f"mixbench run {norm}, data.pipeline={pipeline}" + (f", {variant}" if variant else ""),
+                    "status": record["status"],
+                    "images_per_sec": rate,
+                    "steps_per_epoch": average["steps_per_epoch"],
+                    "epochs_timed": average["epochs_timed"],
+                    "of_model": rate / alone if rate and alone else None,
+                    "per_epoch": average.get("per_epoch"),
+                    "error": record.get("error"),
+                }
+            )
     if args.dry_run:
         return
     columns = [("row", "row"), ("images/s (epoch average)", "images_per_sec"), ("steps/epoch", "steps_per_epoch")]
