@@ -8,7 +8,7 @@ the median of the logged windows after the first (which holds compilation).  Pea
 run side by side (one on each GPU of ``--gpus``), then the 2-GPU rows one after the other.  Prints a table with the 2-GPU / 1-GPU
 scaling and the hours one paper-scale run would take on the row's GPUs, and writes JSON.
 
-    python bench/multi_gpu.py --text '.data/textmix2/pkgtext-train.*.json.gz' --out bench/results/multi_gpu_h100x2.json
+    python bench/multi_gpu.py --text '.data/textmix3/pkgtext-train.*.json.gz' --out bench/results/multi_gpu_h100x2.json
 
 Data, offline: LM rows read the C4-format shards of ``--text`` (``pkgtext-validation.*`` beside them) with the
 embedded 8,192-token tokenizer, packed into 256-token sequences; models keep the paper's 32,000-word vocabulary
@@ -310,7 +310,7 @@ def write_json(path: Path, args, rows: list[Row], text: str | None) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--text", default=".data/textmix2/pkgtext-train.*.json.gz", help="C4-format training shards (glob)")
+    ap.add_argument("--text", default=".data/textmix3/pkgtext-train.*.json.gz", help="C4-format training shards (glob)")
     ap.add_argument("--budget", type=float, default=480, help="seconds for all rows; a row still running then is stopped")
     ap.add_argument("--lm-steps", type=int, default=30)
     ap.add_argument("--lm-log-every", type=int, default=10)
@@ -356,19 +356,31 @@ def repeated(phases: list[list[Row]], repeats: int) -> list[list[Row]]:
     return out
 
 
+def selected(phases: list[list[Row]], only: list[str] | None) -> list[list[Row]]:
+    """The rows of each phase whose name contains one of the words ``only`` (all rows without it)."""
+    if not only:
+        return phases
+    return [[r for r in phase if any(w.lower() in r.name.lower() for w in only)] for phase in phases]
+
+
+def check_text(text: str) -> None:
+    """The LLaMA rows read C4-format train shards (``--text``, a glob) with a validation shard beside them."""
+    shards = glob.glob(str(REPO / text) if not Path(text).is_absolute() else text)
+    if not shards or not glob.glob(str(Path(shards[0]).parent / "*validation*")):
+        raise SystemExit(f"--text {text}: need C4-format train shards and a *validation* shard beside them (e.g. .data/textmix3)")
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     args = parse_args(argv)
     if args.dry_run:
-        for phase in repeated(rows_for(args, Path("<jpegs>"), REPO / ".data" / "token_cache"), args.repeats):
+        for phase in selected(repeated(rows_for(args, Path("<jpegs>"), REPO / ".data" / "token_cache"), args.repeats), args.only):
             for r in phase:
-                if not args.only or any(w.lower() in r.name.lower() for w in args.only):
-                    log.info("CUDA_VISIBLE_DEVICES=%s mixbench run %s", r.gpus, " ".join(r.args))
+                log.info("CUDA_VISIBLE_DEVICES=%s mixbench run %s", r.gpus, " ".join(r.args))
         return 0
     deadline = time.perf_counter() + args.budget
-    shards = glob.glob(str(REPO / args.text) if not Path(args.text).is_absolute() else args.text)
-    if not shards or not glob.glob(str(Path(shards[0]).parent / "*validation*")):
-        raise SystemExit(f"--text {args.text}: need C4-format train shards and a *validation* shard beside them (e.g. copy .data/textmix2)")
+    if any(r.model.startswith("llama") for phase in selected(rows_for(args, Path("<jpegs>"), Path()), args.only) for r in phase):
+        check_text(args.text)
     if len(gpu_names()) < 2:
         raise SystemExit(f"needs 2 GPUs, nvidia-smi lists {len(gpu_names())}")
     out_dir = args.out.with_suffix("")
@@ -376,9 +388,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="multi_gpu-", dir=REPO / ".data" if (REPO / ".data").is_dir() else None))
     jpegs = work / "jpegs"
     write_jpegs(jpegs, args.vit_images, size=320)
-    phases = repeated(rows_for(args, jpegs, REPO / ".data" / "token_cache"), args.repeats)
-    if args.only:
-        phases = [[r for r in phase if any(w.lower() in r.name.lower() for w in args.only)] for phase in phases]
+    phases = selected(repeated(rows_for(args, jpegs, REPO / ".data" / "token_cache"), args.repeats), args.only)
     rows = [r for phase in phases for r in phase]
     for phase in filter(None, phases):
         if time.perf_counter() > deadline:

@@ -21,6 +21,12 @@ def test_vit_e2e_and_timm_peer_arguments_compose(tmp_path):
         cfg = compose(vit_e2e.run_args(args, tmp_path, "mix", pipeline))
         assert cfg.data.pipeline == pipeline and cfg.compile.mode == "default" and cfg.norm.placement == "mix"
         assert compose(timm_peer.mixbench_args(timm_peer.parse_args([]), tmp_path, pipeline)).data.batch_size == 256
+    # --variants: each row set once more with a recipe part off; later settings win over the script's own
+    args = vit_e2e.parse_args(["--variants", "", "compile.mode=reduce-overhead", "mixup.mixup_alpha=0,mixup.cutmix_alpha=0"])
+    recipe, graphs, no_mixup = (compose(vit_e2e.run_args(args, tmp_path, "pre", "dali", v)) for v in args.variants)
+    assert recipe.mixup.cutmix_alpha == 1.0 and recipe.compile.mode == "default"
+    assert graphs.compile.mode == "reduce-overhead" and graphs.mixup.cutmix_alpha == 1.0
+    assert no_mixup.mixup.mixup_alpha == 0 and no_mixup.mixup.cutmix_alpha == 0
 
 
 def test_fp8_pair_arguments_compose():
@@ -166,3 +172,15 @@ def test_a_run_that_wrote_no_record_reports_the_end_of_its_output(tmp_path):
     record = runner.mixbench(["task=no_such_task_to_fail_early", "this is not a key=value"])
     assert record["status"] == "failed" and "no record; output ends:" in record["error"]
     assert len(record["error"]) > len("exit 1, no record; output ends: ")
+
+
+def test_multi_gpu_reads_text_only_for_llama_rows(tmp_path, monkeypatch):
+    """``--only vit_small`` needs no ``--text`` (it stops at the GPU count instead); an LLaMA row names the missing shards."""
+    import multi_gpu
+
+    monkeypatch.setattr(multi_gpu, "gpu_names", lambda: [])
+    missing = str(tmp_path / "none-*.json.gz")
+    with pytest.raises(SystemExit, match="needs 2 GPUs"):
+        multi_gpu.main(["--only", "vit_small", "--text", missing, "--out", str(tmp_path / "m.json")])
+    with pytest.raises(SystemExit, match="--text .*validation"):
+        multi_gpu.main(["--only", "llama_130m", "--text", missing, "--out", str(tmp_path / "m.json")])
