@@ -14,6 +14,8 @@
 #                                          #   ViT-S DDP on 2 GPUs against 1 with DALI (GPUs 0-1, cores 0-31, 2 repeats); the gap
 #                                          #   between DALI runs and the model alone, one recipe part off a row (GPU 2, cores
 #                                          #   32-47); llama_1b fp8 pairs, seed 2 and a rowwise pair (GPU 3, cores 48-63)
+#   bash bench/issue21_device.sh profile   # after `dali` on the same machine, nothing to carry: vit_e2e of pre with DALI under
+#                                          #   Lightning's simple profiler and under torch.profiler (the reports beside its JSON)
 #   bash bench/issue21_device.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
@@ -21,7 +23,7 @@
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STEP=${1:?"receive | dali | peer | scale | fp8"}
+STEP=${1:?"receive | dali | peer | scale | profile | fp8"}
 T0=$(date +%s)
 W=/tmp/issue21
 LIMIT_S=${LIMIT_S:-570}
@@ -72,13 +74,17 @@ case $STEP in
                 --recipe rowwise --text "$text" --out "$W/fp8_pairs_llama_1b_rowwise.json"
         ) &
         wait ;;
+    profile)
+        source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
+        bench vit_e2e_profile python3 bench/vit_e2e.py --pipelines dali --norms pre \
+            --variants profiler.kind=simple profiler.kind=pytorch --out "$W/vit_e2e_profile.json" ;;
     fp8)
         unpack_textmix
         for model in llama_350m llama_1b; do
             bench "fp8_pairs_$model" python3 bench/fp8_pairs.py --models "$model" --resume \
                 --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
         done ;;
-    *) echo "unknown step $STEP: receive | dali | peer | scale | fp8"; exit 2 ;;
+    *) echo "unknown step $STEP: receive | dali | peer | scale | profile | fp8"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
 tar czf "${OUT:-$W}/issue21_$STEP.tgz" -C "$W" .

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +46,18 @@ def model_alone(args) -> float | None:
     return step.images_per_sec(args.model_steps)
 
 
+def keep_profile(record: dict, out: Path, row: int) -> str | None:
+    """A variant with ``profiler.kind=...`` leaves ``fit-profile.txt`` in its run folder, which is temporary: copied
+    beside ``--out`` as ``<out>_row<N>_fit-profile.txt``; its path, or None."""
+    report = Path(record.get("run_dir") or "/nonexistent") / "fit-profile.txt"
+    if not report.is_file():
+        return None
+    kept = out.with_name(f"{out.stem}_row{row}_fit-profile.txt")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(report, kept)
+    return str(kept)
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--norms", nargs="+", default=["pre", "post", "mix"])
@@ -56,7 +69,8 @@ def parse_args(argv=None):
         nargs="+",
         default=[""],
         help="settings each row set is run with, a comma list each ('' = the recipe as is): an attribution of the gap "
-        "to the model alone, e.g. '' data.auto_augment=null ema.decay=null mixup.mixup_alpha=0,mixup.cutmix_alpha=0",
+        "to the model alone, e.g. '' data.auto_augment=null ema.decay=null mixup.mixup_alpha=0,mixup.cutmix_alpha=0; "
+        "profiler.kind=simple|pytorch keeps the run's profile beside --out",
     )
     image_bench_arguments(ap, "bench/results/vit_e2e.json")
     return ap.parse_args(argv)
@@ -86,6 +100,7 @@ def main(argv=None) -> None:
                     "of_model": rate / alone if rate and alone else None,
                     "per_epoch": average.get("per_epoch"),
                     "error": record.get("error"),
+                    "profile": keep_profile(record, args.out, len(rows)),
                 }
             )
     if args.dry_run:

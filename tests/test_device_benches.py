@@ -184,3 +184,17 @@ def test_multi_gpu_reads_text_only_for_llama_rows(tmp_path, monkeypatch):
         multi_gpu.main(["--only", "vit_small", "--text", missing, "--out", str(tmp_path / "m.json")])
     with pytest.raises(SystemExit, match="--text .*validation"):
         multi_gpu.main(["--only", "llama_130m", "--text", missing, "--out", str(tmp_path / "m.json")])
+
+
+def test_vit_e2e_keeps_a_profiled_runs_report_beside_its_json(tmp_path):
+    import vit_e2e
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "fit-profile.txt").write_text("FIT Profiler Report\n")
+    out = tmp_path / "results" / "vit_e2e.json"
+    kept = vit_e2e.keep_profile({"run_dir": str(run_dir)}, out, 3)
+    assert kept == str(tmp_path / "results" / "vit_e2e_row3_fit-profile.txt")
+    assert (tmp_path / "results" / "vit_e2e_row3_fit-profile.txt").read_text() == "FIT Profiler Report\n"
+    assert vit_e2e.keep_profile({"status": "failed", "error": "exit 1"}, out, 4) is None
+

@@ -145,6 +145,7 @@ NOT_RECIPE = (
     "logger",
     "logger_options",
     "grad_norm_every_n_steps",
+    "profiler",
     "divergence",
     "compile",
     "init_from",

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..core.errors import ConfigError
 from .builders import make_datamodule
 from .config import norm_spec
+from .profiling import check_profiler
 from .strategy import accumulation_steps, world_size
 from .weights import WeightsError, check_compatible, load_description
 
@@ -57,5 +58,6 @@ def preflight(cfg: DictConfig) -> None:
         )
     accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
     make_datamodule(cfg)
+    check_profiler(cfg.profiler)
     if cfg.init_from is not None:
         check_init_from(cfg)

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import lightning as L
+import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,6 +37,7 @@ from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionCheckpoint, preemption_note
 from .preflight import preflight
+from .profiling import make_profiler
 from .run_lock import RunLock
 from .status import classify
 from .strategy import accumulation_steps, make_strategy, world_size
@@ -62,7 +64,7 @@ def finished_record(run_dir: Path) -> dict | None:
     return record if isinstance(record, dict) and record.get("status") in FINISHED else None
 
 
-LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm")  # where and how a run runs, not what it is
+LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm", "profiler")  # where and how a run runs, not what it is
 
 
 def same_run_settings(theirs: dict, cfg: DictConfig, defaults) -> bool:
@@ -169,6 +171,10 @@ def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
     return ThroughputMonitor(family.items, family.flops_per_item(cfg, model), cfg.trainer.log_every_n_steps)
 
 
+def uses_cuda(accelerator: str | None) -> bool:
+    return torch.cuda.is_available() and accelerator in (None, "auto", "gpu", "cuda")
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
 
@@ -199,6 +205,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
             ),
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
+            profiler=make_profiler(cfg.profiler, run_dir, on_gpu=uses_cuda(kwargs.get("accelerator"))),
             enable_checkpointing=bool(every),
             use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
         )

@@ -1,0 +1,55 @@
+"""``profiler.kind``: Lightning's profilers, their report written into the run folder as ``fit-profile.txt`` (and
+``validate-profile.txt`` after the evaluation that follows ``fit``).
+
+- ``simple``: wall seconds of every Lightning action (``run_training_batch``, ``[_TrainingEpochLoop].train_dataloader_next``,
+  ``optimizer_step``, each callback hook …), mean and total over the run: where the host spends a step.
+- ``pytorch``: ``torch.profiler``'s operator table (CPU and, on a GPU, CUDA time) of ``profiler.active_steps`` training
+  steps after ``profiler.skip_steps`` (compilation and warm-up left out), sorted by device time on a GPU.
+
+Profiling slows the steps it records: a profiled run's throughput is not a benchmark number.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from ..core.errors import ConfigError
+
+KINDS = ("simple", "pytorch")
+REPORT = "profile"  # Lightning names the file <stage>-profile.txt
+
+
+def check_profiler(settings: DictConfig) -> None:
+    """One error naming the fix for a ``profiler:`` setting that cannot work (run before anything is written)."""
+    if settings.kind is not None and settings.kind not in KINDS:
+        raise ConfigError(f"profiler.kind={settings.kind!r} is not one of {', '.join(KINDS)} (or null for none)")
+    if settings.kind == "pytorch" and (settings.skip_steps < 0 or settings.active_steps < 1):
+        raise ConfigError(
+            f"profiler.skip_steps={settings.skip_steps} / active_steps={settings.active_steps}: need skip_steps >= 0 and active_steps >= 1"
+        )
+
+
+def make_profiler(settings: DictConfig, run_dir: Path, on_gpu: bool):
+    """The Lightning profiler of ``settings`` (the ``profiler:`` config), or None when ``kind`` is null."""
+    check_profiler(settings)
+    if settings.kind is None:
+        return None
+    if settings.kind == "simple":
+        from lightning.pytorch.profilers import SimpleProfiler
+
+        return SimpleProfiler(dirpath=run_dir, filename=REPORT, extended=True)
+    import torch
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
+    return PyTorchProfiler(
+        dirpath=run_dir,
+        filename=REPORT,
+        export_to_chrome=False,
+        row_limit=40,
+        sort_by_key="cuda_time_total" if on_gpu else "cpu_time_total",
+        activities=activities,
+        schedule=torch.profiler.schedule(wait=settings.skip_steps, warmup=1, active=settings.active_steps),
+    )

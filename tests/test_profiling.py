@@ -1,0 +1,61 @@
+"""``profiler.kind``: a run writes Lightning's profiler report into its folder; bad settings get one error naming the fix."""
+
+import json
+
+import pytest
+from test_cli import TINY_VIT
+
+from mixbench.cli import main
+from mixbench.core.errors import ConfigError
+from mixbench.results.records import load_records
+from mixbench.training.config import compose
+from mixbench.training.profiling import make_profiler
+
+TINY = [*TINY_VIT, "save_weights=false", "trainer.max_steps=5"]
+
+
+def run_folder(results_dir):
+    record = min(results_dir.rglob("record.json"))  # the first run's folder (its name starts seed0-)
+    assert json.loads(record.read_text())["status"] in ("completed", "stalled")
+    return record.parent
+
+
+def test_simple_profiler_reports_each_lightning_action_per_step(tmp_path):
+    assert main(["run", "task=vit_tiny", "profiler.kind=simple", f"results_dir={tmp_path}", *TINY]) == 0
+    report = (run_folder(tmp_path) / "fit-profile.txt").read_text()
+    rows = {line.split("|")[1].strip(): line for line in report.splitlines() if line.startswith("|  ")}
+    assert "run_training_batch" in rows and "[_TrainingEpochLoop].train_dataloader_next" in rows
+    assert rows["run_training_batch"].split("|")[3].strip() == "5"  # one call a training step
+    # profiling is not part of what a run is: beside an unprofiled seed it shares its table column
+    assert main(["run", "task=vit_tiny", "seed=1", f"results_dir={tmp_path}", *TINY]) == 0
+    records, _ = load_records(tmp_path)
+    assert len(records) == 2 and {r["_recipe"] for r in records} == {""}
+
+
+def test_pytorch_profiler_records_the_chosen_steps_only(tmp_path):
+    args = ["profiler.kind=pytorch", "profiler.skip_steps=1", "profiler.active_steps=2"]
+    assert main(["run", "task=vit_tiny", *args, f"results_dir={tmp_path}", *TINY]) == 0
+    report = (run_folder(tmp_path) / "fit-profile.txt").read_text()
+    step_rows = [line for line in report.splitlines() if line.strip().startswith("ProfilerStep*")]
+    assert len(step_rows) == 1 and step_rows[0].split()[-1] == "2"  # 2 active steps after 1 skipped + 1 warm-up
+    assert "aten::" in report
+
+
+def test_no_profiler_by_default_and_no_report(tmp_path):
+    assert make_profiler(compose(["task=vit_tiny"]).profiler, tmp_path, on_gpu=False) is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [("profiler.kind=advanced", "not one of simple, pytorch"), ("profiler.active_steps=0", "active_steps >= 1")],
+)
+def test_bad_profiler_settings_name_the_fix(tmp_path, setting, message):
+    cfg = compose(["task=vit_tiny", "profiler.kind=pytorch", setting])
+    with pytest.raises(ConfigError, match=message):
+        make_profiler(cfg.profiler, tmp_path, on_gpu=False)
+
+
+def test_a_bad_profiler_setting_stops_the_run_before_it_writes_anything(tmp_path, caplog):
+    assert main(["run", "task=vit_tiny", "profiler.kind=nsys", f"results_dir={tmp_path}", *TINY]) != 0
+    assert "profiler.kind='nsys' is not one of simple, pytorch" in caplog.text
+    assert not list(tmp_path.rglob("*"))
