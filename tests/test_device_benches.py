@@ -197,4 +197,3 @@ def test_vit_e2e_keeps_a_profiled_runs_report_beside_its_json(tmp_path):
     assert kept == str(tmp_path / "results" / "vit_e2e_row3_fit-profile.txt")
     assert (tmp_path / "results" / "vit_e2e_row3_fit-profile.txt").read_text() == "FIT Profiler Report\n"
     assert vit_e2e.keep_profile({"status": "failed", "error": "exit 1"}, out, 4) is None
-
