@@ -299,3 +299,40 @@ def test_lightning_fits_and_validates_on_dali_loaders(monkeypatch, jpeg_root, tm
     )  # fmt: skip
     trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
     assert model.seen == {"train": 6, "val": 6} and trainer.global_step == 6
+
+
+def test_erasing_boxes_reach_the_device_through_a_pinned_upload(monkeypatch, jpeg_root):
+    """The boxes of random erasing are drawn on the host each batch; they must go through ``upload`` (pinned memory, a
+    copy queued behind the running step), never a pageable copy, which would make the host wait for the GPU every step."""
+    import mixbench.data.device_pipeline as device_pipeline
+    from mixbench.data.dali import DaliLoader
+
+    uploads = []
+
+    def recording_upload(tensor, device):
+        uploads.append(tensor)
+        return tensor.to(device)
+
+    monkeypatch.setattr(device_pipeline, "upload", recording_upload)
+    dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
+    loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), 1.0)
+    images, _ = next(iter(loader))
+    (boxes,) = uploads
+    assert boxes.dtype == torch.long and boxes.shape == (len(images), 4)
+
+
+@pytest.mark.gpu
+def test_dali_train_batches_never_make_the_host_wait_for_the_gpu(jpeg_root):
+    """Under torch's sync debug mode "error" any synchronising torch call raises: three train batches with erasing
+    (re_prob 1) come through without one."""
+    pytest.importorskip("nvidia.dali", reason=INSTALL_HINT)
+    dm = ImageFolderDataModule(root=str(jpeg_root), pipeline="dali", batch_size=8, re_prob=1.0)
+    dm.setup()
+    batches = iter(dali_loader_on_gpu(dm, train=True))
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            images, labels = next(batches)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert images.is_cuda and labels.is_cuda

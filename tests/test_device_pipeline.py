@@ -282,3 +282,38 @@ def test_side_stream_gives_the_same_batch_as_the_current_stream(photos):
         images, labels = pipe(batch, "cuda")
         outputs.append((images.sum(dim=(1, 2, 3)).cpu(), labels.cpu()))  # read on the current stream
     assert torch.equal(outputs[0][1], outputs[1][1]) and torch.allclose(outputs[0][0], outputs[1][0])
+
+
+def test_the_batched_affine_op_builds_no_tensor_from_host_values(photos, monkeypatch):
+    """On a GPU ``torch.tensor(values, device=...)`` is a pageable copy that waits for the running step; the batch path
+    of the affine ops must not make one (the CPU stand-in: such a call fails here)."""
+    _, batch = photos
+    matrix = torch.tensor([[1.0, 0.0, 0.0, 0.0, 1.0, 0.0]] * len(batch)).view(-1, 2, 3)
+    fill = torch.tensor(FILL, dtype=torch.float32)
+    original = torch.tensor
+
+    def host_only(*args, **kwargs):
+        assert kwargs.get("device") is None, "a tensor built from host values on the device: a synchronising copy"
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", host_only)
+    assert torch.equal(ra.affine(batch.clone(), matrix, fill), batch)  # the identity matrix keeps every pixel
+
+
+@pytest.mark.gpu
+def test_batched_rand_augment_never_makes_the_host_wait_for_the_gpu(photos):
+    """Under torch's sync debug mode "error" any synchronising torch call raises: RandAugment's device half on a batch
+    whose draws were uploaded from pinned memory runs without one."""
+    _, batch = photos
+    augment = ra.BatchRandAugment("rand-m9-mstd0.5-inc1", batch.shape[-1], (0.485, 0.456, 0.406))
+    draws = augment.draw(len(batch))
+    device = torch.device("cuda")
+    on_device = ra.RandAugmentDraws(dp.upload(draws.index, device), dp.upload(draws.params, device), draws.counts)
+    images, fill = batch.to(device), augment.fill.to(device)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = augment.apply(images, on_device, fill)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out.shape == batch.shape and out.is_cuda

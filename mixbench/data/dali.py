@@ -226,14 +226,15 @@ class DaliLoader:
         return len(self.iterator)
 
     def __iter__(self):
-        from .device_pipeline import erase, erase_box
+        from .device_pipeline import erase, erase_box, upload
 
         for out in self.iterator:
             images, labels = out[0]["images"], out[0]["labels"].view(-1).long()
             if self.eraser is not None:
                 size = self.settings.img_size
-                boxes = [erase_box(self.eraser, size, size) for _ in range(len(images))]
-                images = erase(images, torch.tensor(boxes, dtype=torch.long, device=images.device))
+                boxes = torch.tensor([erase_box(self.eraser, size, size) for _ in range(len(images))], dtype=torch.long)
+                # pinned and queued behind the running step: a pageable copy would make the host wait for the GPU
+                images = erase(images, upload(boxes.view(-1, 4), images.device))
             yield images, labels
 
 

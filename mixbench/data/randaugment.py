@@ -110,7 +110,7 @@ def affine(image: torch.Tensor, matrix: torch.Tensor, fill: torch.Tensor) -> tor
     points = torch.stack([xs, ys, torch.ones_like(xs)], dim=-1).view(1, h * w, 3)
     source = points @ matrix.transpose(1, 2)  # (n, h*w, 2) input coordinates
     inside = ((source[..., 0] >= 0) & (source[..., 0] < w) & (source[..., 1] >= 0) & (source[..., 1] < h)).view(n, 1, h, w)
-    grid = (source * torch.tensor([2 / w, 2 / h], device=image.device) - 1).view(n, h, w, 2)
+    grid = torch.stack([source[..., 0] * (2 / w) - 1, source[..., 1] * (2 / h) - 1], dim=-1).view(n, h, w, 2)  # no host tensor: no sync
     sampled = F.grid_sample(image.float(), grid, mode="bicubic", padding_mode="border", align_corners=False)
     return torch.where(inside, sampled.round().clamp(0, 255), fill.view(1, 3, 1, 1).float()).to(torch.uint8)
 
