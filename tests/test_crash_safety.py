@@ -204,3 +204,49 @@ def test_a_run_resumed_mid_epoch_keeps_every_later_epoch_whole(tmp_path):
     assert record(tmp_path / "whole")["dataset"]["num_train_sequences"] // 4 >= 10  # several epochs in 40 steps
     assert validations(tmp_path / "cut") == validations(tmp_path / "whole")
     assert cut["metrics"]["val/loss"] == whole["metrics"]["val/loss"]
+
+
+def _agree_on_a_stop(rank: int, port: int, answers) -> None:
+    """One rank of test_ranks_agree_on_a_stop_without_touching_the_gpu (a spawned process)."""
+    import types
+
+    import torch.distributed as dist
+
+    from mixbench.training.preemption import PreemptionCheckpoint
+
+    def device_flag(*_, **__):
+        raise AssertionError("reduce_boolean_decision builds the flag on the device and reads it back: a GPU sync a step")
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    trainer = types.SimpleNamespace(world_size=2, strategy=types.SimpleNamespace(reduce_boolean_decision=device_flag))
+    callback = PreemptionCheckpoint(Path("unused"))
+    callback.on_train_start(trainer, None)
+    seen = [callback.any_rank_received(trainer)]
+    if rank == 1:
+        callback.received = signal.SIGTERM  # the signal reaches one rank only
+    seen.append(callback.any_rank_received(trainer))
+    callback.on_train_end(trainer, None)
+    dist.destroy_process_group()
+    answers.put((rank, seen))
+
+
+def test_ranks_agree_on_a_stop_without_touching_the_gpu():
+    """Under DDP every rank must learn, at the same step, that one rank got a preemption signal, through a host-side
+    group: both ranks answer False, then True once rank 1 alone has the signal."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.get_context("spawn")
+    answers = context.Queue()
+    ranks = [context.Process(target=_agree_on_a_stop, args=(rank, port, answers)) for rank in (0, 1)]
+    for process in ranks:
+        process.start()
+    results = dict(answers.get(timeout=120) for _ in ranks)
+    for process in ranks:
+        process.join(timeout=60)
+    assert results == {0: [False, True], 1: [False, True]}
+    assert [p.exitcode for p in ranks] == [0, 0]

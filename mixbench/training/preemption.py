@@ -8,6 +8,10 @@ whatever point of the step the signal arrives; this callback sets a flag there a
 the point where ``ModelCheckpoint`` saves — so a resumed run continues exactly.  Its handlers replace Lightning's for
 the training loop (Lightning's SIGTERM handler stops after any micro-batch, even inside a gradient accumulation) and
 Lightning's teardown restores the ones from before ``fit``.
+
+With several ranks they agree at every optimizer step whether any rank got a signal, over a host-side (gloo) group:
+Lightning's ``reduce_boolean_decision`` would build the flag on the GPU and read it back, making every rank's host wait
+for its GPU to finish the step before queueing the next one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -78,6 +84,7 @@ class PreemptionCheckpoint(Callback):
         self.received: int | None = None
         self._previous: dict = {}
         self._step_before = -1
+        self._flag_group = None  # the ranks' host-side group (gloo) for agreeing on a stop
 
     def _notice(self, signum, frame) -> None:
         self.received = signum
@@ -87,6 +94,16 @@ class PreemptionCheckpoint(Callback):
         if threading.current_thread() is threading.main_thread():
             self._handler = self._notice
             self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            self._flag_group = dist.new_group(backend="gloo")  # every rank calls this, in the same order
+
+    def any_rank_received(self, trainer) -> bool:
+        """Whether a signal reached this or another rank; every rank gets the same answer at the same step."""
+        if self._flag_group is None:
+            return trainer.strategy.reduce_boolean_decision(self.received is not None, all=False)
+        flag = torch.tensor([int(self.received is not None)])  # on the host: no wait for the GPU
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._flag_group)
+        return bool(flag.item())
 
     def _restore(self) -> None:
         for signum, handler in self._previous.items():
@@ -96,6 +113,9 @@ class PreemptionCheckpoint(Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._restore()
+        if self._flag_group is not None:
+            dist.destroy_process_group(self._flag_group)
+            self._flag_group = None
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self._restore()
@@ -106,7 +126,7 @@ class PreemptionCheckpoint(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self._step_before:  # inside a gradient accumulation
             return
-        if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
+        if not self.any_rank_received(trainer):
             return
         path = self.checkpoint_dir / f"epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"
         trainer.save_checkpoint(path)
