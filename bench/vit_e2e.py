@@ -49,9 +49,10 @@ def model_alone(args) -> float | None:
 def keep_profile(record: dict, out: Path, row: int) -> str | None:
     """A variant with ``profiler.kind=...`` leaves ``fit-profile.txt`` in its run folder, which is temporary: copied
     beside ``--out`` as ``<out>_row<N>_fit-profile.txt``; its path, or None."""
-    report = Path(record.get("run_dir") or "/nonexistent") / "fit-profile.txt"
-    if not report.is_file():
+    reports = sorted(Path(record.get("run_dir") or "/nonexistent").glob("fit-profile*.txt"))  # -<rank> with several ranks
+    if not reports:
         return None
+    report = reports[0]
     kept = out.with_name(f"{out.stem}_row{row}_fit-profile.txt")
     kept.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(report, kept)

@@ -322,7 +322,7 @@ def test_erasing_boxes_reach_the_device_through_a_pinned_upload(monkeypatch, jpe
 
 
 @pytest.mark.gpu
-def test_dali_train_batches_never_make_the_host_wait_for_the_gpu(jpeg_root):
+def test_dali_train_batches_make_no_synchronising_torch_call(jpeg_root):
     """Under torch's sync debug mode "error" any synchronising torch call raises: after the first, three train batches
     with erasing (re_prob 1) come through without one."""
     pytest.importorskip("nvidia.dali", reason=INSTALL_HINT)

@@ -301,7 +301,7 @@ def test_the_batched_affine_op_builds_no_tensor_from_host_values(photos, monkeyp
 
 
 @pytest.mark.gpu
-def test_batched_rand_augment_never_makes_the_host_wait_for_the_gpu(photos):
+def test_batched_rand_augment_makes_no_synchronising_torch_call(photos):
     """Under torch's sync debug mode "error" any synchronising torch call raises: RandAugment's device half on a batch
     whose draws were uploaded from pinned memory runs without one."""
     _, batch = photos

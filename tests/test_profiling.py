@@ -9,7 +9,7 @@ from mixbench.cli import main
 from mixbench.core.errors import ConfigError
 from mixbench.results.records import load_records
 from mixbench.training.config import compose
-from mixbench.training.profiling import make_profiler
+from mixbench.training.profiling import check_profiler, make_profiler
 
 TINY = [*TINY_VIT, "save_weights=false", "trainer.max_steps=5"]
 
@@ -39,6 +39,7 @@ def test_pytorch_profiler_records_the_chosen_steps_only(tmp_path):
     step_rows = [line for line in report.splitlines() if line.strip().startswith("ProfilerStep*")]
     assert len(step_rows) == 1 and step_rows[0].split()[-1] == "2"  # 2 active steps after 1 skipped + 1 warm-up
     assert "aten::" in report
+    assert not (run_folder(tmp_path) / "validate-profile.txt").exists()  # the evaluation after fit is not profiled
 
 
 def test_no_profiler_by_default_and_no_report(tmp_path):
@@ -47,12 +48,16 @@ def test_no_profiler_by_default_and_no_report(tmp_path):
 
 @pytest.mark.parametrize(
     ("setting", "message"),
-    [("profiler.kind=advanced", "not one of simple, pytorch"), ("profiler.active_steps=0", "active_steps >= 1")],
+    [
+        ("profiler.kind=advanced", "not one of simple, pytorch"),
+        ("profiler.active_steps=0", "active_steps >= 1"),
+        ("trainer.num_nodes=2", "profile a one-node run"),
+    ],
 )
-def test_bad_profiler_settings_name_the_fix(tmp_path, setting, message):
+def test_bad_profiler_settings_name_the_fix(setting, message):
     cfg = compose(["task=vit_tiny", "profiler.kind=pytorch", setting])
     with pytest.raises(ConfigError, match=message):
-        make_profiler(cfg.profiler, tmp_path, on_gpu=False)
+        check_profiler(cfg.profiler, int(cfg.trainer.num_nodes))
 
 
 def test_a_bad_profiler_setting_stops_the_run_before_it_writes_anything(tmp_path, caplog):

@@ -9,9 +9,11 @@ the point where ``ModelCheckpoint`` saves — so a resumed run continues exactly
 the training loop (Lightning's SIGTERM handler stops after any micro-batch, even inside a gradient accumulation) and
 Lightning's teardown restores the ones from before ``fit``.
 
-With several ranks they agree at every optimizer step whether any rank got a signal, over a host-side (gloo) group:
-Lightning's ``reduce_boolean_decision`` would build the flag on the GPU and read it back, making every rank's host wait
-for its GPU to finish the step before queueing the next one.
+Several ranks agree whether any of them got a signal every ``agree_every_n_steps`` optimizer steps (the strategy's
+``reduce_boolean_decision``: a flag on the GPU, read back, so the host waits for the GPU there); one rank decides at
+every step without any wait.  Lightning's own per-batch SIGTERM broadcast under DDP (a GPU flag read back every batch,
+Lightning-AI/pytorch-lightning#21487) is switched off for the training loop: its flag is only set by Lightning's SIGTERM
+handler, which this callback replaces there.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ import subprocess
 import threading
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -74,17 +74,26 @@ def requeue_slurm_job() -> bool:
     return done.returncode == 0
 
 
+def silence_sigterm_broadcast(trainer) -> None:
+    """Turn off the training loop's per-batch SIGTERM broadcast (Lightning >= 2.6 under DDP: a flag tensor on the GPU,
+    broadcast and read back with ``.item()`` before every batch, which makes the host wait for the GPU each step)."""
+    loop = trainer.fit_loop.epoch_loop
+    if hasattr(loop, "_broadcast_sigterm_tensor"):
+        loop._broadcast_sigterm_tensor = lambda: None
+
+
 class PreemptionCheckpoint(Callback):
     """Checkpoint ``<checkpoint_dir>/epoch=E-step=S.ckpt`` and raise :class:`Preempted` at the end of the optimizer step
-    a preemption signal arrived in (micro-batches of gradient accumulation run to the step's end; a signal to any rank
-    stops every rank)."""
+    a preemption signal arrived in (micro-batches of gradient accumulation run to the step's end).  With several ranks,
+    a signal to any rank stops every rank at the next multiple of ``agree_every_n_steps``."""
 
-    def __init__(self, checkpoint_dir: Path):
-        self.checkpoint_dir = Path(checkpoint_dir)
+    def __init__(self, checkpoint_dir: Path, agree_every_n_steps: int = 10):
+        if agree_every_n_steps < 1:
+            raise ValueError(f"agree_every_n_steps must be >= 1, got {agree_every_n_steps}")
+        self.checkpoint_dir, self.agree_every = Path(checkpoint_dir), agree_every_n_steps
         self.received: int | None = None
         self._previous: dict = {}
         self._step_before = -1
-        self._flag_group = None  # the ranks' host-side group (gloo) for agreeing on a stop
 
     def _notice(self, signum, frame) -> None:
         self.received = signum
@@ -94,16 +103,16 @@ class PreemptionCheckpoint(Callback):
         if threading.current_thread() is threading.main_thread():
             self._handler = self._notice
             self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
-        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            self._flag_group = dist.new_group(backend="gloo")  # every rank calls this, in the same order
+            if trainer.world_size > 1:  # Lightning's broadcast of a flag that only its replaced handler sets
+                silence_sigterm_broadcast(trainer)
 
-    def any_rank_received(self, trainer) -> bool:
-        """Whether a signal reached this or another rank; every rank gets the same answer at the same step."""
-        if self._flag_group is None:
-            return trainer.strategy.reduce_boolean_decision(self.received is not None, all=False)
-        flag = torch.tensor([int(self.received is not None)])  # on the host: no wait for the GPU
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._flag_group)
-        return bool(flag.item())
+    def stop_now(self, trainer) -> bool:
+        """Whether to stop at this optimizer step; every rank gets the same answer at the same step."""
+        if trainer.world_size == 1:
+            return self.received is not None
+        if trainer.global_step % self.agree_every:
+            return False
+        return trainer.strategy.reduce_boolean_decision(self.received is not None, all=False)
 
     def _restore(self) -> None:
         for signum, handler in self._previous.items():
@@ -113,9 +122,6 @@ class PreemptionCheckpoint(Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._restore()
-        if self._flag_group is not None:
-            dist.destroy_process_group(self._flag_group)
-            self._flag_group = None
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self._restore()
@@ -126,7 +132,7 @@ class PreemptionCheckpoint(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self._step_before:  # inside a gradient accumulation
             return
-        if not self.any_rank_received(trainer):
+        if not self.stop_now(trainer):
             return
         path = self.checkpoint_dir / f"epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"
         trainer.save_checkpoint(path)

@@ -58,6 +58,6 @@ def preflight(cfg: DictConfig) -> None:
         )
     accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
     make_datamodule(cfg)
-    check_profiler(cfg.profiler)
+    check_profiler(cfg.profiler, int(cfg.trainer.num_nodes))
     if cfg.init_from is not None:
         check_init_from(cfg)

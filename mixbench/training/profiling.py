@@ -1,5 +1,5 @@
-"""``profiler.kind``: Lightning's profilers, their report written into the run folder as ``fit-profile.txt`` (and
-``validate-profile.txt`` after the evaluation that follows ``fit``).
+"""``profiler.kind``: Lightning's profilers, their report of ``fit`` written into the run folder as ``fit-profile.txt``
+(``fit-profile-<local rank>.txt`` per rank with several ranks; a resumed run appends its report).
 
 - ``simple``: wall seconds of every Lightning action (``run_training_batch``, ``[_TrainingEpochLoop].train_dataloader_next``,
   ``optimizer_step``, each callback hook …), mean and total over the run: where the host spends a step.
@@ -21,10 +21,15 @@ KINDS = ("simple", "pytorch")
 REPORT = "profile"  # Lightning names the file <stage>-profile.txt
 
 
-def check_profiler(settings: DictConfig) -> None:
+def check_profiler(settings: DictConfig, num_nodes: int = 1) -> None:
     """One error naming the fix for a ``profiler:`` setting that cannot work (run before anything is written)."""
     if settings.kind is not None and settings.kind not in KINDS:
         raise ConfigError(f"profiler.kind={settings.kind!r} is not one of {', '.join(KINDS)} (or null for none)")
+    if settings.kind is not None and num_nodes > 1:
+        raise ConfigError(
+            f"profiler.kind={settings.kind} with trainer.num_nodes={num_nodes}: each node's ranks would write the same "
+            "report files in the shared run folder; profile a one-node run"
+        )
     if settings.kind == "pytorch" and (settings.skip_steps < 0 or settings.active_steps < 1):
         raise ConfigError(
             f"profiler.skip_steps={settings.skip_steps} / active_steps={settings.active_steps}: need skip_steps >= 0 and active_steps >= 1"
@@ -33,7 +38,6 @@ def check_profiler(settings: DictConfig) -> None:
 
 def make_profiler(settings: DictConfig, run_dir: Path, on_gpu: bool):
     """The Lightning profiler of ``settings`` (the ``profiler:`` config), or None when ``kind`` is null."""
-    check_profiler(settings)
     if settings.kind is None:
         return None
     if settings.kind == "simple":
@@ -48,8 +52,17 @@ def make_profiler(settings: DictConfig, run_dir: Path, on_gpu: bool):
         dirpath=run_dir,
         filename=REPORT,
         export_to_chrome=False,
+        record_module_names=False,  # its per-module hooks would break the compiled model into graph pieces
         row_limit=40,
         sort_by_key="cuda_time_total" if on_gpu else "cpu_time_total",
         activities=activities,
         schedule=torch.profiler.schedule(wait=settings.skip_steps, warmup=1, active=settings.active_steps),
     )
+
+
+def stop_profiling(trainer) -> None:
+    """After ``fit``: the evaluation that follows runs unprofiled (the pytorch profiler's schedule is spent by then, and
+    a second report would only repeat the first)."""
+    from lightning.pytorch.profilers import PassThroughProfiler
+
+    trainer.profiler = PassThroughProfiler()

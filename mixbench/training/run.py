@@ -37,7 +37,7 @@ from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionCheckpoint, preemption_note
 from .preflight import preflight
-from .profiling import make_profiler
+from .profiling import make_profiler, stop_profiling
 from .run_lock import RunLock
 from .status import classify
 from .strategy import accumulation_steps, make_strategy, world_size
@@ -186,7 +186,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
         *callbacks,
         LearningRateMonitor(logging_interval="step"),
         RNGStateCallback(),
-        PreemptionCheckpoint(run_dir / CHECKPOINT_DIR),
+        PreemptionCheckpoint(run_dir / CHECKPOINT_DIR, cfg.checkpoint.preempt_agree_every_n_steps),
     ]
     if kwargs.get("enable_progress_bar", True):
         callbacks.append(RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10))
@@ -338,6 +338,7 @@ def _run_locked(
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint)
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
+        stop_profiling(trainer)  # the report covers fit; the evaluation below is not profiled
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
         record["dataset"] = datamodule.describe()  # again: e.g. images skipped while training
