@@ -7,7 +7,7 @@
 #                                          #   room for more beside the checkout.  RUN=cpu in the first also runs
 #                                          #   bench/vit_e2e.py --pipelines cpu (≈ 5 min)
 #   bash bench/issue21_device.sh dali      # carrying .dali/part-04, .dali/SHA256, .whl, .whl_fp8 (torchao), .data/textmix3,
-#                                          #   bench/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py, vit_e2e --pipelines dali
+#                                          #   bench/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py tests/test_device_pipeline.py, vit_e2e --pipelines dali
 #   bash bench/issue21_device.sh peer      # nothing to carry: timm_peer --pipelines cpu dali (timm's train.py beside both)
 #   bash bench/issue21_device.sh scale     # a 4-GPU machine, after the 4 receive calls, carrying .dali/part-04, .dali/SHA256,
 #                                          #   .whl, .whl_fp8, .data/textmix3: three lanes at once, each on its own GPUs and cores:
@@ -48,18 +48,18 @@ else                  # the receive calls: room for the omegaconf wheel alone
     WHEEL_DIRS=.whl_min use_wheels omegaconf
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
+case $STEP in  # the steps that read images through DALI: unpack it (once a machine) and put it on the paths
+    dali | peer | scale | profile) source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
+esac
 case $STEP in
     receive)
         [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
     dali)
-        source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
-        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider
+        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py tests/test_device_pipeline.py -p no:cacheprovider
         bench vit_e2e_dali python3 bench/vit_e2e.py --pipelines dali --out "$W/vit_e2e_dali.json" ;;
     peer)
-        source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
         bench timm_peer python3 bench/timm_peer.py --pipelines cpu dali --out "$W/timm_peer.json" ;;
     scale)
-        source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
         unpack_textmix
         bench multi_gpu_dali taskset -c 0-31 python3 bench/multi_gpu.py --gpus 0,1 --only vit_small --vit-pipeline dali \
             --repeats 2 --budget $((LIMIT_S - 60)) --out "$W/multi_gpu_dali.json" &
@@ -75,7 +75,6 @@ case $STEP in
         ) &
         wait ;;
     profile)
-        source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; }
         bench vit_e2e_profile python3 bench/vit_e2e.py --pipelines dali --norms pre \
             --variants profiler.kind=simple profiler.kind=pytorch --out "$W/vit_e2e_profile.json" ;;
     fp8)

@@ -29,11 +29,16 @@ FP8_MIN_CAPABILITY = (8, 9)
 FP8_DIM_MULTIPLE = 16
 
 
+def runs_on_cuda(accelerator: str | None) -> bool:
+    """Whether a run with ``trainer.accelerator`` = ``accelerator`` trains on a CUDA GPU here."""
+    return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
+
+
 def lightning_precision(precision, accelerator: str | None) -> str:
     """The ``precision`` handed to Lightning: null → ``bf16-mixed`` on a GPU (``32-true`` otherwise), ``fp8`` →
     ``bf16-mixed`` (the float8 matmuls come from the converted layers), anything else as given."""
     if precision is None:
-        precision = "bf16-mixed" if torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda") else "32-true"
+        precision = "bf16-mixed" if runs_on_cuda(accelerator) else "32-true"
     elif precision == FP8:
         precision = "bf16-mixed"
     if not torch.cuda.is_available() and str(precision).startswith("bf16") and accelerator == "auto":

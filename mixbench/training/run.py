@@ -15,7 +15,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import lightning as L
-import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
@@ -34,7 +33,7 @@ from .compile import CudaGraphStepMarker, compile_model, upgrade_compile, uses_c
 from .config import compose, norm_spec, runs_root
 from .gradnorm import GradNormMonitor
 from .loggers import build_loggers
-from .precision import apply_fp8, lightning_precision
+from .precision import apply_fp8, lightning_precision, runs_on_cuda
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionCheckpoint, preemption_note
 from .preflight import preflight
 from .profiling import make_profiler, stop_profiling
@@ -171,10 +170,6 @@ def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
     return ThroughputMonitor(family.items, family.flops_per_item(cfg, model), cfg.trainer.log_every_n_steps)
 
 
-def uses_cuda(accelerator: str | None) -> bool:
-    return torch.cuda.is_available() and accelerator in (None, "auto", "gpu", "cuda")
-
-
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
 
@@ -205,7 +200,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
             ),
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
-            profiler=make_profiler(cfg.profiler, run_dir, on_gpu=uses_cuda(kwargs.get("accelerator"))),
+            profiler=make_profiler(cfg.profiler, run_dir, on_gpu=runs_on_cuda(kwargs.get("accelerator"))),
             enable_checkpointing=bool(every),
             use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
         )
