@@ -14,7 +14,7 @@
 #                                          #   ViT-S DDP on 2 GPUs against 1 with DALI (GPUs 0-1, cores 0-31, 2 repeats); the gap
 #                                          #   between DALI runs and the model alone, one recipe part off a row (GPU 2, cores
 #                                          #   32-47); llama_1b fp8 pairs, seed 2 and a rowwise pair (GPU 3, cores 48-63)
-#   bash bench/issue21_device.sh profile   # after `dali` on the same machine, nothing to carry: vit_e2e of pre with DALI under
+#   bash bench/issue21_device.sh profile   # after `dali` on the same machine, carrying .whl_min: vit_e2e of pre with DALI under
 #                                          #   Lightning's simple profiler and under torch.profiler (the reports beside its JSON)
 #   bash bench/issue21_device.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs

@@ -272,7 +272,7 @@ def test_throughput_window_restarts_after_validation(monkeypatch):
     clock = SimpleNamespace(now=0.0)
     monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock.now)
     logged = []
-    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.append(metrics))
+    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.append((trainer.global_step, metrics["perf/items_per_sec"])))
     trainer = SimpleNamespace(global_step=0, world_size=1, strategy=SimpleNamespace(root_device=torch.device("cpu")))
     monitor = callbacks.ThroughputMonitor(lambda batch: 100, flops_per_item=None, every_n_steps=4)
     monitor.on_train_start(trainer, module)
@@ -282,10 +282,10 @@ def test_throughput_window_restarts_after_validation(monkeypatch):
             trainer.global_step, clock.now = step, float(step)
             monitor.on_train_batch_end(trainer, module, None, None, 0)
 
-    steps(1, 7)  # window 1 (t0 at step 1) logs at step 5; a new window has counted steps 6-7 ...
+    steps(1, 7)  # window 1 (t0 at step 1) logs at step 4, a multiple of every_n_steps; a new one counts steps 5-7 ...
     monitor.on_validation_start(trainer, module)  # ... when validation interrupts it
-    steps(8, 12)  # window 2: t0 at step 8, counts steps 9-12
-    assert [m["perf/items_per_sec"] for m in logged] == [100.0, 100.0]
+    steps(8, 12)  # window 2: t0 at step 8, counts steps 9-12, logs at step 12
+    assert logged == [(4, 100.0), (12, 100.0)]
 
 
 def test_resumed_run_continues_where_it_stopped(tmp_path):

@@ -37,9 +37,20 @@ def test_pytorch_profiler_records_the_chosen_steps_only(tmp_path):
     assert main(["run", "task=vit_tiny", *args, f"results_dir={tmp_path}", *TINY]) == 0
     report = (run_folder(tmp_path) / "fit-profile.txt").read_text()
     step_rows = [line for line in report.splitlines() if line.strip().startswith("ProfilerStep*")]
-    assert len(step_rows) == 1 and step_rows[0].split()[-1] == "2"  # 2 active steps after 1 skipped + 1 warm-up
+    assert len(step_rows) == 2 and step_rows[0].split()[-1] == "2"  # 2 active steps after 1 skipped + 1 warm-up, in each table
     assert "aten::" in report
+    host_table = report.split("records by self host time")[1]  # the second table: self host time, largest first
+    self_cpu = [row.split()[2] for row in host_table.splitlines() if row.strip().startswith("aten::")]
+    assert len(self_cpu) > 3 and self_cpu == sorted(self_cpu, key=_microseconds, reverse=True)
     assert not (run_folder(tmp_path) / "validate-profile.txt").exists()  # the evaluation after fit is not profiled
+
+
+def _microseconds(cell: str) -> float:
+    """A torch.profiler table time cell ('12.3ms', '456.000us', '1.2s') in µs."""
+    for unit, scale in (("us", 1), ("ms", 1e3), ("s", 1e6)):
+        if cell.endswith(unit):
+            return float(cell[: -len(unit)]) * scale
+    raise ValueError(cell)
 
 
 def test_no_profiler_by_default_and_no_report(tmp_path):

@@ -139,7 +139,7 @@ class TrialPruning(Callback):
 
 class ThroughputMonitor(Callback):
     """Logs ``perf/items_per_sec`` (tokens or images, all ranks), ``perf/flops_per_sec`` and ``perf/mfu``
-    every ``every_n_steps`` optimizer steps; ``items_fn(batch)`` counts a micro-batch's items and
+    at every multiple of ``every_n_steps`` optimizer steps; ``items_fn(batch)`` counts a micro-batch's items and
     ``flops_per_item`` is the training FLOPs (forward + backward) of one item.
 
     ``summary["epochs"]``: per training epoch its steps, items (this rank × world size), seconds and items/s, the
@@ -191,7 +191,9 @@ class ThroughputMonitor(Callback):
             self.t0, self.last_step = time.perf_counter(), trainer.global_step
             return
         self.items += self.items_fn(batch)
-        if trainer.global_step - self.last_step < self.every:
+        # windows end at multiples of every_n_steps, the steps where DivergenceMonitor (and the preemption agreement)
+        # already wait for the device: one host wait there instead of a second one a step later
+        if trainer.global_step % self.every or trainer.global_step == self.last_step:
             return
         self._sync(trainer)
         elapsed = time.perf_counter() - self.t0

@@ -3,8 +3,10 @@
 
 - ``simple``: wall seconds of every Lightning action (``run_training_batch``, ``[_TrainingEpochLoop].train_dataloader_next``,
   ``optimizer_step``, each callback hook …), mean and total over the run: where the host spends a step.
-- ``pytorch``: ``torch.profiler``'s operator table (CPU and, on a GPU, CUDA time) of ``profiler.active_steps`` training
-  steps after ``profiler.skip_steps`` (compilation and warm-up left out), sorted by device time on a GPU.
+- ``pytorch``: ``torch.profiler``'s operator tables (CPU and, on a GPU, CUDA time) of ``profiler.active_steps`` training
+  steps after ``profiler.skip_steps`` (compilation and warm-up left out): one sorted by device time on a GPU (what keeps
+  the GPU busy; total host time on a CPU), one by self host time (what keeps the host from feeding the GPU: launches,
+  synchronising waits).
 
 Profiling slows the steps it records: a profiled run's throughput is not a benchmark number.
 """
@@ -19,6 +21,7 @@ from ..core.errors import ConfigError
 
 KINDS = ("simple", "pytorch")
 REPORT = "profile"  # Lightning names the file <stage>-profile.txt
+HOST_SORT_KEY = "self_cpu_time_total"
 
 
 def check_profiler(settings: DictConfig, num_nodes: int = 1) -> None:
@@ -45,10 +48,9 @@ def make_profiler(settings: DictConfig, run_dir: Path, on_gpu: bool):
 
         return SimpleProfiler(dirpath=run_dir, filename=REPORT, extended=True)
     import torch
-    from lightning.pytorch.profilers import PyTorchProfiler
 
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
-    return PyTorchProfiler(
+    return _profiler_class()(
         dirpath=run_dir,
         filename=REPORT,
         export_to_chrome=False,
@@ -58,6 +60,21 @@ def make_profiler(settings: DictConfig, run_dir: Path, on_gpu: bool):
         activities=activities,
         schedule=torch.profiler.schedule(wait=settings.skip_steps, warmup=1, active=settings.active_steps),
     )
+
+
+def _profiler_class():
+    """Lightning's ``PyTorchProfiler`` whose report adds the operators sorted by self host time."""
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    class HostAndDeviceProfiler(PyTorchProfiler):
+        def summary(self) -> str:
+            report = super().summary()
+            if not report:
+                return report
+            table = self.function_events.key_averages().table(sort_by=HOST_SORT_KEY, row_limit=self._row_limit)
+            return report + "\n" + self._stats_to_str({"records by self host time": table})
+
+    return HostAndDeviceProfiler
 
 
 def stop_profiling(trainer) -> None:
