@@ -15,7 +15,7 @@
 #                                          #   between DALI runs and the model alone, one recipe part off a row (GPU 2, cores
 #                                          #   32-47); llama_1b fp8 pairs, seed 2 and a rowwise pair (GPU 3, cores 48-63)
 #   bash bench/issue21_device.sh profile   # after `dali` on the same machine, carrying .whl_min: vit_e2e of pre with DALI under
-#                                          #   Lightning's simple profiler and under torch.profiler (the reports beside its JSON)
+#                                          #   Lightning's simple profiler and under torch.profiler with its timeline (beside its JSON)
 #   bash bench/issue21_device.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
@@ -76,7 +76,7 @@ case $STEP in
         wait ;;
     profile)
         bench vit_e2e_profile python3 bench/vit_e2e.py --pipelines dali --norms pre \
-            --variants profiler.kind=simple profiler.kind=pytorch --out "$W/vit_e2e_profile.json" ;;
+            --variants profiler.kind=simple profiler.kind=pytorch,profiler.trace=true --out "$W/vit_e2e_profile.json" ;;
     fp8)
         unpack_textmix
         for model in llama_350m llama_1b; do

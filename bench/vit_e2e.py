@@ -14,6 +14,7 @@ what the input and the trainer cost.  Prints a table, writes it (``.md``) and th
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import logging
 import shutil
@@ -47,15 +48,19 @@ def model_alone(args) -> float | None:
 
 
 def keep_profile(record: dict, out: Path, row: int) -> str | None:
-    """A variant with ``profiler.kind=...`` leaves ``fit-profile.txt`` in its run folder, which is temporary: copied
-    beside ``--out`` as ``<out>_row<N>_fit-profile.txt``; its path, or None."""
-    reports = sorted(Path(record.get("run_dir") or "/nonexistent").glob("fit-profile*.txt"))  # -<rank> with several ranks
+    """A variant with ``profiler.kind=...`` leaves ``fit-profile.txt`` (and with ``profiler.trace=true`` a timeline) in
+    its run folder, which is temporary: copied beside ``--out`` as ``<out>_row<N>_fit-profile.txt`` (the timeline as
+    ``<out>_row<N>_fit-profile.pt.trace.json.gz``); the report's path, or None."""
+    run_dir = Path(record.get("run_dir") or "/nonexistent")
+    reports = sorted(run_dir.glob("fit-profile*.txt"))  # -<rank> with several ranks
     if not reports:
         return None
-    report = reports[0]
     kept = out.with_name(f"{out.stem}_row{row}_fit-profile.txt")
     kept.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(report, kept)
+    shutil.copyfile(reports[0], kept)
+    for trace in sorted(run_dir.glob("fit-profile*.pt.trace.json"))[:1]:
+        with trace.open("rb") as source, gzip.open(kept.with_name(f"{kept.stem}.pt.trace.json.gz"), "wb") as target:
+            shutil.copyfileobj(source, target)
     return str(kept)
 
 

@@ -2,6 +2,8 @@
 their parsing and arithmetic (timm's log lines, epoch averages, fp8 seed pairs)."""
 
 import argparse
+import gzip
+import json
 import sys
 from pathlib import Path
 
@@ -192,8 +194,11 @@ def test_vit_e2e_keeps_a_profiled_runs_report_beside_its_json(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "fit-profile.txt").write_text("FIT Profiler Report\n")
+    (run_dir / "fit-profile.1700000000.pt.trace.json").write_text('{"traceEvents": []}')
     out = tmp_path / "results" / "vit_e2e.json"
     kept = vit_e2e.keep_profile({"run_dir": str(run_dir)}, out, 3)
     assert kept == str(tmp_path / "results" / "vit_e2e_row3_fit-profile.txt")
     assert (tmp_path / "results" / "vit_e2e_row3_fit-profile.txt").read_text() == "FIT Profiler Report\n"
+    with gzip.open(tmp_path / "results" / "vit_e2e_row3_fit-profile.pt.trace.json.gz", "rt") as trace:  # the timeline, compressed
+        assert json.load(trace) == {"traceEvents": []}
     assert vit_e2e.keep_profile({"status": "failed", "error": "exit 1"}, out, 4) is None

@@ -45,6 +45,16 @@ def test_pytorch_profiler_records_the_chosen_steps_only(tmp_path):
     assert not (run_folder(tmp_path) / "validate-profile.txt").exists()  # the evaluation after fit is not profiled
 
 
+def test_pytorch_profiler_trace_is_a_timeline_of_the_recorded_steps(tmp_path):
+    args = ["profiler.kind=pytorch", "profiler.skip_steps=1", "profiler.active_steps=2", "profiler.trace=true"]
+    assert main(["run", "task=vit_tiny", *args, f"results_dir={tmp_path}", *TINY]) == 0
+    (trace,) = run_folder(tmp_path).glob("fit-profile*.pt.trace.json")
+    events = json.loads(trace.read_text())["traceEvents"]
+    steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#2", "ProfilerStep#3"]  # the 2 recorded steps, after 1 skipped and 1 warm-up
+    assert any(e.get("name", "").startswith("aten::") and e.get("dur", 0) > 0 for e in events)
+
+
 def _microseconds(cell: str) -> float:
     """A torch.profiler table time cell ('12.3ms', '456.000us', '1.2s') in µs."""
     for unit, scale in (("us", 1), ("ms", 1e3), ("s", 1e6)):
@@ -63,10 +73,11 @@ def test_no_profiler_by_default_and_no_report(tmp_path):
         ("profiler.kind=advanced", "not one of simple, pytorch"),
         ("profiler.active_steps=0", "active_steps >= 1"),
         ("trainer.num_nodes=2", "profile a one-node run"),
+        ("profiler.kind=simple profiler.trace=true", "set profiler.kind=pytorch"),
     ],
 )
 def test_bad_profiler_settings_name_the_fix(setting, message):
-    cfg = compose(["task=vit_tiny", "profiler.kind=pytorch", setting])
+    cfg = compose(["task=vit_tiny", "profiler.kind=pytorch", *setting.split()])
     with pytest.raises(ConfigError, match=message):
         check_profiler(cfg.profiler, int(cfg.trainer.num_nodes))
 

@@ -6,7 +6,8 @@
 - ``pytorch``: ``torch.profiler``'s operator tables (CPU and, on a GPU, CUDA time) of ``profiler.active_steps`` training
   steps after ``profiler.skip_steps`` (compilation and warm-up left out): one sorted by device time on a GPU (what keeps
   the GPU busy; total host time on a CPU), one by self host time (what keeps the host from feeding the GPU: launches,
-  synchronising waits).
+  synchronising waits).  ``profiler.trace=true`` also writes their timeline (``fit-profile*.pt.trace.json``, for
+  Perfetto or chrome://tracing): when each operator ran on each host thread and each kernel on each CUDA stream.
 
 Profiling slows the steps it records: a profiled run's throughput is not a benchmark number.
 """
@@ -33,6 +34,8 @@ def check_profiler(settings: DictConfig, num_nodes: int = 1) -> None:
             f"profiler.kind={settings.kind} with trainer.num_nodes={num_nodes}: each node's ranks would write the same "
             "report files in the shared run folder; profile a one-node run"
         )
+    if settings.get("trace") and settings.kind != "pytorch":
+        raise ConfigError(f"profiler.trace=true records torch.profiler's timeline: set profiler.kind=pytorch (not {settings.kind})")
     if settings.kind == "pytorch" and (settings.skip_steps < 0 or settings.active_steps < 1):
         raise ConfigError(
             f"profiler.skip_steps={settings.skip_steps} / active_steps={settings.active_steps}: need skip_steps >= 0 and active_steps >= 1"
@@ -53,7 +56,7 @@ def make_profiler(settings: DictConfig, run_dir: Path, on_gpu: bool):
     return _profiler_class()(
         dirpath=run_dir,
         filename=REPORT,
-        export_to_chrome=False,
+        export_to_chrome=bool(settings.get("trace")),  # Lightning writes it as <filename>.<time>.pt.trace.json
         record_module_names=False,  # its per-module hooks would break the compiled model into graph pieces
         row_limit=40,
         sort_by_key="cuda_time_total" if on_gpu else "cpu_time_total",
