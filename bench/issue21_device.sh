@@ -14,6 +14,9 @@
 #                                          #   ViT-S DDP on 2 GPUs against 1 with DALI (GPUs 0-1, cores 0-31, 2 repeats); the gap
 #                                          #   between DALI runs and the model alone, one recipe part off a row (GPU 2, cores
 #                                          #   32-47); llama_1b fp8 pairs, seed 2 and a rowwise pair (GPU 3, cores 48-63)
+#   bash bench/issue21_device.sh pair      # a 2-GPU machine, after the 4 receive calls, carrying .dali/part-04, .dali/SHA256,
+#                                          #   .whl_min, .data/textmix3: DDP on 2 GPUs against 1 for vit_small (DALI) and
+#                                          #   llama_130m, one machine, one call (≈ 400 s)
 #   bash bench/issue21_device.sh profile   # after `dali` on the same machine, carrying .whl_min: vit_e2e of pre with DALI under
 #                                          #   Lightning's simple profiler and under torch.profiler with its timeline (beside its JSON)
 #   bash bench/issue21_device.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
@@ -23,7 +26,7 @@
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STEP=${1:?"receive | dali | peer | scale | profile | fp8"}
+STEP=${1:?"receive | dali | peer | scale | pair | profile | fp8"}
 T0=$(date +%s)
 W=/tmp/issue21
 LIMIT_S=${LIMIT_S:-570}
@@ -49,7 +52,7 @@ else                  # the receive calls: room for the omegaconf wheel alone
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
 case $STEP in  # the steps that read images through DALI: unpack it (once a machine) and put it on the paths
-    dali | peer | scale | profile) source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
+    dali | peer | scale | pair | profile) source bench/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
 esac
 case $STEP in
     receive)
@@ -74,6 +77,11 @@ case $STEP in
                 --recipe rowwise --text "$text" --out "$W/fp8_pairs_llama_1b_rowwise.json"
         ) &
         wait ;;
+    pair)
+        unpack_textmix
+        bench multi_gpu_pair python3 bench/multi_gpu.py --gpus 0,1 --only vit_small llama_130m --vit-pipeline dali \
+            --vit-steps 80 --vit-log-every 20 --vit-images 21000 --budget $((LIMIT_S - 30)) \
+            --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/multi_gpu_pair.json" ;;
     profile)
         bench vit_e2e_profile python3 bench/vit_e2e.py --pipelines dali --norms pre \
             --variants profiler.kind=simple profiler.kind=pytorch,profiler.trace=true --out "$W/vit_e2e_profile.json" ;;
@@ -83,7 +91,7 @@ case $STEP in
             bench "fp8_pairs_$model" python3 bench/fp8_pairs.py --models "$model" --resume \
                 --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
         done ;;
-    *) echo "unknown step $STEP: receive | dali | peer | scale | profile | fp8"; exit 2 ;;
+    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | fp8"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
 tar czf "${OUT:-$W}/issue21_$STEP.tgz" -C "$W" .
