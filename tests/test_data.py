@@ -87,6 +87,26 @@ def test_failed_build_leaves_no_cache(tmp_path):
     assert not any((tmp_path / "cache").iterdir())
 
 
+def test_a_missing_reader_package_is_named_not_blamed_on_the_shard(tmp_path, monkeypatch):
+    import builtins
+
+    from mixbench.core.errors import ConfigError
+
+    shard = tmp_path / "c4-train.00000-of-00001.json.gz"
+    write_c4_shards(tmp_path, "train", [["a fine document"]])
+    real_import = builtins.__import__
+
+    def no_datasets(name, *args, **kwargs):  # an environment without HF datasets
+        if name == "datasets":
+            raise ModuleNotFoundError("No module named 'datasets'", name="datasets")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_datasets)
+    with pytest.raises(ConfigError, match="needs the package datasets: install") as err:
+        build_cache(tmp_path / "cache", TokenizerSpec("embedded"), [{"files": [str(shard)]}], num_proc=1)
+    assert "corrupt" not in str(err.value)
+
+
 def test_samplers_split_ranks_disjointly_and_deterministically():
     ranks = [list(EpochShuffleSampler(103, seed=7, rank=r, world_size=4)) for r in range(4)]
     assert all(len(r) == 25 for r in ranks)

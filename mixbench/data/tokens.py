@@ -101,6 +101,10 @@ def iter_texts(source: dict) -> Iterator[str]:
         yield row["text"]
 
 
+def _where(source: dict) -> str:
+    return ", ".join(source["files"]) if "files" in source else f"{source['hub']} {source.get('split')}"
+
+
 def _tokenize_part(job: tuple[dict, str, str, int, int | None, str]) -> tuple[int, int]:
     """Tokenize one source into ``<out>.bin`` + ``<out>.len.npy``; returns (documents, tokens)."""
     source, tokenizer_name, out, eos_id, max_tokens, dtype = job
@@ -111,10 +115,13 @@ def _tokenize_part(job: tuple[dict, str, str, int, int | None, str]) -> tuple[in
         while True:
             try:
                 texts = next(batches, None)
-            except Exception as err:  # gzip/JSON errors surface through HF datasets' streaming reader
-                where = ", ".join(source["files"]) if "files" in source else f"{source['hub']} {source.get('split')}"
+            except ImportError as err:  # a missing package (HF datasets, a codec), not a bad shard
                 raise ConfigError(
-                    f"cannot read {where}: truncated or corrupt ({type(err).__name__}: {err}); "
+                    f"reading {_where(source)} needs the package {err.name or err}: install mixbench's dependencies (pip install -e .)"
+                ) from None
+            except Exception as err:  # gzip/JSON errors surface through HF datasets' streaming reader
+                raise ConfigError(
+                    f"cannot read {_where(source)}: truncated or corrupt ({type(err).__name__}: {err}); "
                     "re-download the shard or leave it out of data.path"
                 ) from None
             if texts is None:
