@@ -202,3 +202,34 @@ def test_vit_e2e_keeps_a_profiled_runs_report_beside_its_json(tmp_path):
     with gzip.open(tmp_path / "results" / "vit_e2e_row3_fit-profile.pt.trace.json.gz", "rt") as trace:  # the timeline, compressed
         assert json.load(trace) == {"traceEvents": []}
     assert vit_e2e.keep_profile({"status": "failed", "error": "exit 1"}, out, 4) is None
+
+
+def test_trace_summary_counts_device_busy_time_once_and_per_host_action(tmp_path):
+    import trace_summary
+
+    def span(cat, name, ts, dur, tid):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+    events = [  # two 100 µs steps on the main thread (tid 1); a DataLoader thread's step range is not the main one
+        span("user_annotation", "ProfilerStep#3", 0, 100, 1),
+        span("user_annotation", "ProfilerStep#4", 100, 100, 1),
+        span("user_annotation", "ProfilerStep#3", 0, 200, 9),
+        span("user_annotation", "[pl][profile][Strategy]SingleDeviceStrategy.training_step", 0, 60, 1),
+        span("user_annotation", "[pl][profile][_TrainingEpochLoop].train_dataloader_next", 140, 40, 1),
+        span("kernel", "gemm", 10, 40, 7),  # stream 7: 10-50 and 40-80 overlap: 70 µs busy
+        span("kernel", "gemm", 40, 40, 7),
+        span("gpu_memcpy", "Memcpy HtoD", 60, 40, 8),  # stream 8: 60-100, half of it under stream 7's work
+        span("kernel", "late", 150, 10, 7),  # during the data wait
+        span("kernel", "outside", 500, 10, 7),  # after the recorded steps: not counted
+    ]
+    trace = tmp_path / "t.pt.trace.json.gz"
+    with gzip.open(trace, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    s = trace_summary.summarise(trace_summary.load(trace))
+    assert s["steps"] == 2 and s["step_ms"] == pytest.approx(0.1)
+    assert s["streams_busy_ms"] == pytest.approx({"7": 0.04, "8": 0.02})  # (70 + 10) µs and 40 µs over 2 steps
+    assert s["gpu_busy_ms"] == pytest.approx(0.05)  # 10-100 and 150-160: 100 µs over 2 steps
+    step = s["actions"]["[Strategy]SingleDeviceStrategy.training_step"]
+    assert step == {"host_ms": pytest.approx(0.03), "gpu_busy_ms": pytest.approx(0.025)}  # 0-60: busy 10-60
+    assert s["actions"]["[_TrainingEpochLoop].train_dataloader_next"]["gpu_busy_ms"] == pytest.approx(0.005)
+    assert "| 7 | 0.04 |" in trace_summary.markdown(s)
