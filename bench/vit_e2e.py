@@ -5,7 +5,9 @@ Rows: ``in1k_vit_small`` (the ImageNet recipe: RandAugment, erasing, Mixup/CutMi
 ``pip install -e ".[dali]"``), ``--epochs`` epochs of ``--num-images`` JPEGs (steps an epoch = num-images / batch), the
 average over the epochs after the first (the first holds compilation).  The reference row is the model alone: the same
 compiled training step on a fixed random GPU batch (``bench/image_loader.py``'s step), so each row's share of it says
-what the input and the trainer cost.  Prints a table, writes it (``.md``) and the JSON (card, cores, torch).
+what the input and the trainer cost.  ``--repeats N`` runs every row N times in rounds whose order rotates (the first
+run of a call has been the slowest), and reports each row's median with its runs.  Prints a table, writes it (``.md``)
+and the JSON (card, cores, torch).
 
     python bench/vit_e2e.py --out bench/results/vit_e2e.json
     python bench/vit_e2e.py --dry-run            # the commands it would run
@@ -18,6 +20,7 @@ import gzip
 import itertools
 import logging
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -78,8 +81,47 @@ def parse_args(argv=None):
         "to the model alone, e.g. '' data.auto_augment=null ema.decay=null mixup.mixup_alpha=0,mixup.cutmix_alpha=0; "
         "profiler.kind=simple|pytorch keeps the run's profile beside --out",
     )
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="runs of every row, in rounds whose order rotates by one; the row reports the median"
+    )
     image_bench_arguments(ap, "bench/results/vit_e2e.json")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    return args
+
+
+def rotated_rounds(rows: list, repeats: int) -> list[tuple[int, int, object]]:
+    """(round, position, row) in run order: round k (from 0) starts k rows further on, so with as many rounds as rows
+    every row runs first once."""
+    return [(k, i, rows[(i + k) % len(rows)]) for k in range(repeats) for i in range(len(rows))]
+
+
+def row_summary(name: str, runs: list[tuple[int, int, dict, dict]], alone: float | None) -> dict:
+    """One table row from its runs, each (round, position, record, epoch average): the median rate over the runs that
+    gave one, and every run."""
+    rates = [average["items_per_sec"] for _, _, _, average in runs if average["items_per_sec"]]
+    rate = statistics.median(rates) if rates else None
+    failed = [record for _, _, record, _ in runs if record["status"] != "completed"]
+    first = runs[0][3]
+    row = {
+        "row": name,
+        "status": failed[0]["status"] if failed else "completed",
+        "images_per_sec": rate,
+        "steps_per_epoch": first["steps_per_epoch"],
+        "epochs_timed": first["epochs_timed"],
+        "of_model": rate / alone if rate and alone else None,
+        "per_epoch": first.get("per_epoch"),
+        "error": failed[0].get("error") if failed else None,
+    }
+    if len(runs) > 1:
+        row["runs"] = [
+            {"round": k + 1, "position": i + 1, "status": record["status"], "images_per_sec": average["items_per_sec"]}
+            for k, i, record, average in runs
+        ]
+        row["spread"] = [min(rates), max(rates)] if rates else None
+        row["runs_text"] = ", ".join(f"{a['items_per_sec']:,.0f}" if a["items_per_sec"] else "-" for *_, a in runs)
+    return row
 
 
 def main(argv=None) -> None:
@@ -92,27 +134,22 @@ def main(argv=None) -> None:
         alone = model_alone(args)
         runner = Runner(Path(tmp), args.dry_run)
         rows = [{"row": "model alone (random GPU batch)", "images_per_sec": alone, "of_model": 1.0 if alone else None}]
-        for pipeline, norm, variant in itertools.product(args.pipelines, args.norms, args.variants):
+        settings = list(itertools.product(args.pipelines, args.norms, args.variants))
+        runs = {setting: [] for setting in settings}
+        for k, i, (pipeline, norm, variant) in rotated_rounds(settings, args.repeats):
             record = runner.mixbench(run_args(args, root, norm, pipeline, variant), args.gpu)
-            average = epoch_average(record)
-            rate = average["items_per_sec"]
-            rows.append(
-                {
-                    "row": f"mixbench run {norm}, data.pipeline={pipeline}" + (f", {variant}" if variant else ""),
-                    "status": record["status"],
-                    "images_per_sec": rate,
-                    "steps_per_epoch": average["steps_per_epoch"],
-                    "epochs_timed": average["epochs_timed"],
-                    "of_model": rate / alone if rate and alone else None,
-                    "per_epoch": average.get("per_epoch"),
-                    "error": record.get("error"),
-                    "profile": keep_profile(record, args.out, len(rows)),
-                }
-            )
+            runs[(pipeline, norm, variant)].append((k, i, record, epoch_average(record)))
+        for number, (pipeline, norm, variant) in enumerate(settings, start=1):
+            row_runs = runs[(pipeline, norm, variant)]
+            name = f"mixbench run {norm}, data.pipeline={pipeline}" + (f", {variant}" if variant else "")
+            rows.append(row_summary(name, row_runs, alone) | {"profile": keep_profile(row_runs[0][2], args.out, number)})
     if args.dry_run:
         return
-    columns = [("row", "row"), ("images/s (epoch average)", "images_per_sec"), ("steps/epoch", "steps_per_epoch")]
+    median = " (median of the runs)" if args.repeats > 1 else ""
+    columns = [("row", "row"), (f"images/s (epoch average){median}", "images_per_sec"), ("steps/epoch", "steps_per_epoch")]
     columns.append(("of model alone", "of_model"))
+    if args.repeats > 1:
+        columns.append(("runs, in row order", "runs_text"))
     write_result(args.out, "vit_e2e", {k: str(v) for k, v in vars(args).items()}, rows, markdown(columns, rows))
 
 

@@ -233,3 +233,30 @@ def test_trace_summary_counts_device_busy_time_once_and_per_host_action(tmp_path
     assert step == {"host_ms": pytest.approx(0.03), "gpu_busy_ms": pytest.approx(0.025)}  # 0-60: busy 10-60
     assert s["actions"]["[_TrainingEpochLoop].train_dataloader_next"]["gpu_busy_ms"] == pytest.approx(0.005)
     assert "| 7 | 0.04 |" in trace_summary.markdown(s)
+
+
+def test_vit_e2e_repeats_rotate_the_run_order_and_report_each_rows_median(tmp_path, monkeypatch):
+    import vit_e2e
+
+    assert [row for _, _, row in vit_e2e.rotated_rounds(["a", "b", "c"], 3)] == list("abcbcacab")  # each row first once
+    order, rates = [], {"pre": [100.0, 130.0, 120.0], "mix": [200.0, 180.0, 190.0]}
+
+    def fake_run(self, args, gpus="0"):  # a run's rate: the next one of its norm
+        norm = next(a.split("=")[1] for a in args if a.startswith("norm="))
+        order.append(norm)
+        rate = rates[norm].pop(0)
+        epochs = [{"items": 1, "seconds": 1.0, "steps": 32, "items_per_sec": 1.0}] + [
+            {"items": rate, "seconds": 1.0, "steps": 32, "items_per_sec": rate}
+        ] * 2
+        return {"status": "completed", "throughput": {"epochs": epochs}}
+
+    monkeypatch.setattr(vit_e2e, "write_jpegs", lambda *a: None)
+    monkeypatch.setattr(vit_e2e, "model_alone", lambda args: 400.0)
+    monkeypatch.setattr(vit_e2e.Runner, "mixbench", fake_run)
+    out = tmp_path / "e2e.json"
+    vit_e2e.main(["--pipelines", "dali", "--norms", "pre", "mix", "--repeats", "3", "--out", str(out)])
+    assert order == ["pre", "mix", "mix", "pre", "pre", "mix"]
+    pre, mix = json.loads(out.read_text())["rows"][1:]
+    assert pre["images_per_sec"] == 120.0 and pre["spread"] == [100.0, 130.0] and pre["of_model"] == 0.3
+    assert [r["position"] for r in pre["runs"]] == [1, 2, 1] and mix["images_per_sec"] == 190.0
+    assert "100, 130, 120" in out.with_suffix(".md").read_text()
