@@ -55,14 +55,16 @@ def summarise(events: list[dict]) -> dict:
     by_stream = defaultdict(list)
     for e in device:
         by_stream[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
-    everything = [interval for intervals in by_stream.values() for interval in intervals]
+    everything = sorted(
+        interval for intervals in by_stream.values() for interval in intervals
+    )  # sorted once: union_ms's sort is then linear
     streams = {str(s): union_ms(iv, start, end) / count for s, iv in by_stream.items()}
     actions = defaultdict(lambda: [0.0, 0.0])
     for e in events:
         if e.get("tid") == main_thread and e.get("name", "").startswith(ACTION_PREFIX) and start <= e["ts"] < end:
-            finish = min(e["ts"] + e["dur"], end)
-            actions[e["name"][len(ACTION_PREFIX) :]][0] += (finish - e["ts"]) / 1e3 / count
-            actions[e["name"][len(ACTION_PREFIX) :]][1] += union_ms(everything, e["ts"], finish) / count
+            finish, action = min(e["ts"] + e["dur"], end), actions[e["name"][len(ACTION_PREFIX) :]]
+            action[0] += (finish - e["ts"]) / 1e3 / count
+            action[1] += union_ms(everything, e["ts"], finish) / count
     step_ms = (end - start) / 1e3 / count
     return {
         "steps": count,

@@ -34,7 +34,7 @@ def check_profiler(settings: DictConfig, num_nodes: int = 1) -> None:
             f"profiler.kind={settings.kind} with trainer.num_nodes={num_nodes}: each node's ranks would write the same "
             "report files in the shared run folder; profile a one-node run"
         )
-    if settings.get("trace") and settings.kind != "pytorch":
+    if settings.trace and settings.kind != "pytorch":
         raise ConfigError(f"profiler.trace=true records torch.profiler's timeline: set profiler.kind=pytorch (not {settings.kind})")
     if settings.kind == "pytorch" and (settings.skip_steps < 0 or settings.active_steps < 1):
         raise ConfigError(
@@ -56,7 +56,7 @@ def make_profiler(settings: DictConfig, run_dir: Path, on_gpu: bool):
     return _profiler_class()(
         dirpath=run_dir,
         filename=REPORT,
-        export_to_chrome=bool(settings.get("trace")),  # Lightning writes it as <filename>.<time>.pt.trace.json
+        export_to_chrome=bool(settings.trace),  # Lightning writes it as <filename>.<time>.pt.trace.json
         record_module_names=False,  # its per-module hooks would break the compiled model into graph pieces
         row_limit=40,
         sort_by_key="cuda_time_total" if on_gpu else "cpu_time_total",
