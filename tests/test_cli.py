@@ -97,3 +97,13 @@ def test_search_without_optuna_is_one_clear_error(tmp_path, caplog, monkeypatch)
     monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna raises ImportError
     assert main(["search", "--study", "s", "--results-dir", str(tmp_path), "task=llama_lm", "model=llama_debug"]) == 2
     assert 'pip install -e ".[search]"' in caplog.text and not (tmp_path / "search").exists()
+
+
+def test_admin_run_profiles_its_init_on_a_real_batch(tmp_path):
+    """norm=admin: Admin's profiling pass runs before training and its ω per sub-layer is in the record."""
+    assert main(["run", "task=vit_tiny", "norm=admin", "save_weights=false", f"results_dir={tmp_path}", *TINY_VIT]) == 0
+    (rec,) = records(tmp_path)
+    omegas = rec["norm"]["admin_omegas"]
+    assert len(omegas) == 4 and omegas[0] == 1.0 and all(w > 0 for w in omegas)
+    assert omegas[1:] != pytest.approx([2**0.5, 3**0.5, 2.0], rel=0.05)  # not the fixed schedule
+    assert rec["norm"]["label"] == "admin" and rec["config"]["norm"]["admin_init"] == "profile"

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from conftest import randomize_norms
 
 from mixbench import build_model
-from mixbench.layers import NormSpec, deepnorm_constants
+from mixbench.layers import NormSpec, deepnorm_constants, profile_admin
 
 EPS = 1e-6
 
@@ -43,33 +43,35 @@ def by_hand(placement, x, f, n_a, n_b=None, a=1.0):
     raise AssertionError(placement)
 
 
+def llama_attention_by_hand(block, z, cos, sin):
+    """LLaMA's RoPE causal attention written out (the attention branch of every placement)."""
+    h, heads = z.shape[-1], block.attn.num_heads
+    hd = h // heads
+    q, k, v = (z @ block.attn.qkv.weight.T).split(h, dim=-1)
+    q, k, v = (t.view(*z.shape[:2], heads, hd).transpose(1, 2) for t in (q, k, v))
+    rot = lambda t: torch.cat([-t[..., hd // 2 :], t[..., : hd // 2]], -1)  # noqa: E731
+    q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+    scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
+    t = z.shape[1]
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(z.shape)
+    return out @ block.attn.proj.weight.T
+
+
+def llama_swiglu_by_hand(block, z):
+    gate, up = (z @ block.mlp.fc1.weight.T).chunk(2, dim=-1)
+    return (F.silu(gate) * up) @ block.mlp.fc2.weight.T
+
+
 def llama_reference_block(block, x, cos, sin, a):
     """One LLaMA block written out: RMSNorm, RoPE causal attention, SwiGLU, this block's placement."""
-    h, heads = x.shape[-1], block.attn.num_heads
-    hd = h // heads
-
-    def attention(z):
-        q, k, v = (z @ block.attn.qkv.weight.T).split(h, dim=-1)
-        q, k, v = (t.view(*z.shape[:2], heads, hd).transpose(1, 2) for t in (q, k, v))
-        rot = lambda t: torch.cat([-t[..., hd // 2 :], t[..., : hd // 2]], -1)  # noqa: E731
-        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
-        scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
-        t = z.shape[1]
-        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-        out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(z.shape)
-        return out @ block.attn.proj.weight.T
-
-    def swiglu(z):
-        gate, up = (z @ block.mlp.fc1.weight.T).chunk(2, dim=-1)
-        return (F.silu(gate) * up) @ block.mlp.fc2.weight.T
-
     n = lambda m: lambda z: rms_norm(z, m.weight)  # noqa: E731
     p = block.placement
     n1b = n(block.norm1_post) if p == "sandwich" else None
     n2b = n(block.norm2_post) if p == "sandwich" else None
     a1, a2 = (block.omega1, block.omega2) if p == "admin" else (a, a)
-    x = by_hand(p, x, attention, n(block.norm1), n1b, a1)
-    return by_hand(p, x, swiglu, n(block.norm2), n2b, a2)
+    x = by_hand(p, x, lambda z: llama_attention_by_hand(block, z, cos, sin), n(block.norm1), n1b, a1)
+    return by_hand(p, x, lambda z: llama_swiglu_by_hand(block, z), n(block.norm2), n2b, a2)
 
 
 @pytest.mark.parametrize("norm", ["pre", "post", "sandwich", "deepnorm", "admin"])
@@ -148,11 +150,40 @@ def test_rmsnorm_kind_switch_for_vit_and_layernorm_for_llama(rng):
     assert llama.blocks[0].norm1.bias is None  # LLaMA stays bias-free
 
 
-def test_admin_initial_weights_follow_sqrt_k_plus_1():
-    model = build_model("llama_debug", norm="admin", seed=0)
+@pytest.mark.parametrize("admin_init", ["sqrt", None, "profile"])  # None: configs written before profiling existed
+def test_admin_fixed_schedule_follows_sqrt_k_plus_1(admin_init):
+    """The named fixed schedule, and the values a profiled model holds until it is profiled."""
+    model = build_model("llama_debug", norm=NormSpec(placement="admin", admin_init=admin_init), seed=0)
     for i, block in enumerate(model.blocks):
         assert torch.allclose(block.omega1, torch.full_like(block.omega1, math.sqrt(2 * i + 1)))
         assert torch.allclose(block.omega2, torch.full_like(block.omega2, math.sqrt(2 * i + 2)))
+    labels = {"sqrt": "admin(ω=√(k+1))", None: "admin(ω=√(k+1))", "profile": "admin"}
+    assert model.norm_spec.label() == labels[admin_init] and NormSpec(placement="admin", admin_init=0.5).label() == "admin(ω=0.5)"
+
+
+def test_admin_profiling_matches_the_recursion_by_hand(rng):
+    """Admin's profiling init (Transformer-Clinic adaptive-profiling): ω_1 = 1, ω_{i+1} = √(Var(x_i ω_i) + Var(F_i(x_i)))
+    over the sub-layers in forward order, x_{i+1} = N(x_i ω_i + F_i(x_i)); written out with the reference block."""
+    model = build_model("llama_debug", norm="admin", seed=0)
+    randomize_norms(model, rng)
+    ids = torch.randint(0, model.cfg.vocab_size, (3, 11), generator=rng)
+    omegas = profile_admin(model, lambda: model(ids))
+    cos, sin = model.rope_cos[:11], model.rope_sin[:11]
+    branches = (lambda b, z: llama_attention_by_hand(b, z, cos, sin), llama_swiglu_by_hand)
+    x, ratio, expected = model.embed(ids).detach(), 1.0, []
+    with torch.no_grad():
+        for block in model.blocks:  # each sub-layer at ω = the running ratio, then the ratio from its input and branch output
+            for which, branch in zip((1, 2), branches):
+                expected.append(omega := ratio)
+                f = branch(block, x)
+                ratio = math.sqrt((x.double() * omega).var(unbiased=False).item() + f.double().var(unbiased=False).item())
+                x = rms_norm(x * omega + f, getattr(block, f"norm{which}").weight)
+    assert omegas == pytest.approx(expected, rel=1e-5)
+    assert expected[0] == 1.0 and len(set(round(w, 6) for w in expected)) == len(expected)  # not a constant schedule
+    assert [w for b in model.blocks for w in (b.omega1[0].item(), b.omega2[0].item())] == pytest.approx(expected, rel=1e-5)
+    assert not any(math.isclose(w, math.sqrt(k + 1), rel_tol=0.05) for k, w in enumerate(expected) if k > 0)
+    assert profile_admin(build_model("llama_debug", norm=NormSpec(placement="admin", admin_init="sqrt")), lambda: None) is None
+    assert profile_admin(build_model("llama_debug", norm="pre"), lambda: None) is None
 
 
 @pytest.mark.parametrize("name, kwargs", [("llama_debug", {}), ("vit_debug", dict(img_size=16, patch_size=8))])

@@ -13,6 +13,7 @@ from test_formulas import layer_norm, rms_norm  # the hand-written norms of the 
 
 from mixbench import build_model
 from mixbench.layers import DyT, NormConfigError, NormSpec, block_placements, list_placements, placement_parameters
+from mixbench.layers.placements import dyt_llm_alpha0
 
 EPS = 1e-6
 NEW = ["lns", "peri", "reordered", "hybrid", "hybrid_star", "dyt"]
@@ -320,22 +321,46 @@ def test_dyt_replaces_every_norm_with_alpha0_per_position(family):
     for m in dyts:  # γ = 1, β = 0 at init; LLaMA without β
         assert torch.equal(m.weight, torch.ones_like(m.weight))
         assert (m.bias is None) if family == "llama" else torch.equal(m.bias, torch.zeros_like(m.bias))
-    default = build(family, "dyt")
-    assert {m.alpha.item() for m in default.modules() if isinstance(m, DyT)} == {0.5}
+    default = build(family, "dyt")  # the paper's α0: LLaMA by width (llama_debug is narrower than 1024: 1.0), ViT 0.5
+    assert {m.alpha.item() for m in default.modules() if isinstance(m, DyT)} == ({1.0} if family == "llama" else {0.5})
     with pytest.raises(NormConfigError, match="leave norm.kind unset"):
         NormSpec(placement="dyt", kind="layernorm")
     with pytest.raises(NormConfigError, match="positive number"):
         NormSpec(placement="dyt", options={"dyt_alpha_mlp": -1.0})
 
 
+@pytest.mark.parametrize(
+    "width, attn, other",
+    [(512, 1.0, 1.0), (1024, 1.0, 1.0), (2048, 1.0, 0.5), (4096, 0.8, 0.2), (8192, 0.2, 0.05), (16384, 0.2, 0.05), (5120, 0.6, 0.15)],
+)
+def test_dyt_alpha0_follows_the_papers_width_table_for_llama(width, attn, other):
+    """DyT paper Table 12 (LLaMA α0 by width: attention / other norms), log2-linear between its rows, its end rows
+    outside; 5120 (13B) lands on Table 11's 0.6 / 0.15 within 0.01."""
+    assert dyt_llm_alpha0(width) == pytest.approx((attn, other), abs=0.01 if width == 5120 else 1e-12)
+    model = build_model("llama_debug", norm="dyt", hidden_size=width, intermediate_size=8, num_heads=width // 64, num_layers=1)
+    alphas = {name: m.alpha.item() for name, m in model.named_modules() if isinstance(m, DyT)}
+    attn, other = dyt_llm_alpha0(width)
+    assert alphas == pytest.approx({"blocks.0.norm1": attn, "blocks.0.norm2": other, "norm": other}, abs=1e-6)
+    assert model.norm_spec.label() != "dyt" and NormSpec(placement="dyt").label() == "dyt"  # the resolved values, the run's label
+
+
 @pytest.mark.parametrize("family", ["llama", "vit"])
-def test_dyt_embed_gain_is_a_learnable_sqrt_d_on_llama_only(family, rng):
-    off, on = build(family, "dyt"), build(family, NormSpec(placement="dyt", options={"dyt_embed_gain": True}))
-    assert off.norm_spec.option("dyt_embed_gain") is False and on.norm_spec.label() == "dyt+embed_gain"
-    if family == "vit":  # the DyT ViT code has no such scalar: the option changes nothing there
-        assert list(on.state_dict()) == list(off.state_dict())
+def test_dyt_embed_gain_is_a_learnable_sqrt_d_on_llama_by_default(family, rng):
+    default = build(family, "dyt")
+    if family == "vit":  # the DyT ViT code has no such scalar: off, and asking for it is an error
+        assert default.norm_spec.option("dyt_embed_gain") is False
+        with pytest.raises(NormConfigError, match="a ViT has none"):
+            build(family, NormSpec(placement="dyt", options={"dyt_embed_gain": True}))
         return
+    off = build(family, NormSpec(placement="dyt", options={"dyt_embed_gain": False}))
+    on = build(family, NormSpec(placement="dyt", options={"dyt_embed_gain": True}))
+    assert off.norm_spec.option("dyt_embed_gain") is False and default.norm_spec.option("dyt_embed_gain") is True
+    assert (NormSpec(placement="dyt", options={"dyt_embed_gain": True}).label(), off.norm_spec.label()) == (
+        "dyt+embed_gain",
+        "dyt(α0=1/1/1)-embed_gain",
+    )
     assert off.embed_gain is None and "embed_gain" not in off.state_dict()
+    assert list(default.state_dict()) == list(on.state_dict())
     assert set(on.state_dict()) - set(off.state_dict()) == {"embed_gain"}
     d = on.cfg.hidden_size
     assert on.embed_gain.requires_grad and on.embed_gain.item() == pytest.approx(math.sqrt(d))
@@ -347,7 +372,7 @@ def test_dyt_embed_gain_is_a_learnable_sqrt_d_on_llama_only(family, rng):
     torch.testing.assert_close(on.embed_tokens(ids), on.embed.weight[ids] * math.sqrt(d))
     on(ids, labels=ids).backward()
     assert on.embed_gain.grad is not None and on.embed_gain.grad.abs().item() > 0
-    with pytest.raises(NormConfigError, match="true or false"):
+    with pytest.raises(NormConfigError, match="true, false or null"):
         NormSpec(placement="dyt", options={"dyt_embed_gain": 1})
     with pytest.raises(NormConfigError, match="unknown norm option"):
         NormSpec(placement="pre", options={"dyt_embed_gain": True})
@@ -382,6 +407,7 @@ def test_parameter_counts_are_derived_from_the_built_modules(norm, family):
     outside = model.embed_norm if family == "llama" else model.norm_pre  # the model-level embedding norm, if any
     outside = sum(p.numel() for p in outside.parameters()) if outside is not None else 0
     outside += model.norm.alpha.numel() if isinstance(model.norm, DyT) else 0  # DyT's final α
+    outside += 1 if getattr(model, "embed_gain", None) is not None else 0  # DyT's LLaMA embedding scalar
     assert count(model) - count(pre) == placement_parameters(model.blocks) + outside
     if model.norm_spec.placement == "hybrid":  # cross-check: + 3 head_dim norms, − the dropped input norm
         b = model.blocks[0]

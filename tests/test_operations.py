@@ -245,14 +245,14 @@ def test_reproduce_dry_run_with_resume_lists_only_the_runs_still_to_train(tmp_pa
     from omegaconf import OmegaConf
 
     from mixbench.training.config import compose, norm_spec
-    from mixbench.training.run import _runs_parent
+    from mixbench.training.run import runs_parent
 
     args = ["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=24", "--only", "norm=mix"]
     assert main([*args, "--seeds", "2", f"results_dir={tmp_path}"]) == 0
     planned = [line.split()[2:] for line in capsys.readouterr().out.splitlines()]
     assert len(planned) == 2  # seeds 0 and 1
     cfg = compose(planned[0])  # seed 0 finished: its folder as `mixbench run` leaves it
-    folder = _runs_parent(cfg, norm_spec(cfg).label()) / "seed0-20261127T000000-abcdef"
+    folder = runs_parent(cfg, norm_spec(cfg).label()) / "seed0-20261127T000000-abcdef"
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (folder / "record.json").write_text(json.dumps({"status": "completed"}))

@@ -89,8 +89,21 @@ VIT_RECORD = {
         ({"val/top1": 49.60, "val/loss": 1.456}, False),
     ],
 )
-def test_reclassify_lists_vit_runs_that_ended_at_chance_as_stalled(tmp_path, capsys, metrics, stalled):
-    write_record({**VIT_RECORD, "metrics": metrics, "run_dir": str(tmp_path / "r")}, tmp_path / "r" / "record.json")
+@pytest.mark.parametrize(
+    "model",
+    [
+        VIT_RECORD["model"],
+        # num_classes taken from the data (the option is null): the class count is in the model's label (issue #33)
+        {
+            "name": "vit_tiny",
+            "options": {"num_classes": None},
+            "label": "vit_tiny[drop_path_rate=0.1,img_size=32,num_classes=10,patch_size=4]",
+        },
+    ],
+    ids=["option", "label"],
+)
+def test_reclassify_lists_vit_runs_that_ended_at_chance_as_stalled(tmp_path, capsys, metrics, stalled, model):
+    write_record({**VIT_RECORD, "model": model, "metrics": metrics, "run_dir": str(tmp_path / "r")}, tmp_path / "r" / "record.json")
     assert main(["reclassify", "--results-dir", str(tmp_path), "--dry-run"]) == 0
     assert ("completed -> stalled" in capsys.readouterr().out) == stalled
     assert json.loads((tmp_path / "r" / "record.json").read_text())["status"] == "completed"  # a dry run writes nothing

@@ -13,8 +13,7 @@ from omegaconf import DictConfig
 
 from ..core.families import get_family
 from ..core.tasks import get_task
-from ..models import build_model
-from ..training.builders import build_datamodule, build_lightning_module, model_options
+from ..training.builders import build_datamodule, build_lightning_module, build_run_model, model_options
 from ..training.config import compose, load_run_config, norm_spec
 from ..training.gradnorm import block_grad_norms
 from ..training.weights import load_weights
@@ -59,7 +58,7 @@ def subject_at_init(args: list[str], out_dir: Path) -> Subject:
 
 
 def _build(cfg: DictConfig, datamodule):
-    return build_model(cfg.model.name, norm_spec(cfg), seed=cfg.seed, **model_options(cfg, datamodule))
+    return build_run_model(cfg, norm_spec(cfg), datamodule, model_options(cfg, datamodule))[0]
 
 
 def grad_norm_profile(subject: Subject, num_batches: int = 8) -> dict:

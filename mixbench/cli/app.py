@@ -109,16 +109,17 @@ def seed_list(text: str) -> tuple[int, ...]:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    from ..grids.paper import grid_scales
     from ..grids.reproduce import reproduce
     from ..grids.runner import summarize
 
-    outcomes = reproduce(
-        args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher
-    )
+    scale = args.scale or grid_scales(args.table)[0]
+    settings = (tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher, args.best_from)
+    outcomes = reproduce(args.table, scale, args.seeds, *settings)
     if outcomes is None:  # --dry-run
         return 0
-    status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
-    log.info("see `mixbench table%s`", f" --paper {args.table}" if args.scale == "paper" else "")
+    status = summarize(outcomes, f"{args.table} ({scale} scale)")
+    log.info("see `mixbench table%s`", f" --paper {args.table}" if scale == "paper" else "")
     return status
 
 
@@ -444,7 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("table")
     rep.add_argument("overrides", nargs="*", metavar="key=value", help="applied to every run, e.g. data.path=... results_dir=...")
-    rep.add_argument("--scale", choices=("paper", "proxy"), default="paper")
+    rep.add_argument(
+        "--scale", choices=("paper", "proxy"), help="paper or proxy (default: paper; proxy for grids that have only that scale)"
+    )
     rep.add_argument(
         "--seeds",
         type=seed_list,
@@ -468,6 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip runs whose record is finished, continue interrupted ones from "
         "their newest checkpoint; the exit status is 1 if any run failed; with --dry-run: list only the runs still to train",
+    )
+    rep.add_argument(
+        "--best-from",
+        metavar="DIR",
+        help="a grid that sweeps a setting (lr_sensitivity): run each placement at the value whose finished runs in DIR have "
+        "the best mean metric (e.g. --best-from results/proxy/lr_sensitivity --seeds 0,1,2 --resume)",
     )
     rep.add_argument(
         "--launcher",

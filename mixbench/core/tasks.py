@@ -18,6 +18,7 @@ task of the same name as a shipped one replaces it.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
 import sys
 from dataclasses import dataclass, field
@@ -115,11 +116,23 @@ def _inherit(raw: dict, by_name: dict[str, tuple[Path, dict]], path: Path, seen:
 
 
 def discover_tasks(root: str | Path | None = None) -> dict[str, TaskSpec]:
-    """All tasks along the project search path, by name (YAML only; no task code is imported)."""
+    """All tasks along the project search path, by name (YAML only; no task code is imported).  Parsed once per
+    version of the task files (composing a grid's configs asks for the tasks once per run)."""
+    folders = tuple(
+        tuple((str(path), path.stat().st_mtime_ns, path.stat().st_size) for path in sorted((base / "tasks").glob("*/task.yaml")))
+        for base in reversed(project_roots(root))  # shipped first; a project's task of the same name replaces it
+    )
+    return dict(_discover(folders))
+
+
+@functools.lru_cache(maxsize=32)
+def _discover(folders: tuple[tuple[tuple[str, int, int], ...], ...]) -> dict[str, TaskSpec]:
+    """:func:`discover_tasks` of the task files ``folders`` (per project folder: path, mtime, size)."""
     by_name: dict[str, tuple[Path, dict]] = {}
-    for base in reversed(project_roots(root)):  # shipped first; a project's task of the same name replaces it
+    for files in folders:
         in_this_folder: dict[str, Path] = {}
-        for path in sorted((base / "tasks").glob("*/task.yaml")):
+        for name, _, _ in files:
+            path = Path(name)
             raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
             if not isinstance(raw, dict) or "name" not in raw:
                 raise TaskError(f"{path}: a task file needs at least a name")

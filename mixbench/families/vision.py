@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from functools import partial
 
 import torch.nn.functional as F
@@ -56,10 +57,20 @@ def learning_floor(datamodule) -> dict:
     return chance_floor(datamodule.num_classes)
 
 
+def record_num_classes(record: dict) -> int | None:
+    """The class count of a record's model: its ``num_classes`` option, else — when that came from the data (the
+    option is null) — the ``num_classes=N`` of the model's label (``vit_tiny[...,num_classes=10,...]``)."""
+    model = record.get("model") or {}
+    num_classes = (model.get("options") or {}).get("num_classes")
+    if num_classes is None and (found := re.search(r"[\[,]num_classes=(\d+)[\],]", str(model.get("label", "")))):
+        num_classes = int(found.group(1))
+    return num_classes if isinstance(num_classes, int) and not isinstance(num_classes, bool) else None
+
+
 def record_floor(record: dict) -> dict | None:
-    """The chance floor of an older record, from its model's ``num_classes``."""
-    num_classes = ((record.get("model") or {}).get("options") or {}).get("num_classes")
-    return chance_floor(num_classes) if isinstance(num_classes, int) and num_classes > 1 else None
+    """The chance floor of an older record (written before floors were stored), from its model's class count."""
+    num_classes = record_num_classes(record)
+    return chance_floor(num_classes) if num_classes is not None and num_classes > 1 else None
 
 
 def never_beat_chance(metrics: dict, floor: dict) -> str | None:

@@ -37,4 +37,16 @@ def grid(name: str, root=None) -> dict:
 
 
 def paper_runs(name: str, root=None) -> list[PaperRun]:
-    return [PaperRun(r["task"], r["norm"], tuple(r.get("overrides", [])), r.get("paper")) for r in grid(name, root)["runs"]]
+    """The grid's (task, norm) runs; an item ``{runs_of: OTHER}`` stands for every run of grid ``OTHER``."""
+    runs = []
+    for r in grid(name, root)["runs"]:
+        if "runs_of" in r:
+            runs += paper_runs(r["runs_of"], root)
+        else:
+            runs.append(PaperRun(r["task"], r["norm"], tuple(r.get("overrides", [])), r.get("paper")))
+    return runs
+
+
+def grid_scales(name: str, root=None) -> tuple[str, ...]:
+    """The scales a grid can run at (``scales``; default paper and proxy), its default first."""
+    return tuple(grid(name, root).get("scales", ("paper", "proxy")))

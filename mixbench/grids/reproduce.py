@@ -11,13 +11,15 @@ import logging
 import shlex
 import sys
 
+from omegaconf import OmegaConf
+
 from ..core.errors import ConfigError
 from ..results.table import Cell
 from ..training.config import compose, norm_spec
-from ..training.run import existing_run, finished_record
+from ..training.run import existing_run, finished_record, finished_runs
 from .downstream import paper_comparison as downstream_comparison
 from .downstream import reproduce_downstream
-from .paper import grid, paper_runs
+from .paper import grid, grid_scales, paper_runs
 from .rlhf import paper_comparison as rlhf_comparison
 from .rlhf import reproduce_rlhf
 from .runner import run_many
@@ -25,21 +27,35 @@ from .runner import run_many
 log = logging.getLogger(__name__)
 
 
-def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra: tuple[str, ...] = (), root=None) -> list[list[str]]:
-    """The ``mixbench run`` argument lists of a grid."""
-    spec = grid(name, root)
+def expand(
+    name: str,
+    scale: str | None = None,
+    seeds: tuple[int, ...] = (0,),
+    extra: tuple[str, ...] = (),
+    root=None,
+    best_from: str | None = None,
+) -> list[list[str]]:
+    """The ``mixbench run`` argument lists of a grid (``scale`` None: the grid's default, see :func:`grid_scales`).
+
+    A proxy block with ``sweep: {KEY: [v, ...]}`` runs every value of KEY (one sweep key a block).  With ``best_from``
+    (a results folder) it runs each placement at the value that was best there instead (:func:`best_sweep_value`);
+    a block whose sweep is ``{KEY: {best_of_block: i}}`` takes the best value of block ``i`` and runs only then."""
+    scale = scale or grid_scales(name, root)[0]
+    if scale not in grid_scales(name, root):
+        raise ConfigError(f"{name} runs at {' or '.join(grid_scales(name, root))} scale only; use --scale {grid_scales(name, root)[0]}")
     runs = paper_runs(name, root)
     if scale == "paper":
         combos = [(r.task, r.norm, r.overrides, ()) for r in runs]
     elif scale == "proxy":  # one proxy block, or a list of them run in order
-        blocks = spec["proxy"] if isinstance(spec["proxy"], list) else [spec["proxy"]]
+        blocks = _proxy_blocks(name, root)
         placements = list(dict.fromkeys((r.norm, r.overrides) for r in runs))
         combos = [
-            (task, norm, overrides, tuple(proxy["overrides"]) + tuple(variant))
-            for proxy in blocks
+            (task, norm, overrides, tuple(proxy["overrides"]) + tuple(variant) + swept)
+            for index, proxy in enumerate(blocks)
             for task in proxy["tasks"]
             for variant in proxy["variants"]
             for norm, overrides in placements
+            for swept in _swept(blocks, index, task, norm, overrides, tuple(variant), extra, best_from)
         ]
     else:
         raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
@@ -48,6 +64,56 @@ def expand(name: str, scale: str = "paper", seeds: tuple[int, ...] = (0,), extra
         for task, norm, overrides, scale_overrides in combos
         for seed in seeds
     ]
+
+
+def _proxy_blocks(name: str, root=None) -> list[dict]:
+    proxy = grid(name, root).get("proxy") or []
+    return proxy if isinstance(proxy, list) else [proxy]
+
+
+def _sweep(block: dict) -> tuple[str | None, list | dict]:
+    """A proxy block's sweep: (key, values or ``{best_of_block: i}``); (None, [()]) for a block without one."""
+    sweep = block.get("sweep") or {}
+    if len(sweep) > 1:
+        raise ConfigError(f"a grid block sweeps one setting, got {', '.join(sweep)}")
+    return next(iter(sweep.items()), (None, []))
+
+
+def _swept(blocks, index, task, norm, overrides, variant, extra, best_from) -> list[tuple[str, ...]]:
+    """The sweep arguments of one (block, task, variant, placement): ``[()]`` without a sweep, one ``(KEY=v,)`` per value,
+    or with ``best_from`` the one best value (none where no value finished there)."""
+    key, values = _sweep(blocks[index])
+    if key is None:
+        return [()]
+    source = values.get("best_of_block", index) if isinstance(values, dict) else index
+    if best_from is None:
+        return [] if isinstance(values, dict) else [(f"{key}={v}",) for v in values]
+    block = blocks[source]
+    base = [f"task={task}", f"norm={norm}", *block["overrides"], *(block["variants"][0] if source != index else variant), *overrides]
+    best = best_sweep_value(base, key, _sweep(block)[1], [*extra, f"results_dir={best_from}"])
+    if best is None:
+        log.warning("--best-from %s: no finished run of %s over %s: left out", best_from, " ".join(base), key)
+        return []
+    return [(f"{key}={best}",)]
+
+
+def best_sweep_value(base: list[str], key: str, values: list, extra: list[str]):
+    """The value of ``key`` among ``values`` whose finished runs of ``base`` (any seed, under ``extra``'s results_dir)
+    have the best mean primary metric over their completed seeds; None when no value has a completed seed.  Ties go to
+    the value listed first.  The same rule as ``mixbench table --best-over``."""
+    best, best_mean = None, None
+    base_cfg = compose([*base, *extra])
+    for value in values:
+        cfg = base_cfg.copy()
+        OmegaConf.update(cfg, key, value)
+        records = finished_runs(cfg, norm_spec(cfg).label())
+        mean = Cell.from_records(records).mean
+        if mean is None:
+            continue
+        higher = records[0]["primary_metric"]["higher_is_better"]
+        if best_mean is None or (mean > best_mean if higher else mean < best_mean):
+            best, best_mean = value, mean
+    return best
 
 
 def reproduce(
@@ -60,9 +126,14 @@ def reproduce(
     resume: bool = False,
     only: tuple[str, ...] = (),
     launcher: str = "local",
+    best_from: str | None = None,
 ) -> list | None:
     """Run a paper grid (see :mod:`mixbench.grids.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
-    ``only``: run just the configurations whose arguments include every one of these ``key=value`` items."""
+    ``only``: run just the configurations whose arguments include every one of these ``key=value`` items.  ``scale``
+    None: the grid's default.  ``best_from``: a swept grid's placements at their best values there (:func:`expand`)."""
+    scale = scale or grid_scales(name)[0]
+    if best_from is not None and not any(_sweep(b)[0] for b in _proxy_blocks(name)):
+        raise ConfigError(f"--best-from needs a grid that sweeps a setting (e.g. lr_sensitivity); {name} sweeps none")
     if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
         if launcher != "local":
             raise ConfigError(
@@ -73,7 +144,7 @@ def reproduce(
     if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
         return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
 
-    argvs = [argv for argv in expand(name, scale, seeds, extra) if all(item in argv for item in only)]
+    argvs = [argv for argv in expand(name, scale, seeds, extra, best_from=best_from) if all(item in argv for item in only)]
     if not argvs:
         raise ConfigError(f"--only {' '.join(only)} matches no run of {name}; see mixbench reproduce {name} --dry-run")
     if dry_run:

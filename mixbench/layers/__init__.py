@@ -11,10 +11,12 @@ from .placements import (
     Placement,
     admin_omega_init,
     block_placements,
+    dyt_llm_alpha0,
     get_block_placement,
     get_placement,
     list_placements,
     num_post_layers,
+    profile_admin,
     register_placement,
 )
 from .residual import PlacedResidual, init_placements_, option_parameters, placement_parameters
@@ -36,6 +38,7 @@ __all__ = [
     "by_position",
     "deepnorm_constants",
     "dyt_factory",
+    "dyt_llm_alpha0",
     "get_block_placement",
     "get_placement",
     "init_deepnorm_",
@@ -46,6 +49,7 @@ __all__ = [
     "num_post_layers",
     "option_parameters",
     "placement_parameters",
+    "profile_admin",
     "project_qkv",
     "register_placement",
     "scaled_init_",

@@ -53,9 +53,11 @@ class NormSpec:
         paper_compat: DeepNorm only — reproduce the official Mix-LN code (a = sqrt(8) for
             every depth, xavier-normal init with gain (8L)^(+1/4)) instead of DeepNet's constants.
         groups: number of channel groups of ``kind=groupnorm``.
-        admin_init: Admin's initial residual weight; ``None`` = Admin's rule w_k = sqrt(k + 1) for
-            the k-th sub-layer (0-based, attention and MLP counted separately), i.e. its profiled
-            init under the assumption that every earlier sub-layer output has unit variance.
+        admin_init: Admin's initial residual weights ω: ``profile`` = Admin's profiling pass over a real
+            batch (:func:`mixbench.layers.placements.profile_admin`); ``sqrt`` = the fixed schedule
+            w_k = sqrt(k + 1) for the k-th sub-layer (0-based, attention and MLP counted separately), the
+            profiled values when every branch output has unit variance (``None``, in configs written before
+            profiling existed, means ``sqrt``); a positive number = that constant.
         scaled_init: output projections (attention out, MLP down) ~ N(0, std/sqrt(2L)) (paper App. B).
         scaled_embed: multiply the token / patch embeddings by sqrt(d) (Takase et al., 2023).
         qk_norm: ``none`` | ``head`` (a norm of width head_dim on q and k after the head split) | ``full``
@@ -72,7 +74,7 @@ class NormSpec:
     final_norm: bool = True
     paper_compat: bool = False
     groups: int = 8
-    admin_init: float | None = None
+    admin_init: float | str | None = "profile"
     scaled_init: bool = False
     scaled_embed: bool = False
     qk_norm: str = "none"

@@ -51,6 +51,7 @@ depend on it (DyT's α0 per position).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from collections.abc import Callable
@@ -112,6 +113,12 @@ class Placement:
         """Initial value of a learnable scalar that LLaMA multiplies its token embeddings by (DyT's ``norm.dyt_embed_gain``:
         √d, as the DyT LLaMA code's ``shared_scale``), or ``None`` for none.  ViT has no such scalar."""
         return None
+
+    def for_model(self, spec, family: str, width: int):
+        """``spec`` with this placement's family- or width-dependent defaults filled in, for a model of ``family``
+        (``llama`` | ``vit``) and hidden ``width`` (DyT's α0 and embedding gain); most placements return it as it is.
+        The models call this before they build; a run's label stays that of the unresolved spec."""
+        return spec
 
 
 class BlockPlacement(Placement):
@@ -300,19 +307,80 @@ class DeepNorm(BlockPlacement):
         return f"residual_scale={block.residual_scale:.4f}"
 
 
+ADMIN_INITS = ("profile", "sqrt")  # norm.admin_init besides a positive number
+
+
 def admin_omega_init(spec, block_index: int) -> tuple[float, float]:
-    """Initial Admin residual weights of block ``block_index``'s attention and MLP sub-layers: ``norm.admin_init``
-    if set, else w_k = sqrt(k + 1) for the k-th sub-layer (0-based; attention and MLP counted separately)."""
-    if spec.admin_init is not None:
+    """Initial Admin residual weights of block ``block_index``'s attention and MLP sub-layers before any profiling:
+    a number ``norm.admin_init`` everywhere, else w_k = sqrt(k + 1) for the k-th sub-layer (0-based; attention and MLP
+    counted separately) — the fixed schedule ``norm.admin_init=sqrt`` (``null`` in configs written before profiling
+    existed), and the placeholder that :func:`profile_admin` replaces for ``profile``."""
+    if spec.admin_init not in (None, *ADMIN_INITS):
         return float(spec.admin_init), float(spec.admin_init)
     k = 2 * block_index
     return math.sqrt(k + 1), math.sqrt(k + 2)
 
 
+class AdminProfile:
+    """The running ratio of Admin's profiling pass: ω₁ = 1, then after each Admin sub-layer i with input x and branch
+    output f_i, ω_{i+1} = √(Var(x · ω_i) + Var(f_i)) (population variances over every element, as the reference code's
+    ``np.var``; Transformer-Clinic ``--init-type adaptive-profiling``).  :meth:`step` fills the sub-layer's ω with the
+    current ratio before its output is computed, so later sub-layers see the profiled model."""
+
+    def __init__(self):
+        self.ratio, self.omegas = 1.0, []
+
+    @torch.no_grad()
+    def step(self, omega: nn.Parameter, x: torch.Tensor, branch_out: torch.Tensor) -> None:
+        omega.fill_(self.ratio)
+        self.omegas.append(self.ratio)
+        variance = (x.double() * self.ratio).var(unbiased=False) + branch_out.double().var(unbiased=False)
+        self.ratio = math.sqrt(float(variance))
+
+
+def profile_admin(model: nn.Module, forward: Callable[[], Any]) -> list[float] | None:
+    """Admin's profiling initialisation (Liu et al., 2020) of ``model``'s ``admin`` blocks when ``norm.admin_init=profile``:
+    runs ``forward()`` once (a forward pass over a real batch; no gradients, eval mode: no dropout or drop path) with
+    every Admin sub-layer setting its ω by :class:`AdminProfile`, in the order the forward pass meets them.  Returns
+    the ω of every Admin sub-layer in that order, or None when there is nothing to profile."""
+    blocks = [block for block in model.blocks if block.placement == "admin"]
+    if not blocks or model.norm_spec.admin_init != "profile":
+        return None
+    profile, was_training = AdminProfile(), model.training
+    model.eval()
+    for block in blocks:
+        block.admin_profile = profile
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        for block in blocks:
+            del block.admin_profile
+        model.train(was_training)
+    if len(profile.omegas) != 2 * len(blocks):
+        raise RuntimeError(
+            f"Admin profiling met {len(profile.omegas)} sub-layers, expected {2 * len(blocks)}: forward() must run the model once"
+        )
+    return profile.omegas
+
+
 @register_placement
 class Admin(BlockPlacement):
+    """Admin (Liu et al., 2020): ``N(ω ⊙ x + F(x))`` with a learnable per-channel ω per sub-layer.  ``norm.admin_init``:
+    ``profile`` (default) — Admin's own profiled init, set by :func:`profile_admin` on a real batch before training
+    (``mixbench run`` and ``mixbench analyze`` do it; a model built without data keeps the ``sqrt`` values); ``sqrt`` —
+    the fixed schedule ω_k = √(k+1), Admin's profiled values when every branch output and the embedding have unit
+    variance; a number — that constant everywhere."""
+
     name, summary = "admin", "N(w ⊙ x + F(x)), w learnable per channel — Admin (Liu et al., 2020)"
     added_modules = ("omega1", "omega2")
+
+    def validate_block(self, spec):
+        value = spec.admin_init
+        if value is None or value in ADMIN_INITS:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise NormConfigError(f"norm.admin_init must be profile, sqrt or a positive number, got {value!r}")
 
     def build(self, block, ctx):
         w1, w2 = admin_omega_init(ctx.spec, ctx.depth)
@@ -321,7 +389,16 @@ class Admin(BlockPlacement):
 
     def sublayer(self, block, which, x, branch):
         omega = block.omega1 if which == 1 else block.omega2
-        return getattr(block, f"norm{which}")(x * omega + branch(x))
+        out = branch(x)
+        if (profile := getattr(block, "admin_profile", None)) is not None:  # only inside profile_admin
+            profile.step(omega, x, out)
+        return getattr(block, f"norm{which}")(x * omega + out)
+
+    def label(self, spec):
+        value = spec.admin_init
+        if value == "profile":
+            return self.name
+        return self.name + ("(ω=√(k+1))" if value in (None, "sqrt") else f"(ω={float(value):g})")
 
 
 @register_placement
@@ -458,6 +535,31 @@ class HybridStar(Placement):
         return ["hybrid_first"] + ["hybrid"] * (num_layers - 1)
 
 
+# DyT paper (Zhu et al., CVPR 2025), Table 12: α0 of LLaMA models by width, (attention norms, other norms) — the
+# FFN-input and final norms are "other".  Table 11 gives the same per model size (7B 0.8/0.2, 13B 0.6/0.15, 34B/70B
+# 0.2/0.05).  The paper's ViT value is 0.5 for every norm.
+DYT_LLM_ALPHA0 = ((1024, 1.0, 1.0), (2048, 1.0, 0.5), (4096, 0.8, 0.2), (8192, 0.2, 0.05))
+DYT_VIT_ALPHA0 = 0.5
+
+
+def dyt_llm_alpha0(width: int) -> tuple[float, float]:
+    """DyT's LLaMA α0 (attention, other) for hidden ``width``: Table 12 of the DyT paper, linear in log2(width) between
+    its rows and the end rows' values outside them (so width 512 → 1.0 / 1.0).  The interpolation reproduces Table 11's
+    13B row (width 5120 → 0.61 / 0.15 against the paper's 0.6 / 0.15)."""
+    if not isinstance(width, int) or width < 1:
+        raise NormConfigError(f"DyT needs a positive model width, got {width!r}")
+    rows = DYT_LLM_ALPHA0
+    if width <= rows[0][0]:
+        return rows[0][1], rows[0][2]
+    if width >= rows[-1][0]:
+        return rows[-1][1], rows[-1][2]
+    for (w0, a0, o0), (w1, a1, o1) in zip(rows, rows[1:]):
+        if w0 <= width <= w1:
+            t = (math.log2(width) - math.log2(w0)) / (math.log2(w1) - math.log2(w0))
+            return a0 + t * (a1 - a0), o0 + t * (o1 - o0)
+    raise AssertionError("unreachable: the rows cover every width between their ends")
+
+
 @register_placement
 class DynamicTanh(BlockPlacement):
     """DyT: the Pre-LN layout with every norm replaced one for one by ``γ ⊙ tanh(α x) + β`` — with ``norm=dyt`` the
@@ -466,31 +568,47 @@ class DynamicTanh(BlockPlacement):
     attention-input norm and any q/k norm, ``norm.dyt_alpha_mlp``, ``norm.dyt_alpha_final``); γ = 1, β = 0.
     LLaMA has no β (the paper's LLaMA code), ViT has one (jiachenzhu/DyT ``convert_ln_to_dyt``).
 
-    ``norm.dyt_embed_gain`` (LLaMA only, off by default): multiply the token embeddings by a learnable scalar initialised
-    to √d, as the DyT LLaMA code does (jiachenzhu/DyT ``other_tasks/LLaMA/fms_fsdp/models/llama.py``: ``shared_scale``).
-    Without it the N(0, 0.02) embeddings enter ``tanh(α x)`` in its linear range: every branch input is ~0.01 RMS, and the
-    branch outputs, the logits (std ~0.005 at init) and every block's gradient are ~10³ × smaller than Pre-LN's."""
+    Defaults (``null``), as the DyT authors train each family: LLaMA takes α0 from the paper's width table
+    (:func:`dyt_llm_alpha0`: attention / MLP and final) and multiplies its token embeddings by a learnable scalar
+    initialised to √d (``norm.dyt_embed_gain``; jiachenzhu/DyT ``other_tasks/LLaMA/fms_fsdp/models/llama.py``:
+    ``shared_scale``, always on there); ViT takes α0 = 0.5 everywhere and has no embedding scalar.  A number (or
+    ``true``/``false``) overrides the default and shows in the label.  A ``dyt`` block inside ``norm.layers`` uses
+    α0 = 0.5 (the per-model settings belong to ``norm=dyt``).  Without the embedding gain the N(0, 0.02) embeddings
+    enter ``tanh(α x)`` in its linear range: every branch input is ~0.01 RMS, and the branch outputs, the logits and
+    every block's gradient are ~10³ × smaller than Pre-LN's."""
 
     name, summary = "dyt", "pre-LN with every norm → γ ⊙ tanh(α x) + β — DyT (Zhu et al., CVPR 2025)"
-    # 0.5: the paper's ViT value; the paper gives LLaMA values only from 7B up (attn / MLP / final 0.8 / 0.2 / 0.2
-    # at 7B), so small LLaMAs use 0.5 too until swept.
-    options = {"dyt_alpha_attn": 0.5, "dyt_alpha_mlp": 0.5, "dyt_alpha_final": 0.5, "dyt_embed_gain": False}
+    options = {"dyt_alpha_attn": None, "dyt_alpha_mlp": None, "dyt_alpha_final": None, "dyt_embed_gain": None}
     alpha_options: ClassVar[tuple[str, ...]] = ("dyt_alpha_attn", "dyt_alpha_mlp", "dyt_alpha_final")
 
+    def for_model(self, spec, family, width):
+        if family == "llama":
+            attn, other = dyt_llm_alpha0(width)
+            defaults = {"dyt_alpha_attn": attn, "dyt_alpha_mlp": other, "dyt_alpha_final": other, "dyt_embed_gain": True}
+        else:
+            if spec.options.get("dyt_embed_gain"):
+                raise NormConfigError("norm.dyt_embed_gain scales LLaMA's token embeddings; a ViT has none: leave it unset (null)")
+            defaults = dict.fromkeys(self.alpha_options, DYT_VIT_ALPHA0) | {"dyt_embed_gain": False}
+        options = {key: defaults[key] if value is None else value for key, value in spec.options.items()}
+        return dataclasses.replace(spec, options=options)
+
     def alphas(self, spec) -> tuple[float, float, float]:
-        """α0 of the attention, MLP and final norms (a ``dyt`` block of ``norm.layers`` uses the defaults)."""
-        return tuple(float(spec.options.get(key, self.options[key])) for key in self.alpha_options)
+        """α0 of the attention, MLP and final norms of a spec resolved by :meth:`for_model` (an unresolved one — a
+        ``dyt`` block of ``norm.layers``, or a model built without ``for_model`` — gets the ViT value 0.5)."""
+        return tuple(float(DYT_VIT_ALPHA0 if spec.options.get(key) is None else spec.options[key]) for key in self.alpha_options)
 
     def embed_gain(self, spec, dim):
-        return math.sqrt(dim) if spec.options.get("dyt_embed_gain", False) else None
+        return math.sqrt(dim) if spec.options.get("dyt_embed_gain") else None
 
     def validate(self, spec):
-        if not isinstance(spec.option("dyt_embed_gain"), bool):
-            raise NormConfigError(f"norm.dyt_embed_gain must be true or false, got {spec.option('dyt_embed_gain')!r}")
+        if spec.option("dyt_embed_gain") is not None and not isinstance(spec.option("dyt_embed_gain"), bool):
+            raise NormConfigError(
+                f"norm.dyt_embed_gain must be true, false or null (the family's default), got {spec.option('dyt_embed_gain')!r}"
+            )
         for key in self.alpha_options:
             value = spec.option(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise NormConfigError(f"norm.{key} must be a positive number, got {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise NormConfigError(f"norm.{key} must be a positive number or null (the paper's α0 for the model), got {value!r}")
         if spec.kind is not None:
             raise NormConfigError(f"norm=dyt replaces every norm by DyT: leave norm.kind unset (got {spec.kind!r})")
 
@@ -506,8 +624,11 @@ class DynamicTanh(BlockPlacement):
         return sum(getattr(block, name).alpha.numel() for name in ("norm1", "norm2"))
 
     def label(self, spec):
-        alphas = self.alphas(spec)
+        """``dyt`` with the family's defaults; set values show: ``dyt(α0=0.5/0.5/0.5)``, ``+embed_gain`` / ``-embed_gain``
+        (an unset α0 among set ones shows as ``auto``)."""
+        alphas = [spec.options.get(key) for key in self.alpha_options]
         name = self.name
-        if alphas != tuple(float(self.options[key]) for key in self.alpha_options):
-            name += "(α0=" + "/".join(f"{a:g}" for a in alphas) + ")"
-        return name + ("+embed_gain" if spec.options.get("dyt_embed_gain", False) else "")
+        if any(a is not None for a in alphas):
+            name += "(α0=" + "/".join("auto" if a is None else f"{a:g}" for a in alphas) + ")"
+        gain = spec.options.get("dyt_embed_gain")
+        return name + ("" if gain is None else "+embed_gain" if gain else "-embed_gain")

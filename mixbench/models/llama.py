@@ -194,9 +194,10 @@ class Llama(nn.Module):
 
     def __init__(self, cfg: LlamaConfig, norm: NormSpec = NormSpec()):
         super().__init__()
+        placement = get_placement(norm.placement)
+        norm = placement.for_model(norm, "llama", cfg.hidden_size)  # e.g. DyT's α0 for this width
         self.cfg, self.norm_spec = cfg, norm
         self.plan = norm.plan(cfg.num_layers)
-        placement = get_placement(norm.placement)
         make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False, groups=norm.groups))
         self.embed_scale = cfg.hidden_size**0.5 if norm.scaled_embed else 1.0
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)

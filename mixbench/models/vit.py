@@ -135,9 +135,10 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     backend = options["attention_backend"]
     check_attention_backend(backend)
     num_layers = options["num_layers"]
+    placement = get_placement(norm.placement)
+    norm = placement.for_model(norm, "vit", options["hidden_size"])  # e.g. DyT's α0
     plan = norm.plan(num_layers)
     timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items() if k not in _OWN_KEYS}
-    placement = get_placement(norm.placement)
     make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, impl="timm", groups=norm.groups))
     model = timm.create_model(
         VIT_PRESETS[name]["timm_name"],

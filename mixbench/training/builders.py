@@ -1,5 +1,5 @@
-"""The run's parts built from its config: the data module, the model options completed from the data, the
-LightningModule.  Shared by the run, its pre-flight checks and the layer analyses."""
+"""The run's parts built from its config: the data module, the model options completed from the data, the model
+with its data-dependent init, the LightningModule.  Shared by the run, its pre-flight checks and the layer analyses."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from omegaconf import DictConfig, OmegaConf
 from ..core.contracts import BenchDataModule, check_contract
 from ..core.families import get_family
 from ..data import get_datamodule_class
+from ..layers import profile_admin
+from ..models import build_model
+
+PROFILE_ITEMS = 16  # sequences / images of the first validation batch that a profiling init's forward pass uses
 
 
 def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -36,6 +40,26 @@ def model_options(cfg: DictConfig, datamodule) -> dict:
     """Architecture options of the run, completed from the data by the model family (which fails if they do not fit)."""
     options = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
     return get_family(cfg.task.family).options_from_data(cfg, options, datamodule)
+
+
+def profiling_batch(datamodule, items: int = PROFILE_ITEMS):
+    """The first ``items`` examples of the first validation batch, on the CPU: a real, fixed batch (no augmentation,
+    the same on every rank, the training order untouched) for an init that needs one."""
+    import torch
+    from lightning.fabric.utilities.apply_func import apply_to_collection
+
+    batch = next(iter(datamodule.val_dataloader()))
+    return apply_to_collection(batch, torch.Tensor, lambda t: t[:items].cpu())
+
+
+def build_run_model(cfg: DictConfig, spec, datamodule, options: dict):
+    """The run's model at its initial weights: built from the preset, ``spec`` and ``options``, then any init a
+    placement takes from data — Admin's profiling pass (``norm.admin_init=profile``) over :func:`profiling_batch`.
+    Returns ``(model, omegas)``: the profiled Admin ω per sub-layer, or None."""
+    model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
+    loss = get_family(cfg.task.family).analysis_loss
+    omegas = profile_admin(model, lambda: loss(model, profiling_batch(datamodule)))
+    return model, omegas
 
 
 def build_lightning_module(cfg: DictConfig, model, datamodule) -> L.LightningModule:

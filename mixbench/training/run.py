@@ -23,10 +23,10 @@ from ..core.families import get_family
 from ..core.settings import flat_settings
 from ..core.tasks import get_task
 from ..layers.placements import plan_summary
-from ..models import build_model, model_defaults
+from ..models import model_defaults
 from ..results.provenance import git_commit, hardware, package_versions
 from ..results.records import SCHEMA, write_record
-from .builders import build_datamodule, build_lightning_module, model_options
+from .builders import build_datamodule, build_lightning_module, build_run_model, model_options
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .compile import CudaGraphStepMarker, compile_model, upgrade_compile, uses_cudagraphs
@@ -109,7 +109,7 @@ def _same_run(folder: Path, cfg: DictConfig, defaults) -> bool:
     return isinstance(theirs, dict) and same_run_settings(theirs, cfg, defaults)
 
 
-def _runs_parent(cfg: DictConfig, label: str) -> Path:
+def runs_parent(cfg: DictConfig, label: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label.replace("α", "alpha")).strip("_")
     return runs_root(cfg.results_dir) / cfg.task.name / cfg.model.name / slug
 
@@ -118,9 +118,20 @@ def existing_run(cfg: DictConfig, label: str) -> Path | None:
     """The folder under ``results_dir`` holding a run of exactly ``cfg``: a finished one before an unfinished one
     (the newest); None when there is none.  Creates nothing."""
     defaults = run_defaults(cfg)
-    same = [p for p in sorted(_runs_parent(cfg, label).glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg, defaults)]
+    same = [p for p in sorted(runs_parent(cfg, label).glob(f"seed{cfg.seed}-*")) if _same_run(p, cfg, defaults)]
     finished = [p for p in same if finished_record(p) is not None]
     return finished[0] if finished else (same[-1] if same else None)
+
+
+def finished_runs(cfg: DictConfig, label: str) -> list[dict]:
+    """The finished records of ``cfg`` under its ``results_dir``, of every seed (``cfg.seed`` aside, the same
+    settings), oldest first."""
+    defaults, found = run_defaults(cfg), []
+    for folder in sorted(runs_parent(cfg, label).glob("seed*-*")):
+        record = finished_record(folder)
+        if record is not None and same_run_settings(record.get("config") or {}, OmegaConf.merge(cfg, {"seed": record["seed"]}), defaults):
+            found.append(record)
+    return found
 
 
 def run_directory(cfg: DictConfig, label: str) -> Path:
@@ -135,7 +146,7 @@ def run_directory(cfg: DictConfig, label: str) -> Path:
         except OSError as err:
             raise ConfigError(f"cannot create the run folder {path} ({err.strerror}); set run_dir= to a writable folder") from None
         return path
-    parent = _runs_parent(cfg, label)
+    parent = runs_parent(cfg, label)
     if cfg.resume == "auto":  # the same config's folder: a finished one (nothing to do) before an unfinished one
         folder = existing_run(cfg, label)
         if folder is not None:
@@ -303,7 +314,9 @@ def _run_locked(
         datamodule = build_datamodule(cfg)
         record["dataset"] = datamodule.describe()
         options = model_options(cfg, datamodule)
-        model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
+        model, admin_omegas = build_run_model(cfg, spec, datamodule, options)
+        if admin_omegas is not None:
+            record["norm"]["admin_omegas"] = admin_omegas  # Admin's profiled init, one ω per sub-layer
         description = describe_model(cfg.task.family, cfg.model.name, options, model)
         if cfg.init_from is not None:
             record["init_from"] = init_from(model, cfg.init_from, description)
