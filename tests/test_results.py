@@ -492,3 +492,17 @@ def test_copies_of_one_run_count_once(tmp_path):
     loaded, _ = load_records(tmp_path)
     cell = Cell.from_records(loaded)
     assert cell.records == 3 and cell.samples == {0: 50.0, 1: 51.5}  # the repeat is a second run, the copy is not
+
+
+def test_rich_budget_columns_name_their_budget():
+    """``--at 0.25,0.5,1.0`` in the terminal: each column header says which budget it shows, as the markdown does."""
+    from rich.console import Console
+
+    from mixbench.results.table import budget_views
+
+    records = [with_validations(record("pre", 60.0 + s, seed=s), [(25, 20.0 + s), (50, 40.0 + s)]) for s in range(2)]
+    table = aggregate(budget_views(records, [0.25, 0.5, 1.0]))
+    console = Console(record=True, width=200, file=io.StringIO())
+    print_rich(table, console)
+    header = console.export_text().split("┡")[0]  # the lines above the rule under the column headers
+    assert [fraction in header for fraction in ("@0.25", "@0.50", "@1.00")] == [True, True, True]

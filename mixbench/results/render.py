@@ -222,7 +222,9 @@ def _rich_block(table: Table, columns: list[str], title: str):
     for col in columns:  # Text, not markup: "[proxy]" is no style tag; the parts of the column name on lines of their own
         info = table.info.get(col)
         parts = (
-            (info["task"], info["model"], f"{info['dataset']} [{info['scale']}]", *(info["recipe"] or "").split(", ")) if info else (col,)
+            (info["task"], info["model"], f"{info['dataset']} [{info['scale']}]", *(info["recipe"] or "").split(", "), _budget(info))
+            if info
+            else (col,)
         )
         parts = tuple(part for part in parts if part)
         name = "\n".join(line for part in parts for line in _wrap_label(part))
@@ -242,6 +244,11 @@ def _rich_block(table: Table, columns: list[str], title: str):
                 texts.append(Text(cell.text(sep="\n")))
         out.add_row(Text("\n".join(_wrap_label(row))), *texts)  # a long plan label, e.g. custom[po,…], on lines
     return out
+
+
+def _budget(info: dict) -> str:
+    """``@0.25``: the budget fraction of a ``--at`` column, as in its name (blank for a column without one)."""
+    return f"@{info['budget']:.2f}" if info.get("budget") is not None else ""
 
 
 def print_rich(table: Table, console) -> None:
