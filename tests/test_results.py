@@ -506,3 +506,17 @@ def test_rich_budget_columns_name_their_budget():
     print_rich(table, console)
     header = console.export_text().split("┡")[0]  # the lines above the rule under the column headers
     assert [fraction in header for fraction in ("@0.25", "@0.50", "@1.00")] == [True, True, True]
+
+
+def test_table_results_dir_must_be_an_existing_folder(tmp_path, caplog):
+    """A record file or a missing folder given as --results-dir: exit 2 and one line naming the fix (it used to print
+    "no result records" and exit 0)."""
+    path = write_record(record("pre", 50.0), tmp_path / "runs" / "a" / "record.json")
+    assert main(["table", "--results-dir", str(path)]) == 2
+    (message,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "is a file" in message and f"--results-dir {path.parent}" in message and "\n" not in message
+    caplog.clear()
+    assert main(["table", "--results-dir", str(tmp_path / "nope"), "--format", "md"]) == 2
+    (message,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "no such folder" in message and "results/proxy/placements" in message and "\n" not in message
+    assert main(["table", "--results-dir", str(tmp_path), "--format", "md"]) == 0  # the folder itself is fine

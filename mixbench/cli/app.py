@@ -52,14 +52,14 @@ def budget_fractions(text: str) -> list[float]:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from ..results.records import load_records
+    from ..results.records import load_records, results_folder
     from ..results.render import print_rich, render, tidy_csv
     from ..results.table import aggregate, budget_views
     from ..training.config import runs_root
 
     if args.results_dir is None:  # your own runs; the committed proxy results are under results/proxy/
         args.results_dir = str(runs_root())
-    records, problems = load_records(args.results_dir)
+    records, problems = load_records(results_folder(args.results_dir))
     for problem in problems:
         log.warning("skipped unreadable record: %s", problem)
     if args.paper:

@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..core.errors import MixbenchError
+from ..core.errors import ConfigError, MixbenchError
 from ..core.settings import flat_settings
 
 SCHEMA = "mixbench.result/1"
@@ -57,6 +57,20 @@ def read_record(path: str | Path) -> dict:
     if not isinstance(pm, dict) or not {"name", "higher_is_better"} <= set(pm):
         raise RecordError(f"{path}: primary_metric needs name and higher_is_better")
     return record
+
+
+def results_folder(results_dir: str | Path) -> Path:
+    """``results_dir`` as a folder to read records from; a :class:`ConfigError` naming the fix when it is a file or
+    does not exist (:func:`load_records` itself finds nothing there and says nothing)."""
+    path = Path(results_dir)
+    if path.is_file():
+        raise ConfigError(f"--results-dir {path} is a file; give the folder that holds record.json files, e.g. --results-dir {path.parent}")
+    if not path.is_dir():
+        raise ConfigError(
+            f"--results-dir {path}: no such folder; give a folder holding record.json files (e.g. results/proxy/placements), "
+            "or make runs first with `mixbench run task=...` (they go to results/runs)"
+        )
+    return path
 
 
 def load_records(results_dir: str | Path) -> tuple[list[dict], list[str]]:
