@@ -62,6 +62,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     records, problems = load_records(results_folder(args.results_dir))
     for problem in problems:
         log.warning("skipped unreadable record: %s", problem)
+    if args.best_over and (args.paper or args.format == "tidy"):
+        raise ConfigError(
+            f"--best-over picks one cell per norm and column; {'--paper' if args.paper else '--format tidy'} has no such cells "
+            "(tidy lists every run: use --format csv, whose best_value column holds the chosen value)"
+        )
     if args.paper:
         from ..grids.reproduce import paper_comparison, render_comparison
 
@@ -79,7 +84,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.format == "tidy":
         text = tidy_csv(records)
     else:
-        table = aggregate(records, baseline=args.baseline, confidence=args.confidence)
+        table = aggregate(records, baseline=args.baseline, confidence=args.confidence, best_over=args.best_over)
         if args.format == "rich":
             from rich.console import Console
 
@@ -402,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=Raw,
         epilog="examples:\n  mixbench table --results-dir results/proxy/placements --baseline pre\n"
         "  mixbench table --format csv > table.csv      # numbers only on stdout; logs go to stderr\n"
+        "  mixbench table --results-dir results/proxy/lr_sensitivity --best-over optim.lr   # each norm at its best lr\n"
         "  mixbench table --paper table1                # ours next to the paper's numbers\n",
     )
     table.add_argument(
@@ -431,6 +437,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="F,F,...",
         help="one column per budget fraction: the metric at these fractions of each run's training budget "
         "(validations inside fit, e.g. --at 0.25,0.5,1.0; 1 = the final validation)",
+    )
+    table.add_argument(
+        "--best-over",
+        metavar="KEY",
+        help="a config key the runs vary, e.g. optim.lr: its values share a column and each norm is shown at its own best "
+        "value (by the mean over finished seeds; ties: more finished seeds, then the smaller value), the value in the cell "
+        "(@lr 3e-3), Δ against the baseline at its own best value, and the LR sensitivity S of Wortsman et al. 2023 on "
+        "val/loss (docs/results.md); with --at, chosen per budget column",
     )
     table.add_argument("--out", help="write the table to this file")
     table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")

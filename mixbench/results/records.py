@@ -191,12 +191,13 @@ def _is_recipe(key: str) -> bool:
     return not any(key == k or key.startswith(k + ".") for k in NOT_RECIPE)
 
 
-def annotate_recipes(records: list[dict]) -> list[dict]:
+def annotate_recipes(records: list[dict], ignore: tuple[str, ...] = ()) -> list[dict]:
     """Set each record's ``_recipe``: the training settings (``optim.lr=0.008``, ``model.attention_backend=math``…)
     that differ between runs of one norm in one column, so that such runs get columns of their own instead of being
     averaged as if they were seeds of one configuration.  Settings that differ only between norms (a placement's own
-    options) do not split a column; a setting a record lacks (written before it existed) is left out of its label."""
-    settings = [{k: v for k, v in flat_settings(r.get("config") or {}).items() if _is_recipe(k)} for r in records]
+    options) do not split a column; a setting a record lacks (written before it existed) is left out of its label.
+    Settings in ``ignore`` never split a column (``table --best-over optim.lr`` picks among their values in a cell)."""
+    settings = [{k: v for k, v in flat_settings(r.get("config") or {}).items() if _is_recipe(k) and k not in ignore} for r in records]
     varying: dict[str, set[str]] = {}  # base column → settings that differ inside one of its cells
     cells: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(records):

@@ -9,6 +9,7 @@ from ..core.errors import ConfigError
 from . import stats
 from .cell import Cell, Delta
 from .records import _finite, column_key, dataset_name, model_label, row_key, with_recipes
+from .sweep import Sweep, with_setting
 
 # ---------------------------------------------------------------- the table: rows = norm, columns = task · model · dataset [scale]
 
@@ -25,6 +26,8 @@ class Table:
     baseline: str | None = None  # as asked for (--baseline)
     baseline_of: dict[str, str | None] = field(default_factory=dict)  # column → the row used as its baseline
     confidence: float = 0.95
+    best_over: str | None = None  # --best-over KEY: each cell is the one at its row's best value of KEY
+    sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # with best_over: (row, column) → its cells by value
 
 
 BUDGET_TOLERANCE = 0.02  # a validation counts as "at fraction f of the budget" within ±2 % of the budget
@@ -80,14 +83,18 @@ def find_baseline(baseline: str | None, rows: list[str]) -> str | None:
     return matches[0] if matches else None
 
 
-def aggregate(records: list[dict], baseline: str | None = "pre", confidence: float = 0.95) -> Table:
+def aggregate(records: list[dict], baseline: str | None = "pre", confidence: float = 0.95, best_over: str | None = None) -> Table:
     """Rows = norm, columns = task · model · dataset [scale]; cell = the primary metric over seeds (:class:`Cell`),
-    with its difference from the ``baseline`` row of its column and Welch's ``confidence`` interval."""
+    with its difference from the ``baseline`` row of its column and Welch's ``confidence`` interval.
+
+    ``best_over`` (a dotted config key, e.g. ``optim.lr``): the key's values share a column, and each cell is the one at
+    its row's best value (:class:`~.sweep.Sweep`), so that Δ compares each row at its best value with the baseline at
+    the baseline's own best value."""
     if not 0.0 < confidence < 1.0:
         raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
     groups: dict[tuple[str, str], list[dict]] = {}
     metric_of, hib, info = {}, {}, {}
-    records = with_recipes(records)
+    records = with_recipes(records) if best_over is None else with_setting(records, best_over)
     for r in records:
         col = column_key(r)
         metric_of.setdefault(col, r["primary_metric"]["name"])
@@ -104,7 +111,10 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
             },
         )
         groups.setdefault((row_key(r), col), []).append(r)
-    cells = {key: Cell.from_records(recs) for key, recs in groups.items()}
+    sweeps = {key: Sweep.from_records(recs, best_over, hib[key[1]]) for key, recs in groups.items()} if best_over else {}
+    for (_, col), sweep in sweeps.items():
+        sweep.column_values = len({repr(v) for (_, c), s in sweeps.items() if c == col for v in s.cells})
+    cells = {key: sweeps[key].cell if sweeps else Cell.from_records(recs) for key, recs in groups.items()}
     columns = sorted(metric_of)
     order = {"pre": 0, "post": 1, "mix": 2}
     rows = sorted({row for row, _ in cells}, key=lambda n: (order.get(n.split("(")[0].split("[")[0], 3), n))
@@ -127,4 +137,4 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
                 cell.delta = Delta(base_row, diff, low, high, dof)
             else:
                 cell.delta = Delta(base_row, cell.mean - base.mean)
-    return Table(columns, rows, cells, metric_of, hib, best, info, baseline, baseline_of, confidence)
+    return Table(columns, rows, cells, metric_of, hib, best, info, baseline, baseline_of, confidence, best_over, sweeps)
