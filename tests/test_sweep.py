@@ -205,3 +205,36 @@ def test_committed_placements_have_one_lr_each():
     for sweep in table.sweeps.values():
         assert len(sweep.cells) == 1 and sweep.sensitivity_text() in ("", "S 0.00 (1 lr: not swept)")
     assert {table.sweeps[("pre", c)].best for c in table.columns} == {1e-3, 4e-3}
+
+
+def test_lr_figure_lines_bands_best_and_edge_markers(tmp_path, capsys):
+    from mixbench.results.lr_curves import lr_figures
+
+    vision = {**lm_run("pre", 50.0, 1.5, 4e-3), "family": "vision", "task": "vit_tiny", "model": {"name": "vit_tiny", "options": {}}}
+    vision["primary_metric"] = {"name": "val/top1", "higher_is_better": True, "value": 50.0}
+    figures = lr_figures([*SWEEP, vision])
+    assert sorted(figures) == ["lm", "vision"]
+    ax = figures["lm"].axes[0]
+    assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["1e-4", "3e-4", "1e-3", "3e-3", "1e-2"]
+    stars = {(x, y) for line in ax.get_lines() if line.get_marker() == "*" for x, y in line.get_xydata()}
+    assert stars == {(1e-3, 31.0), (3e-3, 28.0), (1e-4, 29.0)}  # pre, mix, post at their best lr; hybrid has none
+    hollow = [line for line in ax.get_lines() if line.get_markerfacecolor() == "none"]
+    assert sorted(line.get_marker() for line in hollow) == ["^", "^", "o", "o", "o", "o", "o"]  # pre: 3e-3, 1e-2; hybrid: 5 lrs
+    assert {line.get_ydata()[0] for line in hollow} == {0.97}  # the top of the axis (lower is better), in axes coordinates
+    bands = [c.get_paths()[0].vertices for c in ax.collections]
+    at_3e3 = [{y for x, y in v if x == 3e-3} for v in bands]
+    assert {27.0, 29.0} in at_3e3  # mix at 3e-3: min–max of 27, 28, 29 (at one-seed lrs the band pinches to the line)
+    for i, r in enumerate(SWEEP):
+        write_record(r, tmp_path / "runs" / str(i) / "record.json")
+    out = tmp_path / "figs" / "lr_curves.png"
+    assert main(["plot", "lr", "--results-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert [p.name for p in out.parent.iterdir()] == ["lr_curves_lm.png"]
+    assert main(["plot", "lr", "--results-dir", str(tmp_path / "nope"), "--out", str(out)]) == 2
+
+
+def test_figure_names_tell_columns_of_one_family_apart():
+    from mixbench.results.lr_curves import figure_names
+
+    deep = [{**r, "model": {**r["model"], "label": "llama_tiny[num_layers=24]"}} for r in SWEEP[:2]]
+    names = figure_names(aggregate([*SWEEP[:2], *deep], best_over="optim.lr"))
+    assert sorted(names.values()) == ["lm_llama_tiny", "lm_llama_tiny_num_layers_24"]

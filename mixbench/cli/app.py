@@ -213,12 +213,34 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    if args.what == "lr":
+        return plot_lr(args)
     from ..results.curves import curves_figure
 
-    out = Path(args.out)
+    if not args.compare:
+        raise ConfigError("mixbench plot curves needs --compare RUN [RUN ...] (run folders)")
+    out = Path(args.out or "results/analysis/curves.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     curves_figure(args.compare, args.metric).savefig(out, dpi=120)
     log.info("wrote %s", out)
+    return 0
+
+
+def plot_lr(args: argparse.Namespace) -> int:
+    """``mixbench plot lr``: the metric against the learning rate, one PNG per table column."""
+    from ..results.lr_curves import write_lr_figures
+    from ..results.records import load_records, results_folder
+    from ..training.config import runs_root
+
+    if args.compare:
+        raise ConfigError("mixbench plot lr reads the records under --results-dir DIR; --compare belongs to plot curves")
+    records, problems = load_records(results_folder(args.results_dir or runs_root()))
+    for problem in problems:
+        log.warning("skipped unreadable record: %s", problem)
+    if not records:
+        raise ConfigError(f"no result records under {args.results_dir or runs_root()}: nothing to plot")
+    for path in write_lr_figures(records, args.out or "results/analysis/lr_curves.png", args.over, args.metric):
+        log.info("wrote %s", path)
     return 0
 
 
@@ -519,15 +541,32 @@ def build_parser() -> argparse.ArgumentParser:
     ana.set_defaults(func=cmd_analyze)
     plot = sub.add_parser(
         "plot",
-        help="training and validation curves of several runs on one figure",
+        help="training and validation curves of several runs on one figure; the metric against the learning rate",
         formatter_class=Raw,
-        description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]",
-        epilog="example:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n",
+        description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]\n"
+        "mixbench plot lr [--results-dir DIR] [--over optim.lr] [--metric M] [--out lr_curves.png]\n\n"
+        "lr: one PNG per column of `mixbench table --best-over optim.lr` (task · model · data): the metric against the lr\n"
+        "(log axis), a line per placement at the mean over finished seeds, a band from the min to the max over seeds, a\n"
+        "star at each placement's best lr, hollow markers at the bad edge of the axis where no seed finished (▲ diverged,\n"
+        "○ stalled, × crashed).  --out DIR/lr_curves.png writes DIR/lr_curves_<slug>.png, the slug being the family (lm,\n"
+        "vision) where it has one column, else the family and the model label (and more, as far as needed).",
+        epilog="examples:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n"
+        "  mixbench plot lr --results-dir results/proxy/lr_sensitivity --out results/proxy/lr_sensitivity/lr_curves.png\n",
     )
-    plot.add_argument("what", choices=("curves",))
-    plot.add_argument("--compare", nargs="+", required=True, metavar="RUN", help="run folders (their logs/metrics.csv)")
-    plot.add_argument("--metric", default=None, help="validation metric of the right panel (default: the runs' primary metric)")
-    plot.add_argument("--out", default="results/analysis/curves.png", help="PNG file to write")
+    plot.add_argument("what", choices=("curves", "lr"))
+    plot.add_argument("--compare", nargs="+", metavar="RUN", help="curves: run folders (their logs/metrics.csv)")
+    plot.add_argument(
+        "--metric",
+        default=None,
+        help="curves: validation metric of the right panel; lr: the y axis (default: the runs' primary metric, e.g. val/ppl)",
+    )
+    plot.add_argument("--results-dir", help="lr: the folder of records, at any depth (default: results/runs)")
+    plot.add_argument("--over", default="optim.lr", metavar="KEY", help="lr: the config key on the x axis (default optim.lr)")
+    plot.add_argument(
+        "--out",
+        help="PNG file to write (curves, default results/analysis/curves.png); lr: the name each figure's slug is added "
+        "to, FIG_<slug>.png (default results/analysis/lr_curves.png)",
+    )
     plot.set_defaults(func=cmd_plot)
     recl = sub.add_parser(
         "reclassify",

@@ -63,9 +63,12 @@ def _metrics(record: dict) -> dict:
     return record["metrics"] if isinstance(record["metrics"], dict) else {}
 
 
-def _loss_view(record: dict) -> dict:
-    """``record`` with ``val/loss`` as its primary metric, so that a :class:`Cell` of such views counts its seeds alike."""
-    return {**record, "primary_metric": {"name": LOSS, "higher_is_better": False}}
+def metric_view(record: dict, name: str) -> dict:
+    """``record`` with the metric ``name`` as its primary metric (its direction from ``metric_specs``; lower is better
+    where the record does not say), so that a :class:`Cell` of such views counts its seeds alike."""
+    specs = {s.get("name"): s.get("higher_is_better") for s in record.get("metric_specs") or [] if isinstance(s, dict)}
+    specs[record["primary_metric"]["name"]] = record["primary_metric"]["higher_is_better"]
+    return {**record, "primary_metric": {"name": name, "higher_is_better": bool(specs.get(name, False))}}
 
 
 @dataclass
@@ -91,7 +94,7 @@ class Sweep:
         values = sorted(value_of.values(), key=_order)
         cells = {v: Cell.from_records(groups[repr(v)]) for v in values}
         complete = all(_finite(_metrics(r).get(LOSS)) for r in records if outcome(r) == "completed")
-        losses = {v: Cell.from_records([_loss_view(r) for r in groups[repr(v)]]) for v in values} if complete else {}
+        losses = {v: Cell.from_records([metric_view(r, LOSS) for r in groups[repr(v)]]) for v in values} if complete else {}
         scored = [(c.mean, c.n, v) for v, c in cells.items() if c.mean is not None]
         best = min(scored, key=lambda s: (-s[0] if higher_is_better else s[0], -s[1], _order(s[2])))[2] if scored else None
         inits = [x for x in map(init_loss, records) if x is not None]

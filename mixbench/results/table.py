@@ -103,6 +103,7 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
             col,
             {
                 "task": r["task"],
+                "family": r.get("family"),
                 "model": model_label(r),
                 "dataset": dataset_name(r),
                 "scale": r["scale"],
