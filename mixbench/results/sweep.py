@@ -77,10 +77,9 @@ class Sweep:
 
     key: str
     cells: dict = field(default_factory=dict)  # value → Cell of the primary metric
-    losses: dict = field(default_factory=dict)  # value → Cell of val/loss (None: some finished record has no val/loss)
+    losses: dict = field(default_factory=dict)  # value → Cell of val/loss (empty: some finished record has no val/loss)
     best: object = None  # the chosen value; None when no value has a finished seed
     init: float | None = None  # ℓ₀, mean over the records
-    records: int = 0
     column_values: int = 0  # values of key in the whole column (set by the table)
 
     @classmethod
@@ -98,12 +97,12 @@ class Sweep:
         scored = [(c.mean, c.n, v) for v, c in cells.items() if c.mean is not None]
         best = min(scored, key=lambda s: (-s[0] if higher_is_better else s[0], -s[1], _order(s[2])))[2] if scored else None
         inits = [x for x in map(init_loss, records) if x is not None]
-        return cls(key, cells, losses, best, statistics.fmean(inits) if inits else None, len(records))
+        return cls(key, cells, losses, best, statistics.fmean(inits) if inits else None)
 
     @property
     def cell(self) -> Cell:
-        """The cell at the best value (all its seeds); an empty cell when no value finished."""
-        return self.cells[self.best] if self.best is not None else Cell(records=self.records)
+        """The cell at the best value (all its seeds); an empty cell (no records) when no value finished."""
+        return self.cells[self.best] if self.best is not None else Cell()
 
     def outcome(self, value) -> str:
         """``completed`` where a seed at ``value`` finished, else the most common outcome of its seeds."""
