@@ -492,3 +492,31 @@ def test_copies_of_one_run_count_once(tmp_path):
     loaded, _ = load_records(tmp_path)
     cell = Cell.from_records(loaded)
     assert cell.records == 3 and cell.samples == {0: 50.0, 1: 51.5}  # the repeat is a second run, the copy is not
+
+
+def test_rich_budget_columns_name_their_budget():
+    """``--at 0.25,0.5,1.0`` in the terminal: each column header says which budget it shows, as the markdown does."""
+    from rich.console import Console
+
+    from mixbench.results.table import budget_views
+
+    records = [with_validations(record("pre", 60.0 + s, seed=s), [(25, 20.0 + s), (50, 40.0 + s)]) for s in range(2)]
+    table = aggregate(budget_views(records, [0.25, 0.5, 1.0]))
+    console = Console(record=True, width=200, file=io.StringIO())
+    print_rich(table, console)
+    header = console.export_text().split("┡")[0]  # the lines above the rule under the column headers
+    assert [fraction in header for fraction in ("@0.25", "@0.50", "@1.00")] == [True, True, True]
+
+
+def test_table_results_dir_must_be_an_existing_folder(tmp_path, caplog):
+    """A record file or a missing folder given as --results-dir: exit 2 and one line naming the fix (it used to print
+    "no result records" and exit 0)."""
+    path = write_record(record("pre", 50.0), tmp_path / "runs" / "a" / "record.json")
+    assert main(["table", "--results-dir", str(path)]) == 2
+    (message,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "is a file" in message and f"--results-dir {path.parent}" in message and "\n" not in message
+    caplog.clear()
+    assert main(["table", "--results-dir", str(tmp_path / "nope"), "--format", "md"]) == 2
+    (message,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "no such folder" in message and "results/proxy/placements" in message and "\n" not in message
+    assert main(["table", "--results-dir", str(tmp_path), "--format", "md"]) == 0  # the folder itself is fine

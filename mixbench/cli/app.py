@@ -52,16 +52,21 @@ def budget_fractions(text: str) -> list[float]:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from ..results.records import load_records
+    from ..results.records import load_records, results_folder
     from ..results.render import print_rich, render, tidy_csv
     from ..results.table import aggregate, budget_views
     from ..training.config import runs_root
 
     if args.results_dir is None:  # your own runs; the committed proxy results are under results/proxy/
         args.results_dir = str(runs_root())
-    records, problems = load_records(args.results_dir)
+    records, problems = load_records(results_folder(args.results_dir))
     for problem in problems:
         log.warning("skipped unreadable record: %s", problem)
+    if args.best_over and (args.paper or args.format == "tidy"):
+        raise ConfigError(
+            f"--best-over picks one cell per norm and column; {'--paper' if args.paper else '--format tidy'} has no such cells "
+            "(tidy lists every run: use --format csv, whose best_value column holds the chosen value)"
+        )
     if args.paper:
         from ..grids.reproduce import paper_comparison, render_comparison
 
@@ -79,7 +84,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.format == "tidy":
         text = tidy_csv(records)
     else:
-        table = aggregate(records, baseline=args.baseline, confidence=args.confidence)
+        table = aggregate(records, baseline=args.baseline, confidence=args.confidence, best_over=args.best_over)
         if args.format == "rich":
             from rich.console import Console
 
@@ -209,12 +214,34 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    if args.what == "lr":
+        return plot_lr(args)
     from ..results.curves import curves_figure
 
-    out = Path(args.out)
+    if not args.compare:
+        raise ConfigError("mixbench plot curves needs --compare RUN [RUN ...] (run folders)")
+    out = Path(args.out or "results/analysis/curves.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     curves_figure(args.compare, args.metric).savefig(out, dpi=120)
     log.info("wrote %s", out)
+    return 0
+
+
+def plot_lr(args: argparse.Namespace) -> int:
+    """``mixbench plot lr``: the metric against the learning rate, one PNG per table column."""
+    from ..results.lr_curves import write_lr_figures
+    from ..results.records import load_records, results_folder
+    from ..training.config import runs_root
+
+    if args.compare:
+        raise ConfigError("mixbench plot lr reads the records under --results-dir DIR; --compare belongs to plot curves")
+    records, problems = load_records(results_folder(args.results_dir or runs_root()))
+    for problem in problems:
+        log.warning("skipped unreadable record: %s", problem)
+    if not records:
+        raise ConfigError(f"no result records under {args.results_dir or runs_root()}: nothing to plot")
+    for path in write_lr_figures(records, args.out or "results/analysis/lr_curves.png", args.over, args.metric):
+        log.info("wrote %s", path)
     return 0
 
 
@@ -403,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=Raw,
         epilog="examples:\n  mixbench table --results-dir results/proxy/placements --baseline pre\n"
         "  mixbench table --format csv > table.csv      # numbers only on stdout; logs go to stderr\n"
+        "  mixbench table --results-dir results/proxy/lr_sensitivity --best-over optim.lr   # each norm at its best lr\n"
         "  mixbench table --paper table1                # ours next to the paper's numbers\n",
     )
     table.add_argument(
@@ -432,6 +460,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="F,F,...",
         help="one column per budget fraction: the metric at these fractions of each run's training budget "
         "(validations inside fit, e.g. --at 0.25,0.5,1.0; 1 = the final validation)",
+    )
+    table.add_argument(
+        "--best-over",
+        metavar="KEY",
+        help="a config key the runs vary, e.g. optim.lr: its values share a column and each norm is shown at its own best "
+        "value (by the mean over finished seeds; ties: more finished seeds, then the smaller value), the value in the cell "
+        "(@lr 3e-3), Δ against the baseline at its own best value, and the LR sensitivity S of Wortsman et al. 2023 on "
+        "val/loss (docs/results.md); with --at, chosen per budget column",
     )
     table.add_argument("--out", help="write the table to this file")
     table.add_argument("--paper", metavar="TABLE", help="compare paper-scale records with the paper's numbers of TABLE (e.g. table1)")
@@ -514,15 +550,32 @@ def build_parser() -> argparse.ArgumentParser:
     ana.set_defaults(func=cmd_analyze)
     plot = sub.add_parser(
         "plot",
-        help="training and validation curves of several runs on one figure",
+        help="training and validation curves of several runs on one figure; the metric against the learning rate",
         formatter_class=Raw,
-        description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]",
-        epilog="example:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n",
+        description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]\n"
+        "mixbench plot lr [--results-dir DIR] [--over optim.lr] [--metric M] [--out lr_curves.png]\n\n"
+        "lr: one PNG per column of `mixbench table --best-over optim.lr` (task · model · data): the metric against the lr\n"
+        "(log axis), a line per placement at the mean over finished seeds, a band from the min to the max over seeds, a\n"
+        "star at each placement's best lr, hollow markers at the bad edge of the axis where no seed finished (▲ diverged,\n"
+        "○ stalled, × crashed).  --out DIR/lr_curves.png writes DIR/lr_curves_<slug>.png, the slug being the family (lm,\n"
+        "vision) where it has one column, else the family and the model label (and more, as far as needed).",
+        epilog="examples:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n"
+        "  mixbench plot lr --results-dir results/proxy/lr_sensitivity --out results/proxy/lr_sensitivity/lr_curves.png\n",
     )
-    plot.add_argument("what", choices=("curves",))
-    plot.add_argument("--compare", nargs="+", required=True, metavar="RUN", help="run folders (their logs/metrics.csv)")
-    plot.add_argument("--metric", default=None, help="validation metric of the right panel (default: the runs' primary metric)")
-    plot.add_argument("--out", default="results/analysis/curves.png", help="PNG file to write")
+    plot.add_argument("what", choices=("curves", "lr"))
+    plot.add_argument("--compare", nargs="+", metavar="RUN", help="curves: run folders (their logs/metrics.csv)")
+    plot.add_argument(
+        "--metric",
+        default=None,
+        help="curves: validation metric of the right panel; lr: the y axis (default: the runs' primary metric, e.g. val/ppl)",
+    )
+    plot.add_argument("--results-dir", help="lr: the folder of records, at any depth (default: results/runs)")
+    plot.add_argument("--over", default="optim.lr", metavar="KEY", help="lr: the config key on the x axis (default optim.lr)")
+    plot.add_argument(
+        "--out",
+        help="PNG file to write (curves, default results/analysis/curves.png); lr: the name each figure's slug is added "
+        "to, FIG_<slug>.png (default results/analysis/lr_curves.png)",
+    )
     plot.set_defaults(func=cmd_plot)
     recl = sub.add_parser(
         "reclassify",

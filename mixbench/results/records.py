@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..core.errors import MixbenchError
+from ..core.errors import ConfigError, MixbenchError
 from ..core.settings import flat_settings
 
 SCHEMA = "mixbench.result/1"
@@ -57,6 +57,20 @@ def read_record(path: str | Path) -> dict:
     if not isinstance(pm, dict) or not {"name", "higher_is_better"} <= set(pm):
         raise RecordError(f"{path}: primary_metric needs name and higher_is_better")
     return record
+
+
+def results_folder(results_dir: str | Path) -> Path:
+    """``results_dir`` as a folder to read records from; a :class:`ConfigError` naming the fix when it is a file or
+    does not exist (:func:`load_records` itself finds nothing there and says nothing)."""
+    path = Path(results_dir)
+    if path.is_file():
+        raise ConfigError(f"--results-dir {path} is a file; give the folder that holds record.json files, e.g. --results-dir {path.parent}")
+    if not path.is_dir():
+        raise ConfigError(
+            f"--results-dir {path}: no such folder; give a folder holding record.json files (e.g. results/proxy/placements), "
+            "or make runs first with `mixbench run task=...` (they go to results/runs)"
+        )
+    return path
 
 
 def load_records(results_dir: str | Path) -> tuple[list[dict], list[str]]:
@@ -177,12 +191,13 @@ def _is_recipe(key: str) -> bool:
     return not any(key == k or key.startswith(k + ".") for k in NOT_RECIPE)
 
 
-def annotate_recipes(records: list[dict]) -> list[dict]:
+def annotate_recipes(records: list[dict], ignore: tuple[str, ...] = ()) -> list[dict]:
     """Set each record's ``_recipe``: the training settings (``optim.lr=0.008``, ``model.attention_backend=math``…)
     that differ between runs of one norm in one column, so that such runs get columns of their own instead of being
     averaged as if they were seeds of one configuration.  Settings that differ only between norms (a placement's own
-    options) do not split a column; a setting a record lacks (written before it existed) is left out of its label."""
-    settings = [{k: v for k, v in flat_settings(r.get("config") or {}).items() if _is_recipe(k)} for r in records]
+    options) do not split a column; a setting a record lacks (written before it existed) is left out of its label.
+    Settings in ``ignore`` never split a column (``table --best-over optim.lr`` picks among their values in a cell)."""
+    settings = [{k: v for k, v in flat_settings(r.get("config") or {}).items() if _is_recipe(k) and k not in ignore} for r in records]
     varying: dict[str, set[str]] = {}  # base column → settings that differ inside one of its cells
     cells: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(records):

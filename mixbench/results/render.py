@@ -24,10 +24,24 @@ def legend(table: Table, best: str = "bold") -> str:
         )
     elif table.baseline:
         text += f"No baseline row {table.baseline!r} in any column: no Δ. "
-    return text + (
+    text += (
         "k/n diverged (likewise stalled, pruned = a search trial its pruner stopped early, and failed = crashed) "
         "= k of the cell's n seeds ended so (a seed's latest record decides); the mean is over the finished seeds "
         f"only. {best} = best mean of the column."
+    )
+    return text + (_sweep_legend(table) if table.best_over else "")
+
+
+def _sweep_legend(table: Table) -> str:
+    name = table.best_over.rsplit(".", 1)[-1]
+    return (
+        f" --best-over {table.best_over}: each cell is its row's best {name} (@{name}: the value whose mean over its "
+        "finished seeds is best; ties: more finished seeds, then the smaller value), with all the seeds at that value; "
+        f"Δ compares it with the baseline row at the baseline's own best {name}. Picked among noisy means, the best is "
+        f"optimistic (winner's curse), most where each {name} has one seed. k/n {name}s stalled: no {name} of the row "
+        f"had a finished seed. S = LR sensitivity (Wortsman et al. 2023, §2.2) over the row's {name}s η: "
+        "mean of min(ℓ(η), ℓ₀) − ℓ*, ℓ(η) = val/loss (mean over finished seeds; ℓ₀ where none finished), ℓ₀ = loss at "
+        "init (ln vocab / ln classes), ℓ* = min ℓ(η); lower = flatter; (k of n): swept over fewer values than the column."
     )
 
 
@@ -36,9 +50,19 @@ def _header(table: Table, col: str) -> str:
     return f"{col} {table.metric_of[col]} {arrow}"
 
 
-def _cell_text(table: Table, row: str, col: str) -> str:
-    cell = table.cells.get((row, col))
-    return "" if cell is None else cell.text()
+def cell_parts(table: Table, row: str, col: str) -> tuple[str, str, str]:
+    """A cell's text in parts: its summary (with ``@lr 3e-3`` under ``--best-over``), its Δ and its LR sensitivity
+    (``S 0.42 (5 lrs)``, only under ``--best-over``); blank where there is none."""
+    cell, sweep = table.cells.get((row, col)), table.sweeps.get((row, col))
+    if cell is None:
+        return "", "", ""
+    if sweep is None:
+        return cell.summary(), cell.delta_text(), ""
+    return sweep.summary(), cell.delta_text(), sweep.sensitivity_text()
+
+
+def _cell_text(table: Table, row: str, col: str, sep: str = " ") -> str:
+    return sep.join(part for part in cell_parts(table, row, col) if part)
 
 
 CELL_FIELDS = (
@@ -71,8 +95,48 @@ CELL_FIELDS = (
 )
 
 
+# with --best-over KEY: the KEY (best_over), its value in the cell (best_value), how many values the row and the column
+# were swept over, how many of the row's finished (some seed did) / diverged / stalled, the LR sensitivity S, ℓ₀ and ℓ*
+SWEEP_FIELDS = (
+    "best_over",
+    "best_value",
+    "swept",
+    "swept_column",
+    "swept_finished",
+    "swept_diverged",
+    "swept_stalled",
+    "sensitivity",
+    "init_loss",
+    "best_loss",
+)
+
+
+def fields_of(table: Table) -> tuple[str, ...]:
+    """The CSV columns of ``table``: :data:`CELL_FIELDS`, and :data:`SWEEP_FIELDS` under ``--best-over``."""
+    return CELL_FIELDS + (SWEEP_FIELDS if table.best_over else ())
+
+
+def _sweep_fields(table: Table, row: str, col: str) -> dict:
+    sweep = table.sweeps.get((row, col))
+    if sweep is None:
+        return {}
+    outcomes = [sweep.outcome(v) for v in sweep.cells]
+    return {
+        "best_over": sweep.key,
+        "best_value": sweep.best,
+        "swept": len(sweep.cells),
+        "swept_column": sweep.column_values,
+        "swept_finished": outcomes.count("completed"),
+        "swept_diverged": outcomes.count("diverged"),
+        "swept_stalled": outcomes.count("stalled"),
+        "sensitivity": sweep.sensitivity,
+        "init_loss": sweep.init,
+        "best_loss": sweep.best_loss,
+    }
+
+
 def cell_rows(table: Table) -> list[dict]:
-    """One dict per table cell with the numbers behind its text (keys :data:`CELL_FIELDS`; None where blank)."""
+    """One dict per table cell with the numbers behind its text (keys :func:`fields_of`; None where blank)."""
     out = []
     for col in table.columns:
         for row in table.rows:
@@ -103,6 +167,7 @@ def cell_rows(table: Table) -> list[dict]:
                     "confidence": table.confidence if d and d.low is not None else None,
                     "significant": d.significant if d else None,
                     "best": table.best.get(col) == row,
+                    **_sweep_fields(table, row, col),
                 }
             )
     return out
@@ -112,7 +177,7 @@ def cells_frame(table: Table):
     """:func:`cell_rows` as a pandas DataFrame."""
     import pandas as pd
 
-    frame = pd.DataFrame(cell_rows(table), columns=list(CELL_FIELDS))
+    frame = pd.DataFrame(cell_rows(table), columns=list(fields_of(table)))
     frame["significant"] = frame["significant"].astype("boolean")  # True / False / <NA> (no interval)
     return frame
 
@@ -136,7 +201,7 @@ def render(table: Table, fmt: str = "md") -> str:
     """``md`` | ``latex`` text of the table (best cell per column bold, legend under it), or ``csv``: one row per
     cell with numeric columns (:data:`CELL_FIELDS`)."""
     if fmt == "csv":
-        return _csv(cell_rows(table), CELL_FIELDS)
+        return _csv(cell_rows(table), fields_of(table))
     if fmt == "latex":
         lines = [
             r"\begin{tabular}{l" + "c" * len(table.columns) + "}",
@@ -222,7 +287,9 @@ def _rich_block(table: Table, columns: list[str], title: str):
     for col in columns:  # Text, not markup: "[proxy]" is no style tag; the parts of the column name on lines of their own
         info = table.info.get(col)
         parts = (
-            (info["task"], info["model"], f"{info['dataset']} [{info['scale']}]", *(info["recipe"] or "").split(", ")) if info else (col,)
+            (info["task"], info["model"], f"{info['dataset']} [{info['scale']}]", *(info["recipe"] or "").split(", "), _budget(info))
+            if info
+            else (col,)
         )
         parts = tuple(part for part in parts if part)
         name = "\n".join(line for part in parts for line in _wrap_label(part))
@@ -233,15 +300,19 @@ def _rich_block(table: Table, columns: list[str], title: str):
         if all(cell is None for cell in cells):
             continue
         texts = []
-        for col, cell in zip(columns, cells):
-            if cell is None:
-                texts.append(Text(""))
-            elif table.best.get(col) == row:
-                texts.append(Text("\n".join(t for t in (cell.summary() + " ★", cell.delta_text()) if t), style="bold green"))
+        for col in columns:
+            summary, *rest = cell_parts(table, row, col)
+            if table.best.get(col) == row:
+                texts.append(Text("\n".join(t for t in (summary + " ★", *rest) if t), style="bold green"))
             else:
-                texts.append(Text(cell.text(sep="\n")))
+                texts.append(Text("\n".join(t for t in (summary, *rest) if t)))
         out.add_row(Text("\n".join(_wrap_label(row))), *texts)  # a long plan label, e.g. custom[po,…], on lines
     return out
+
+
+def _budget(info: dict) -> str:
+    """``@0.25``: the budget fraction of a ``--at`` column, as in its name (blank for a column without one)."""
+    return f"@{info['budget']:.2f}" if info.get("budget") is not None else ""
 
 
 def print_rich(table: Table, console) -> None:
