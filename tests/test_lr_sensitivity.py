@@ -47,7 +47,7 @@ def finished(base: list[str], results, seed: int, value: float, status: str = "c
     config = OmegaConf.to_container(cfg, resolve=True)
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     metric = cfg.task.name.startswith("c4") and "val/ppl" or "val/top1"
-    record = {"status": status, "seed": seed, "config": config, "metrics": {metric: value}}
+    record = {"status": status, "seed": seed, "config": config, "metrics": {metric: value}, "model": {"name": cfg.model.name}}
     record["primary_metric"] = {"name": metric, "higher_is_better": metric == "val/top1", "value": value}
     (folder / "record.json").write_text(json.dumps(record))
 

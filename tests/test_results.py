@@ -520,3 +520,9 @@ def test_table_results_dir_must_be_an_existing_folder(tmp_path, caplog):
     (message,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert "no such folder" in message and "results/proxy/placements" in message and "\n" not in message
     assert main(["table", "--results-dir", str(tmp_path), "--format", "md"]) == 0  # the folder itself is fine
+
+
+def test_table_without_results_dir_on_a_fresh_checkout_says_there_are_no_runs_yet(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)  # no results/runs here yet: the default folder, not a mistyped one
+    assert main(["table"]) == 0
+    assert "no result records" in caplog.text

@@ -57,9 +57,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     from ..results.table import aggregate, budget_views
     from ..training.config import runs_root
 
-    if args.results_dir is None:  # your own runs; the committed proxy results are under results/proxy/
+    if args.results_dir is None:  # your own runs (none yet on a fresh checkout); the committed proxy results: results/proxy/
         args.results_dir = str(runs_root())
-    records, problems = load_records(results_folder(args.results_dir))
+        records, problems = load_records(args.results_dir)
+    else:
+        records, problems = load_records(results_folder(args.results_dir))
     for problem in problems:
         log.warning("skipped unreadable record: %s", problem)
     if args.best_over and (args.paper or args.format == "tidy"):

@@ -14,6 +14,7 @@ import sys
 from omegaconf import OmegaConf
 
 from ..core.errors import ConfigError
+from ..results.sweep import Sweep
 from ..results.table import Cell
 from ..training.config import compose, norm_spec
 from ..training.run import existing_run, finished_record, finished_runs
@@ -98,22 +99,18 @@ def _swept(blocks, index, task, norm, overrides, variant, extra, best_from) -> l
 
 
 def best_sweep_value(base: list[str], key: str, values: list, extra: list[str]):
-    """The value of ``key`` among ``values`` whose finished runs of ``base`` (any seed, under ``extra``'s results_dir)
-    have the best mean primary metric over their completed seeds; None when no value has a completed seed.  Ties go to
-    the value listed first.  The same rule as ``mixbench table --best-over``."""
-    best, best_mean = None, None
+    """The value of ``key`` among ``values`` that ``mixbench table --best-over KEY`` picks from the finished runs of
+    ``base`` (any seed, under ``extra``'s results_dir): the best mean primary metric over its completed seeds
+    (:class:`mixbench.results.sweep.Sweep`); None when no value has a completed seed."""
     base_cfg = compose([*base, *extra])
+    records = []
     for value in values:
         cfg = base_cfg.copy()
         OmegaConf.update(cfg, key, value)
-        records = finished_runs(cfg, norm_spec(cfg).label())
-        mean = Cell.from_records(records).mean
-        if mean is None:
-            continue
-        higher = records[0]["primary_metric"]["higher_is_better"]
-        if best_mean is None or (mean > best_mean if higher else mean < best_mean):
-            best, best_mean = value, mean
-    return best
+        records += finished_runs(cfg, norm_spec(cfg).label())
+    if not records:
+        return None
+    return Sweep.from_records(records, key, records[0]["primary_metric"]["higher_is_better"]).best
 
 
 def reproduce(
