@@ -11,7 +11,7 @@ import pytest
 
 from mixbench.training.config import compose
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "speed"))
 
 
 def test_vit_e2e_and_timm_peer_arguments_compose(tmp_path):
@@ -90,7 +90,7 @@ def test_fp8_pairs_summary_pays_only_when_faster_and_inside_the_noise():
 
 
 def test_dali_bundle_parts_are_joined_checked_and_put_on_the_paths(tmp_path):
-    """bench/dali_bundle.sh on a stand-in bundle (a fake nvidia.dali): parts received one call at a time are joined,
+    """bench/device/dali_bundle.sh on a stand-in bundle (a fake nvidia.dali): parts received one call at a time are joined,
     checked against SHA256 and unpacked, and `env` puts the install on PYTHONPATH / LD_LIBRARY_PATH; a cut part is refused."""
     import hashlib
     import io
@@ -108,7 +108,7 @@ def test_dali_bundle_parts_are_joined_checked_and_put_on_the_paths(tmp_path):
     packed = lzma.compress(archive.getvalue())
     bundle, parts, dest = tmp_path / "bundle", tmp_path / "parts", tmp_path / "site"
     env = {**os.environ, "DALI_BUNDLE": str(bundle), "DALI_PARTS": str(parts), "DALI_SITE": str(dest)}
-    script = Path(__file__).resolve().parents[1] / "bench" / "dali_bundle.sh"
+    script = Path(__file__).resolve().parents[1] / "bench" / "device" / "dali_bundle.sh"
     half = len(packed) // 2
     for i, chunk in enumerate((packed[:half], packed[half:])):  # one call per part: only that part is in the checkout
         bundle.mkdir(exist_ok=True)
