@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_runs import REPO, Runner, machine, markdown, start_logging, write_result  # noqa: E402  (bench/speed/ is not a package)
+from harness import REPO, Runner, machine, markdown, start_logging, write_result  # noqa: E402  (bench/speed/ is not a package)
 from multi_gpu import lm_args  # noqa: E402
 
 log = logging.getLogger("fp8_pairs")

@@ -15,7 +15,6 @@ value measures bf16 only (``--device cpu --no-compile --recipes`` is a smoke run
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import platform
 import sys
@@ -24,13 +23,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import free_device_memory, text_table, write_result  # noqa: E402
 from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402  (bench/speed/ is not a package)
-from rows import free_device_memory, text_table  # noqa: E402
 
 from mixbench import build_model  # noqa: E402
 from mixbench.core.errors import ConfigError  # noqa: E402
 from mixbench.models.llama import llama_config  # noqa: E402
-from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
 from mixbench.training.callbacks import peak_flops  # noqa: E402
 from mixbench.training.precision import FP8_RECIPES, check_fp8_runtime, convert_fp8  # noqa: E402
 
@@ -54,20 +52,18 @@ COLUMNS = (  # title, width (negative: left-aligned), cell of a row
 )
 
 
-def write_json(args, device_name: str, peak: float | None, rows: list[dict], text: str | None) -> None:
-    result = dict(
-        benchmark="fp8_throughput",
+def write_json(args, device_name: str, peak: float | None, rows: list[dict], final: bool = False) -> None:
+    """The JSON after each row; ``final``: with the table, and the table as Markdown beside it."""
+    write_result(
+        args.out,
+        "fp8_throughput",
+        vars(args) | {"out": str(args.out)},
+        rows,
+        text_table(rows, COLUMNS, markdown=True) if final else None,
         device=device_name,
         peak_bf16_flops=peak,
-        settings=vars(args) | {"out": str(args.out)},
-        versions=package_versions(),
-        git=git_commit(),
-        torch=torch.__version__,
-        rows=rows,
-        table=text,
+        table=text_table(rows, COLUMNS) if final else None,
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=str))
 
 
 def random_batch(name: str, batch: int, seq: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,7 +120,7 @@ def main() -> None:
                 mfu=result["tokens_per_sec"] * flops_per_token / peak if peak else None,
             )
             rows.append(result)
-            write_json(args, device_name, peak, rows, None)  # partial results survive a time-out
+            write_json(args, device_name, peak, rows)  # partial results survive a time-out
             log.info(
                 "%-10s %-16s %10.0f tok/s  %.3fx bf16  loss %.3f",
                 name,
@@ -135,9 +131,7 @@ def main() -> None:
             )
             del model, step
             free_device_memory(args.device)  # the next row compiles and allocates afresh
-    text = text_table(rows, COLUMNS)
-    log.info("\n%s", text)
-    write_json(args, device_name, peak, rows, text)
+    write_json(args, device_name, peak, rows, final=True)
 
 
 if __name__ == "__main__":

@@ -24,20 +24,18 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import json
 import logging
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import markdown, write_result  # bench/speed/ is this script's directory
 from PIL import Image
 
 from mixbench.data import ASSETS_DIR
 from mixbench.data.folders import ImageFolderDataModule
-from mixbench.results.provenance import git_commit, package_versions
 
 log = logging.getLogger("image_loader")
 CPUS = len(os.sched_getaffinity(0))  # the cores this process may use (taskset), not the machine's
@@ -196,25 +194,10 @@ def main() -> None:
     for r in rows:
         share = f"{100 * r['of_model_alone']:5.1f} % of the step alone" if "of_model_alone" in r else ""
         log.info("%-48s %-48s %3d workers: %8.0f images/s %s", r["stage"], r["variant"], r["workers"], r["images_per_sec"], share)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name() if device == "cuda" else None
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "image_loader",
-                "cpu_count": CPUS,
-                "machine_cpu_count": os.cpu_count(),
-                "machine": platform.machine(),
-                "gpu": gpu,
-                "settings": vars(args) | {"out": str(args.out), "root": str(args.root)},
-                "versions": package_versions(),
-                "git": git_commit(),
-                "rows": rows,
-            },
-            indent=1,
-            default=str,
-        )
-    )
+    columns = [("stage", "stage"), ("variant", "variant"), ("workers", "workers"), ("images/s", "images_per_sec")]
+    table = markdown(columns + [("of the step alone", "of_model_alone")], rows)
+    write_result(args.out, "image_loader", vars(args) | {"out": str(args.out), "root": str(args.root)}, rows, table, gpu=gpu)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ Prints a table and writes JSON (after every row) and ``<out>_profile.txt`` (top 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import platform
 import time
@@ -35,13 +34,12 @@ import kernel_profile  # bench/speed/ is this script's directory
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from rows import add_ratios, fmt, free_device_memory, text_table
+from harness import add_ratios, fmt, free_device_memory, text_table, write_result
 
 from mixbench import build_model
 from mixbench.core.constants import IGNORE_INDEX
 from mixbench.layers.attention import causal_attention, project_qkv
 from mixbench.models.llama import CausalSelfAttention, SwiGLU, llama_config
-from mixbench.results.provenance import git_commit, package_versions
 from mixbench.training.callbacks import peak_flops
 from mixbench.training.lit.lm import causal_lm_loss_sum
 
@@ -318,7 +316,7 @@ class Bench:
                 row["warmup_s"],
                 self.elapsed(),
             )
-        self.write(table=None)
+        self.write()
         return row if tps else None
 
     def fits(self, limit_s: float, cost_s: float, what: str) -> bool:
@@ -345,26 +343,20 @@ class Bench:
                     best[f.name], gains[f.name] = value, gain
         return Variant(**best)
 
-    def write(self, table: str | None) -> None:
+    def write(self, final: bool = False) -> None:
+        """The JSON (``final``: with the table, and the table as Markdown beside it)."""
         args = self.args
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps(
-                {
-                    "benchmark": "lm_throughput",
-                    "device": self.device_name,
-                    "peak_bf16_flops": self.peak,
-                    "settings": vars(args) | {"out": str(args.out)},
-                    "versions": package_versions() | kernel_versions(),
-                    "git": git_commit(),
-                    "torch": torch.__version__,
-                    "rows": self.rows,
-                    "skipped": self.skipped,
-                    "table": table,
-                },
-                indent=1,
-                default=str,
-            )
+        write_result(
+            args.out,
+            "lm_throughput",
+            vars(args) | {"out": str(args.out)},
+            self.rows,
+            format_table(self.rows, markdown=True) if final else None,
+            versions=kernel_versions(),
+            device=self.device_name,
+            peak_bf16_flops=self.peak,
+            skipped=self.skipped,
+            table=format_table(self.rows) if final else None,
         )
         if self.profiles:
             profile_path(args.out).write_text("\n\n".join(self.profiles) + "\n")
@@ -401,8 +393,8 @@ COLUMNS = (  # title, width (negative: left-aligned), cell of a row
 )
 
 
-def format_table(rows: list[dict]) -> str:
-    return text_table(rows, COLUMNS, ok=lambda r: bool(r["tokens_per_sec"]), lead=3)
+def format_table(rows: list[dict], markdown: bool = False) -> str:
+    return text_table(rows, COLUMNS, ok=lambda r: bool(r["tokens_per_sec"]), lead=3, markdown=markdown)
 
 
 def parse_args(argv=None):
@@ -458,11 +450,9 @@ def main(argv=None) -> None:
         if not args.no_hf and bench.fits(args.max_s, scale * estimated_s(Variant()), f"{name} HF"):
             bench.run(name, None, None, "peer")
     add_ratios(bench.rows, rate="tokens_per_sec", peer="vs_hf")
-    table = format_table(bench.rows)
-    log.info("\n%s", table)
     if bench.skipped:
         log.info("skipped (time budget): %s", "; ".join(bench.skipped))
-    bench.write(table)
+    bench.write(final=True)
 
 
 if __name__ == "__main__":

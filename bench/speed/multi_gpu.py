@@ -38,13 +38,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
-from mixbench.training.config import compose  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import REPO, fmt, gpu_names, text_table, write_result  # noqa: E402  (bench/speed/ is not a package)
 from image_loader import write_jpegs  # noqa: E402
+
+from mixbench.training.config import compose  # noqa: E402
 
 log = logging.getLogger("multi_gpu")
 IMAGENET_TRAIN_IMAGES = 1_281_167
@@ -259,52 +257,41 @@ def paper_hours(row: Row) -> float | None:
     return items / per_sec / 3600
 
 
-def table(rows: list[Row]) -> str:
+def add_scaling(rows: list[Row]) -> None:
+    """Each row's speed-up over its model's one-GPU row, and the hours a paper-scale run takes at its speed."""
     single = {r.model: r.result.get("items_per_sec") for r in rows if r.num_gpus == 1}
-    width = max(24, *(len(r.name) + 2 for r in rows))
-    header = f"{'run':<{width}}{'items/s':>12}{'per GPU':>11}{'scaling':>9}{'MFU':>7}{'peak GiB/GPU':>15}{'paper run h':>13}  status"
-    lines = [header, "-" * len(header)]
     for r in rows:
         res, one = r.result, single.get(r.model)
         res["scaling_vs_1gpu"] = res["items_per_sec"] / one if r.num_gpus > 1 and one and res.get("items_per_sec") else None
         res["paper_run_hours"] = paper_hours(r)
-        lines.append(
-            f"{r.name:<{width}}{_fmt(res['items_per_sec'], ',.0f'):>12}{_fmt(res['items_per_sec_per_gpu'], ',.0f'):>11}"
-            f"{_fmt(res['scaling_vs_1gpu'], '.2f', 'x'):>9}{_fmt(res['mfu'], '.1%'):>7}"
-            f"{'/'.join(f'{m:.1f}' for m in res['peak_mem_gib_per_gpu']):>15}{_fmt(res['paper_run_hours'], '.1f'):>13}  {res['status']}"
-        )
-    return "\n".join(lines)
 
 
-def _fmt(value, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else format(value, spec) + suffix
+def table(results: list[dict], markdown: bool = False) -> str:
+    """The rows' results (after ``add_scaling``) as a fixed-width table, or a Markdown one."""
+    columns = (
+        ("run", -max([24] + [len(res["row"]) + 2 for res in results]), lambda res: res["row"]),
+        ("items/s", 12, lambda res: fmt(res["items_per_sec"], ",.0f")),
+        ("per GPU", 11, lambda res: fmt(res["items_per_sec_per_gpu"], ",.0f")),
+        ("scaling", 9, lambda res: fmt(res["scaling_vs_1gpu"], ".2f", "x")),
+        ("MFU", 7, lambda res: fmt(res["mfu"], ".1%")),
+        ("peak GiB/GPU", 15, lambda res: "/".join(f"{m:.1f}" for m in res["peak_mem_gib_per_gpu"])),
+        ("paper run h", 13, lambda res: fmt(res["paper_run_hours"], ".1f")),
+        ("  status", 0, lambda res: "  " + res["status"]),
+    )
+    return text_table(results, columns, markdown=markdown)
 
 
-def gpu_names() -> list[str]:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
-
-
-def write_json(path: Path, args, rows: list[Row], text: str | None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {
-                "benchmark": "multi_gpu",
-                "cards": gpu_names(),
-                "settings": vars(args) | {"out": str(args.out)},
-                "env": {"NCCL_NVLS_ENABLE": "0"},
-                "versions": package_versions(),
-                "git": git_commit(),
-                "rows": [r.result for r in rows if r.result],
-                "table": text,
-            },
-            indent=1,
-            default=str,
-        )
+def write_json(path: Path, args, rows: list[Row], final: bool = False) -> None:
+    """The JSON after each phase; ``final``: with the table, and the table as Markdown beside it."""
+    results = [r.result for r in rows if r.result]
+    write_result(
+        path,
+        "multi_gpu",
+        vars(args) | {"out": str(args.out)},
+        results,
+        table(results, markdown=True) if final else None,
+        env={"NCCL_NVLS_ENABLE": "0"},
+        table=table(results) if final else None,
     )
 
 
@@ -395,10 +382,9 @@ def main(argv=None) -> int:
             log.warning("time budget spent: skipping %s", ", ".join(r.name for r in phase))
             continue
         run_phase(phase, work / "runs", out_dir, deadline)
-        write_json(args.out, args, rows, None)  # partial results survive a time-out
-    text = table([r for r in rows if r.result])
-    log.info("\n%s", text)
-    write_json(args.out, args, rows, text)
+        write_json(args.out, args, rows)  # partial results survive a time-out
+    add_scaling([r for r in rows if r.result])
+    write_json(args.out, args, rows, final=True)
     return 0 if all(r.result.get("status") == "completed" for r in rows) else 1
 
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_runs import REPO, Runner, epoch_average, image_bench_arguments, markdown, start_logging, vit_run_args, write_result  # noqa: E402  (bench/speed/ is not a package)
+from harness import REPO, Runner, epoch_average, image_bench_arguments, markdown, start_logging, vit_run_args, write_result  # noqa: E402  (bench/speed/ is not a package)
 from image_loader import write_jpegs  # noqa: E402
 
 log = logging.getLogger("timm_peer")

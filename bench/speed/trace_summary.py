@@ -23,6 +23,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import write_files  # noqa: E402  (bench/speed/ is not a package)
+
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 ACTION_PREFIX = "[pl][profile]"
 
@@ -101,9 +104,8 @@ def main(argv=None) -> int:
     summary = summarise(load(args.trace))
     text = markdown(summary)
     sys.stdout.write(text)
-    if args.out:
-        args.out.with_suffix(".json").write_text(json.dumps({"trace": args.trace.name, **summary}, indent=1) + "\n")
-        args.out.with_suffix(".md").write_text(text)
+    if args.out:  # a summary of a trace recorded elsewhere: no machine of this process's in it
+        write_files(args.out.with_suffix(".json"), {"trace": args.trace.name, **summary}, text.rstrip("\n"))
     return 0
 
 

@@ -28,15 +28,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fp8_throughput import random_batch  # noqa: E402  (bench/speed/ is not a package)
+from harness import REPO, fmt, free_device_memory, text_table, write_result  # noqa: E402
 from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402
 from multi_gpu import window_throughputs  # noqa: E402
-from rows import fmt, free_device_memory, text_table  # noqa: E402
 
 from mixbench import build_model  # noqa: E402
-from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
 
 log = logging.getLogger("trainer_rate")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def step_rate(name: str, norm: str, args) -> dict:
@@ -159,23 +157,9 @@ def main(argv=None) -> None:
             f"{trainer['tokens_per_sec']:.0f}" if trainer.get("tokens_per_sec") else "n/a",
             f"{ratio:.3f}" if ratio else "n/a",
         )
-    table = text_table(rows, COLUMNS)
-    log.info("\n%s", table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "trainer_rate",
-                "device": device,
-                "settings": vars(args) | {"out": str(args.out)},
-                "versions": package_versions(),
-                "git": git_commit(),
-                "rows": rows,
-                "table": table,
-            },
-            indent=1,
-            default=str,
-        )
+    settings = vars(args) | {"out": str(args.out)}
+    write_result(
+        args.out, "trainer_rate", settings, rows, text_table(rows, COLUMNS, markdown=True), device=device, table=text_table(rows, COLUMNS)
     )
 
 

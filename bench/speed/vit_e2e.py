@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_runs import Runner, epoch_average, image_bench_arguments, markdown, start_logging, vit_run_args, write_result  # noqa: E402  (bench/speed/ is not a package)
+from harness import Runner, epoch_average, image_bench_arguments, markdown, start_logging, vit_run_args, write_result  # noqa: E402  (bench/speed/ is not a package)
 from image_loader import training_step, write_jpegs  # noqa: E402
 
 log = logging.getLogger("vit_e2e")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import logging
 import statistics
 import time
@@ -40,12 +39,11 @@ from pathlib import Path
 import timm
 import torch
 import torch.nn.functional as F
+from harness import add_ratios, fmt, free_device_memory, text_table, write_result
 from kernel_profile import profile_table  # bench/speed/ is this script's directory
-from rows import add_ratios, fmt, free_device_memory, text_table
 
 from mixbench import build_model
 from mixbench.models.vit import VIT_PRESETS
-from mixbench.results.provenance import git_commit, package_versions
 from mixbench.training.optim import build_optimizer
 
 log = logging.getLogger("vit_throughput")
@@ -321,26 +319,19 @@ class Bench:
                     best[f.name], gains[f.name] = value, gain
         return Variant(**best)
 
-    def write(self) -> None:
+    def write(self, final: bool = False) -> None:
+        """The JSON after each phase; ``final``: the table as Markdown beside it too."""
         args = self.args
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps(
-                {
-                    "benchmark": "vit_throughput",
-                    "device": self.device_name,
-                    "settings": vars(args) | {"out": str(args.out)},
-                    "versions": package_versions(),
-                    "git": git_commit(),
-                    "torch": torch.__version__,
-                    "elapsed_s": self.elapsed(),
-                    "rows": self.rows,
-                    "skipped": self.skipped,
-                    "table": format_table(self.rows),
-                },
-                indent=1,
-                default=str,
-            )
+        write_result(
+            args.out,
+            "vit_throughput",
+            vars(args) | {"out": str(args.out)},
+            self.rows,
+            format_table(self.rows, markdown=True) if final else None,
+            device=self.device_name,
+            elapsed_s=self.elapsed(),
+            skipped=self.skipped,
+            table=format_table(self.rows),
         )
         if self.profiles:
             profile_path(args.out).write_text("\n\n".join(self.profiles) + "\n")
@@ -366,8 +357,8 @@ COLUMNS = (  # title, width (negative: left-aligned), cell of a row; "!" marks a
 )
 
 
-def format_table(rows: list[dict]) -> str:
-    return text_table(rows, COLUMNS, ok=lambda r: bool(r["images_per_sec"]), lead=4)
+def format_table(rows: list[dict], markdown: bool = False) -> str:
+    return text_table(rows, COLUMNS, ok=lambda r: bool(r["images_per_sec"]), lead=4, markdown=markdown)
 
 
 def parse_args(argv=None):
@@ -430,8 +421,7 @@ def run(args) -> None:
             bench.phase("late", args.models[0], specs)
     if bench.skipped:
         log.info("skipped (time budget): %s", "; ".join(bench.skipped))
-    log.info("\n%s", format_table(bench.rows))
-    bench.write()
+    bench.write(final=True)
 
 
 if __name__ == "__main__":

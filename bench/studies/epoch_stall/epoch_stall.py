@@ -16,10 +16,8 @@ Writes ``--num-images`` JPEGs (CIFAR-10 photos upscaled to ``--jpeg-size`` px, a
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -30,10 +28,10 @@ import lightning as L
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "speed"))
-from image_loader import parse_variant, write_jpegs  # noqa: E402  (bench/speed/ is not a package)
+from harness import write_result  # noqa: E402  (bench/speed/ is not a package)
+from image_loader import parse_variant, write_jpegs  # noqa: E402
 
 from mixbench.data.folders import ImageFolderDataModule  # noqa: E402
-from mixbench.results.provenance import git_commit, package_versions  # noqa: E402
 
 log = logging.getLogger("epoch_stall")
 CPUS = len(os.sched_getaffinity(0))
@@ -156,22 +154,8 @@ def main(argv=None) -> None:
         if not args.root:
             write_jpegs(root, args.num_images, args.jpeg_size)
         rows = [measure(root, span, args, data) for span in (False, True)]
-    text = table(rows)
-    log.info("\n%s", text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text(text + "\n")
-    result = {
-        "benchmark": "epoch_stall",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores_usable": CPUS, "platform": platform.platform()},
-        "device": "cpu (the step is a sleep)",
-        "settings": {k: v for k, v in vars(args).items() if k != "dry_run"},
-        "versions": package_versions(),
-        "git": git_commit(),
-        "rows": rows,
-    }
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    log.info("wrote %s and %s", out, out.with_suffix(".md"))
+    settings = {k: v for k, v in vars(args).items() if k != "dry_run"}
+    write_result(Path(args.out), "epoch_stall", settings, rows, table(rows), device="cpu (the step is a sleep)")
 
 
 if __name__ == "__main__":
