@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's benches on a one-GPU device machine, as back-to-back device calls (the machine keeps /tmp and ignored
+# The device benches of bench/speed/ (vit_e2e, timm_peer, fp8_pairs, multi_gpu; written for issue 21) on GPU machines, as back-to-back device calls (the machine keeps /tmp and ignored
 # folders only while calls follow within ≈ 30 s).  One call a step:
 #
 #   bash bench/device/speed_calls.sh receive   # ×4, carrying .dali/part-0N, .dali/SHA256 and .whl_min (the omegaconf wheel:
@@ -22,13 +22,13 @@
 #   bash bench/device/speed_calls.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
-# Outputs: /tmp/issue21 on the machine (kept across the calls), all of it as $OUT/issue21_<step>.tgz after each call.
+# Outputs: /tmp/speed_calls on the machine (kept across the calls), all of it as $OUT/speed_calls_<step>.tgz after each call.
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEP=${1:?"receive | dali | peer | scale | pair | profile | fp8"}
 T0=$(date +%s)
-W=/tmp/issue21
+W=/tmp/speed_calls
 LIMIT_S=${LIMIT_S:-570}
 mkdir -p "$W" "${OUT:-$W}"
 
@@ -94,5 +94,5 @@ case $STEP in
     *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | fp8"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
-tar czf "${OUT:-$W}/issue21_$STEP.tgz" -C "$W" .
+tar czf "${OUT:-$W}/speed_calls_$STEP.tgz" -C "$W" .
 echo "call total $(($(date +%s) - T0)) s"

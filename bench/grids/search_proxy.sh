@@ -32,6 +32,7 @@ SEEDS=${SEEDS:-3}
 REUSE=${REUSE-results/proxy/placements}   # finished runs of the confirmation's settings and seeds there are reused ("" = none)
 JOBS=${JOBS:-3}
 source bench/device/carry.sh
+source bench/grids/chains.sh
 GPUS=${GPUS:-$(gpu_count)}
 mkdir -p "$OUT" "$RESULTS"
 use_wheels optuna datasets omegaconf

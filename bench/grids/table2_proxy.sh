@@ -25,6 +25,7 @@ RESULTS=${RESULTS:-.data/table2_results}
 PARTS=${PARTS:-"0:pre:0,1,2 0:mix:0,1 1:post:0,1,2 1:mix:2"}
 mkdir -p "$OUT"
 source bench/device/carry.sh
+source bench/grids/chains.sh
 unpack_textmix
 use_wheels lm_eval datasets omegaconf
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0

@@ -30,6 +30,7 @@ case $SMOKE in 0|1) ;; *) echo "SMOKE=$SMOKE: give 0 or 1"; exit 2;; esac
 if [ "$SMOKE" = 1 ]; then RESULTS=$RESULTS-smoke OUT=$OUT/smoke PARTS=${PARTS:-"0:pre:0 0:post:0 0:mix:0"}; fi
 mkdir -p "$OUT"
 source bench/device/carry.sh
+source bench/grids/chains.sh
 PARTS=${PARTS:-$(default_parts "pre post mix" 0,1,2)}   # 9 chains over the GPUs, round-robin
 unpack_textmix
 use_wheels datasets omegaconf
