@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The device benches of bench/speed/ (vit_e2e, timm_peer, fp8_pairs, multi_gpu; written for issue 21) on GPU machines, as back-to-back device calls (the machine keeps /tmp and ignored
-# folders only while calls follow within ≈ 30 s).  One call a step:
+# The device benches of bench/speed/ (vit_e2e, timm_peer, fp8_pairs, multi_gpu; written for issue 21) on GPU machines,
+# as back-to-back device calls (the machine keeps /tmp and ignored folders only while calls follow within ≈ 30 s).
+# One call a step:
 #
 #   bash bench/device/speed_calls.sh receive   # ×4, carrying .dali/part-0N, .dali/SHA256 and .whl_min (the omegaconf wheel:
 #                                          #   mkdir .whl_min && cp .whl/omegaconf-*.whl .whl_min/); a 44 MiB part leaves no
