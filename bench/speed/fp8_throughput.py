@@ -18,12 +18,13 @@ import argparse
 import logging
 import platform
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import free_device_memory, text_table, write_result  # noqa: E402
+from harness import free_device_memory, text_table, write_table_result  # noqa: E402
 from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402  (bench/speed/ is not a package)
 
 from mixbench import build_model  # noqa: E402
@@ -53,17 +54,8 @@ COLUMNS = (  # title, width (negative: left-aligned), cell of a row
 
 
 def write_json(args, device_name: str, peak: float | None, rows: list[dict], final: bool = False) -> None:
-    """The JSON after each row; ``final``: with the table, and the table as Markdown beside it."""
-    write_result(
-        args.out,
-        "fp8_throughput",
-        vars(args) | {"out": str(args.out)},
-        rows,
-        text_table(rows, COLUMNS, markdown=True) if final else None,
-        device=device_name,
-        peak_bf16_flops=peak,
-        table=text_table(rows, COLUMNS) if final else None,
-    )
+    """The JSON after each row; ``final``: the table as Markdown beside it too."""
+    write_table_result(args, "fp8_throughput", rows, partial(text_table, columns=COLUMNS), final, device=device_name, peak_bf16_flops=peak)
 
 
 def random_batch(name: str, batch: int, seq: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:

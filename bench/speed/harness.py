@@ -4,9 +4,10 @@ beside it (``.md``) — and builds rows and tables from the pieces here.
 
     from harness import write_result, text_table  # bench/speed/ is the scripts' directory
 
-* Results: ``write_result`` (``write_files`` for a result that is no measurement of this machine), ``machine``,
-  ``gpu_names``; tables: ``markdown`` (columns of (title, key)), ``text_table``
-  (columns of (title, width, cell): fixed-width for the console, or Markdown), ``fmt``.
+* Results: ``write_result`` (``write_table_result`` for the benches with a ``table(rows, markdown)``; ``write_files``
+  for a result that is no measurement of this machine), ``machine``, ``gpu_names``.
+* Tables: ``markdown`` (columns of (title, key)), ``text_table`` (columns of (title, width, cell): fixed-width for the
+  console, or Markdown), ``fmt``.
 * Rows: ``add_ratios`` (against the peer and the baseline), ``free_device_memory`` (between rows).
 * ``mixbench run`` in a subprocess on chosen GPUs: ``Runner``, ``epoch_average``, ``vit_run_args``,
   ``image_bench_arguments``, ``start_logging``.
@@ -74,6 +75,13 @@ def write_result(out: Path, benchmark: str, settings: dict, rows: list[dict], md
         **extra,
     }
     write_files(Path(out), result, md)
+
+
+def write_table_result(args, benchmark: str, rows: list[dict], table: Callable[..., str], final: bool = True, **extra) -> None:
+    """``write_result`` for a bench whose ``table(rows, markdown=False)`` renders its rows: ``args`` are the settings
+    (``args.out`` the path), the JSON keeps the fixed-width table, and ``final`` writes the Markdown one beside it."""
+    md = table(rows, markdown=True) if final else None
+    write_result(args.out, benchmark, vars(args) | {"out": str(args.out)}, rows, md, table=table(rows), **extra)
 
 
 def write_files(out: Path, result: dict, md: str | None = None) -> None:

@@ -34,7 +34,7 @@ import kernel_profile  # bench/speed/ is this script's directory
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from harness import add_ratios, fmt, free_device_memory, text_table, write_result
+from harness import add_ratios, fmt, free_device_memory, text_table, write_table_result
 
 from mixbench import build_model
 from mixbench.core.constants import IGNORE_INDEX
@@ -345,21 +345,10 @@ class Bench:
 
     def write(self, final: bool = False) -> None:
         """The JSON (``final``: with the table, and the table as Markdown beside it)."""
-        args = self.args
-        write_result(
-            args.out,
-            "lm_throughput",
-            vars(args) | {"out": str(args.out)},
-            self.rows,
-            format_table(self.rows, markdown=True) if final else None,
-            versions=kernel_versions(),
-            device=self.device_name,
-            peak_bf16_flops=self.peak,
-            skipped=self.skipped,
-            table=format_table(self.rows) if final else None,
-        )
+        extra = dict(versions=kernel_versions(), device=self.device_name, peak_bf16_flops=self.peak, skipped=self.skipped)
+        write_table_result(self.args, "lm_throughput", self.rows, format_table, final, **extra)
         if self.profiles:
-            profile_path(args.out).write_text("\n\n".join(self.profiles) + "\n")
+            profile_path(self.args.out).write_text("\n\n".join(self.profiles) + "\n")
 
 
 def kernel_versions() -> dict:

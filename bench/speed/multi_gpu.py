@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import REPO, fmt, gpu_names, text_table, write_result  # noqa: E402  (bench/speed/ is not a package)
+from harness import REPO, fmt, gpu_names, text_table, write_table_result  # noqa: E402  (bench/speed/ is not a package)
 from image_loader import write_jpegs  # noqa: E402
 
 from mixbench.training.config import compose  # noqa: E402
@@ -281,18 +281,11 @@ def table(results: list[dict], markdown: bool = False) -> str:
     return text_table(results, columns, markdown=markdown)
 
 
-def write_json(path: Path, args, rows: list[Row], final: bool = False) -> None:
-    """The JSON after each phase; ``final``: with the table, and the table as Markdown beside it."""
-    results = [r.result for r in rows if r.result]
-    write_result(
-        path,
-        "multi_gpu",
-        vars(args) | {"out": str(args.out)},
-        results,
-        table(results, markdown=True) if final else None,
-        env={"NCCL_NVLS_ENABLE": "0"},
-        table=table(results) if final else None,
-    )
+def write_json(args, rows: list[Row], final: bool = False) -> None:
+    """The JSON after each phase (partial results survive a time-out); ``final``: the table as Markdown beside it too."""
+    done = [r for r in rows if r.result]
+    add_scaling(done)
+    write_table_result(args, "multi_gpu", [r.result for r in done], table, final, env={"NCCL_NVLS_ENABLE": "0"})
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -382,9 +375,8 @@ def main(argv=None) -> int:
             log.warning("time budget spent: skipping %s", ", ".join(r.name for r in phase))
             continue
         run_phase(phase, work / "runs", out_dir, deadline)
-        write_json(args.out, args, rows)  # partial results survive a time-out
-    add_scaling([r for r in rows if r.result])
-    write_json(args.out, args, rows, final=True)
+        write_json(args, rows)
+    write_json(args, rows, final=True)
     return 0 if all(r.result.get("status") == "completed" for r in rows) else 1
 
 

@@ -22,13 +22,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fp8_throughput import random_batch  # noqa: E402  (bench/speed/ is not a package)
-from harness import REPO, fmt, free_device_memory, text_table, write_result  # noqa: E402
+from harness import REPO, fmt, free_device_memory, text_table, write_table_result  # noqa: E402
 from lm_throughput import Variant, make_step, measure, ours_loss_fn  # noqa: E402
 from multi_gpu import window_throughputs  # noqa: E402
 
@@ -157,10 +158,7 @@ def main(argv=None) -> None:
             f"{trainer['tokens_per_sec']:.0f}" if trainer.get("tokens_per_sec") else "n/a",
             f"{ratio:.3f}" if ratio else "n/a",
         )
-    settings = vars(args) | {"out": str(args.out)}
-    write_result(
-        args.out, "trainer_rate", settings, rows, text_table(rows, COLUMNS, markdown=True), device=device, table=text_table(rows, COLUMNS)
-    )
+    write_table_result(args, "trainer_rate", rows, partial(text_table, columns=COLUMNS), device=device)
 
 
 if __name__ == "__main__":

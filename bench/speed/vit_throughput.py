@@ -39,7 +39,7 @@ from pathlib import Path
 import timm
 import torch
 import torch.nn.functional as F
-from harness import add_ratios, fmt, free_device_memory, text_table, write_result
+from harness import add_ratios, fmt, free_device_memory, text_table, write_table_result
 from kernel_profile import profile_table  # bench/speed/ is this script's directory
 
 from mixbench import build_model
@@ -321,20 +321,10 @@ class Bench:
 
     def write(self, final: bool = False) -> None:
         """The JSON after each phase; ``final``: the table as Markdown beside it too."""
-        args = self.args
-        write_result(
-            args.out,
-            "vit_throughput",
-            vars(args) | {"out": str(args.out)},
-            self.rows,
-            format_table(self.rows, markdown=True) if final else None,
-            device=self.device_name,
-            elapsed_s=self.elapsed(),
-            skipped=self.skipped,
-            table=format_table(self.rows),
-        )
+        extra = dict(device=self.device_name, elapsed_s=self.elapsed(), skipped=self.skipped)
+        write_table_result(self.args, "vit_throughput", self.rows, format_table, final, **extra)
         if self.profiles:
-            profile_path(args.out).write_text("\n\n".join(self.profiles) + "\n")
+            profile_path(self.args.out).write_text("\n\n".join(self.profiles) + "\n")
 
 
 def profile_path(out: Path) -> Path:
