@@ -345,6 +345,7 @@ class Bench:
 
     def write(self, final: bool = False) -> None:
         """The JSON (``final``: with the table, and the table as Markdown beside it)."""
+        add_ratios(self.rows, rate="tokens_per_sec", peer="vs_hf")  # the table's ratios, among the rows so far
         extra = dict(versions=kernel_versions(), device=self.device_name, peak_bf16_flops=self.peak, skipped=self.skipped)
         write_table_result(self.args, "lm_throughput", self.rows, format_table, final, **extra)
         if self.profiles:
@@ -438,7 +439,6 @@ def main(argv=None) -> None:
             bench.run(name, "pre", variant, "size")
         if not args.no_hf and bench.fits(args.max_s, scale * estimated_s(Variant()), f"{name} HF"):
             bench.run(name, None, None, "peer")
-    add_ratios(bench.rows, rate="tokens_per_sec", peer="vs_hf")
     if bench.skipped:
         log.info("skipped (time budget): %s", "; ".join(bench.skipped))
     bench.write(final=True)
