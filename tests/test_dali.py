@@ -14,7 +14,7 @@ from mixbench.data.dali import INSTALL_HINT, dali_settings, parse_rand_augment
 from mixbench.data.folders import ImageFolderDataModule
 from mixbench.training.config import compose
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "speed"))
 
 
 @pytest.fixture(scope="module")

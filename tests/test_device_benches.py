@@ -11,7 +11,7 @@ import pytest
 
 from mixbench.training.config import compose
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "speed"))
 
 
 def test_vit_e2e_and_timm_peer_arguments_compose(tmp_path):
@@ -51,7 +51,7 @@ def test_timm_log_lines_give_each_epochs_average_rate():
 
 
 def test_epoch_average_skips_the_first_epoch():
-    from device_runs import epoch_average
+    from harness import epoch_average
 
     record = {
         "throughput": {
@@ -90,7 +90,7 @@ def test_fp8_pairs_summary_pays_only_when_faster_and_inside_the_noise():
 
 
 def test_dali_bundle_parts_are_joined_checked_and_put_on_the_paths(tmp_path):
-    """bench/dali_bundle.sh on a stand-in bundle (a fake nvidia.dali): parts received one call at a time are joined,
+    """bench/device/dali_bundle.sh on a stand-in bundle (a fake nvidia.dali): parts received one call at a time are joined,
     checked against SHA256 and unpacked, and `env` puts the install on PYTHONPATH / LD_LIBRARY_PATH; a cut part is refused."""
     import hashlib
     import io
@@ -108,7 +108,7 @@ def test_dali_bundle_parts_are_joined_checked_and_put_on_the_paths(tmp_path):
     packed = lzma.compress(archive.getvalue())
     bundle, parts, dest = tmp_path / "bundle", tmp_path / "parts", tmp_path / "site"
     env = {**os.environ, "DALI_BUNDLE": str(bundle), "DALI_PARTS": str(parts), "DALI_SITE": str(dest)}
-    script = Path(__file__).resolve().parents[1] / "bench" / "dali_bundle.sh"
+    script = Path(__file__).resolve().parents[1] / "bench" / "device" / "dali_bundle.sh"
     half = len(packed) // 2
     for i, chunk in enumerate((packed[:half], packed[half:])):  # one call per part: only that part is in the checkout
         bundle.mkdir(exist_ok=True)
@@ -134,8 +134,8 @@ def test_dali_bundle_parts_are_joined_checked_and_put_on_the_paths(tmp_path):
 def test_fp8_pairs_resumes_complete_pairs_of_the_same_machine_and_settings(tmp_path, monkeypatch):
     import json
 
-    import device_runs
     import fp8_pairs
+    import harness
 
     ran = []
 
@@ -149,8 +149,8 @@ def test_fp8_pairs_resumes_complete_pairs_of_the_same_machine_and_settings(tmp_p
         }
 
     cards = {"cards": ["NVIDIA H200"], "cores_usable": 16, "cpu": "x86_64", "torch": "2", "cuda": "13"}
-    monkeypatch.setattr(device_runs.Runner, "mixbench", fake_mixbench)
-    monkeypatch.setattr(device_runs, "machine", lambda: cards)
+    monkeypatch.setattr(harness.Runner, "mixbench", fake_mixbench)
+    monkeypatch.setattr(harness, "machine", lambda: cards)
     monkeypatch.setattr(fp8_pairs, "machine", lambda: cards)
     out = tmp_path / "fp8.json"
     fp8_pairs.main(["--seeds", "0", "1", "--out", str(out)])
@@ -168,9 +168,9 @@ def test_fp8_pairs_resumes_complete_pairs_of_the_same_machine_and_settings(tmp_p
 
 
 def test_a_run_that_wrote_no_record_reports_the_end_of_its_output(tmp_path):
-    import device_runs
+    import harness
 
-    runner = device_runs.Runner(tmp_path, dry_run=False, timeout=60)
+    runner = harness.Runner(tmp_path, dry_run=False, timeout=60)
     record = runner.mixbench(["task=no_such_task_to_fail_early", "this is not a key=value"])
     assert record["status"] == "failed" and "no record; output ends:" in record["error"]
     assert len(record["error"]) > len("exit 1, no record; output ends: ")

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 from mixbench.data.samplers import EpochShuffleSampler, EpochSpanningBatches, EpochSpanningLoader
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE.parent / "bench"))
+sys.path.insert(0, str(HERE.parent / "bench" / "studies" / "epoch_stall"))
 
 
 class Indices(Dataset):

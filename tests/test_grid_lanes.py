@@ -1,4 +1,4 @@
-"""bench/grid_lanes.py: runs over lanes, and a deadline that stops them gracefully and ends the loop."""
+"""bench/grids/grid_lanes.py: runs over lanes, and a deadline that stops them gracefully and ends the loop."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def run_lanes(tmp_path: Path, lines: list[str], *args: str) -> tuple[subprocess.
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench" / "grid_lanes.py"),
+            str(ROOT / "bench" / "grids" / "grid_lanes.py"),
             str(plan),
             "--gpus",
             "1",

@@ -109,7 +109,7 @@ def test_vit_throughput_benchmark_smoke(tmp_path):
     out = tmp_path / "vit.json"
     cmd = [
         sys.executable,
-        "bench/vit_throughput.py",
+        "bench/speed/vit_throughput.py",
         "--device",
         "cpu",
         "--no-compile",
@@ -181,7 +181,7 @@ def test_ddp_trains_a_vit_with_its_ema(tmp_path):
 
 
 def test_multi_gpu_benchmark_rows_name_valid_settings_on_the_chosen_gpus(tmp_path):
-    """bench/multi_gpu.py needs two GPUs to run; its rows are checked here: on the --gpus pair, the required rows before
+    """bench/speed/multi_gpu.py needs two GPUs to run; its rows are checked here: on the --gpus pair, the required rows before
     the optional --ddp-variants, and every row's mixbench arguments compose into a valid config."""
     import importlib
     import sys
@@ -189,7 +189,7 @@ def test_multi_gpu_benchmark_rows_name_valid_settings_on_the_chosen_gpus(tmp_pat
 
     from mixbench.training.config import compose
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "speed"))
     multi_gpu = importlib.import_module("multi_gpu")
     args = multi_gpu.parse_args(["--gpus", "2,3", "--ddp-variants", "ddp.bucket_cap_mb=100,ddp.gradient_as_bucket_view=true"])
     phases = multi_gpu.rows_for(args, tmp_path / "jpegs", tmp_path / "cache")

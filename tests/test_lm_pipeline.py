@@ -235,7 +235,7 @@ def test_lm_throughput_benchmark_smoke(tmp_path):
     out = tmp_path / "lm.json"
     cmd = [
         sys.executable,
-        "bench/lm_throughput.py",
+        "bench/speed/lm_throughput.py",
         "--device",
         "cpu",
         "--no-compile",
@@ -411,11 +411,11 @@ def test_unigram_entropy_of_the_validation_tokens(tmp_path):
 
 
 def test_fp8_throughput_benchmark_smoke(tmp_path):
-    """The fp8 bench builds its steps from bench/lm_throughput.py's helpers: a bf16-only CPU row keeps that wiring honest."""
+    """The fp8 bench builds its steps from bench/speed/lm_throughput.py's helpers: a bf16-only CPU row keeps that wiring honest."""
     out = tmp_path / "fp8.json"
     cmd = [
         sys.executable,
-        "bench/fp8_throughput.py",
+        "bench/speed/fp8_throughput.py",
         "--device",
         "cpu",
         "--no-compile",
@@ -439,11 +439,11 @@ def test_fp8_throughput_benchmark_smoke(tmp_path):
 
 
 def test_trainer_rate_benchmark_smoke(tmp_path, c4_folder):
-    """bench/trainer_rate.py times the bare step and a real `mixbench run` of the same batch, and reports their ratio."""
+    """bench/speed/trainer_rate.py times the bare step and a real `mixbench run` of the same batch, and reports their ratio."""
     out = tmp_path / "rate.json"
     cmd = [
         sys.executable,
-        "bench/trainer_rate.py",
+        "bench/speed/trainer_rate.py",
         "--device",
         "cpu",
         "--no-compile",

@@ -21,9 +21,9 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 def bench_module():
-    if str(ROOT / "bench") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench"))  # as when run as a script: it imports its neighbours
-    spec = importlib.util.spec_from_file_location("lm_throughput", ROOT / "bench" / "lm_throughput.py")
+    if str(ROOT / "bench" / "speed") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench" / "speed"))  # as when run as a script: it imports its neighbours
+    spec = importlib.util.spec_from_file_location("lm_throughput", ROOT / "bench" / "speed" / "lm_throughput.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)

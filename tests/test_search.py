@@ -202,7 +202,7 @@ def test_proxy_search_script_plans_both_studies(tmp_path):
         "RESULTS": str(tmp_path),
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
-    done = subprocess.run(["bash", str(root / "bench" / "search_proxy.sh")], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["bash", str(root / "bench" / "grids" / "search_proxy.sh")], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("mixbench search")]
     assert len(lines) == 8 and all("--trials 2 " in line and "compile=true" in line for line in lines)  # 4 lanes × 2 studies

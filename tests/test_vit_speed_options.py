@@ -1,4 +1,4 @@
-"""ViT speed options (model.attention_backend, the variants of bench/vit_throughput.py) change kernels, not the model."""
+"""ViT speed options (model.attention_backend, the variants of bench/speed/vit_throughput.py) change kernels, not the model."""
 
 import importlib.util
 import json
@@ -22,8 +22,8 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 def bench_module():
-    if str(ROOT / "bench") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench"))  # as when run as a script: it imports its neighbours
+    if str(ROOT / "bench" / "speed") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench" / "speed"))  # as when run as a script: it imports its neighbours
     return importlib.import_module("vit_throughput")
 
 

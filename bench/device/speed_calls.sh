@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The device benches of bench/speed/ (vit_e2e, timm_peer, fp8_pairs, multi_gpu; written for issue 21) on GPU machines,
+# as back-to-back device calls (the machine keeps /tmp and ignored folders only while calls follow within ≈ 30 s).
+# One call a step:
+#
+#   bash bench/device/speed_calls.sh receive   # ×4, carrying .dali/part-0N, .dali/SHA256 and .whl_min (the omegaconf wheel:
+#                                          #   mkdir .whl_min && cp .whl/omegaconf-*.whl .whl_min/); a 44 MiB part leaves no
+#                                          #   room for more beside the checkout.  RUN=cpu in the first also runs
+#                                          #   bench/speed/vit_e2e.py --pipelines cpu (≈ 5 min)
+#   bash bench/device/speed_calls.sh dali      # carrying .dali/part-04, .dali/SHA256, .whl, .whl_fp8 (torchao), .data/textmix3,
+#                                          #   bench/speed/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py tests/test_device_pipeline.py, vit_e2e --pipelines dali
+#   bash bench/device/speed_calls.sh peer      # nothing to carry: timm_peer --pipelines cpu dali (timm's train.py beside both)
+#   bash bench/device/speed_calls.sh scale     # a 4-GPU machine, after the 4 receive calls, carrying .dali/part-04, .dali/SHA256,
+#                                          #   .whl, .whl_fp8, .data/textmix3: three lanes at once, each on its own GPUs and cores:
+#                                          #   ViT-S DDP on 2 GPUs against 1 with DALI (GPUs 0-1, cores 0-31, 2 repeats); the gap
+#                                          #   between DALI runs and the model alone, one recipe part off a row (GPU 2, cores
+#                                          #   32-47); llama_1b fp8 pairs, seed 2 and a rowwise pair (GPU 3, cores 48-63)
+#   bash bench/device/speed_calls.sh pair      # a 2-GPU machine, after the 4 receive calls, carrying .dali/part-04, .dali/SHA256,
+#                                          #   .whl_min, .data/textmix3: DDP on 2 GPUs against 1 for vit_small (DALI) and
+#                                          #   llama_130m, one machine, one call (≈ 400 s)
+#   bash bench/device/speed_calls.sh profile   # after `dali` on the same machine, carrying .whl_min: vit_e2e of pre with DALI under
+#                                          #   Lightning's simple profiler and under torch.profiler with its timeline (beside its JSON)
+#   bash bench/device/speed_calls.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
+#                                          #   limit; again until both JSONs hold 3 pairs
+#
+# Outputs: /tmp/speed_calls on the machine (kept across the calls), all of it as $OUT/speed_calls_<step>.tgz after each call.
+# LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+STEP=${1:?"receive | dali | peer | scale | pair | profile | fp8"}
+T0=$(date +%s)
+W=/tmp/speed_calls
+LIMIT_S=${LIMIT_S:-570}
+mkdir -p "$W" "${OUT:-$W}"
+
+bench() {  # bench NAME COMMAND...: run it within what is left of LIMIT_S, log to $W/NAME.log, say how it ended
+    local name=$1 left
+    shift
+    left=$((LIMIT_S - ($(date +%s) - T0)))
+    [ "$left" -gt 30 ] || { echo "== $name: skipped, $left s left"; return 0; }
+    echo "== $name (up to $left s) at $(($(date +%s) - T0)) s"
+    timeout "$left" "$@" > "$W/$name.log" 2>&1
+    echo "== $name rc=$? at $(($(date +%s) - T0)) s"
+    tail -15 "$W/$name.log"
+}
+
+[ ! -d .dali ] || bash bench/device/dali_bundle.sh receive
+source bench/device/carry.sh
+if [ -d .whl ]; then  # the full wheel set (datasets, optuna, omegaconf) and torchao, once carried
+    WHEEL_DIRS=".whl .whl_fp8" use_wheels omegaconf datasets torchao
+else                  # the receive calls: room for the omegaconf wheel alone
+    WHEEL_DIRS=.whl_min use_wheels omegaconf
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
+case $STEP in  # the steps that read images through DALI: unpack it (once a machine) and put it on the paths
+    dali | peer | scale | pair | profile) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
+esac
+case $STEP in
+    receive)
+        [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/speed/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
+    dali)
+        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py tests/test_device_pipeline.py -p no:cacheprovider
+        bench vit_e2e_dali python3 bench/speed/vit_e2e.py --pipelines dali --out "$W/vit_e2e_dali.json" ;;
+    peer)
+        bench timm_peer python3 bench/speed/timm_peer.py --pipelines cpu dali --out "$W/timm_peer.json" ;;
+    scale)
+        unpack_textmix
+        bench multi_gpu_dali taskset -c 0-31 python3 bench/speed/multi_gpu.py --gpus 0,1 --only vit_small --vit-pipeline dali \
+            --repeats 2 --budget $((LIMIT_S - 60)) --out "$W/multi_gpu_dali.json" &
+        bench vit_e2e_attribution taskset -c 32-47 python3 bench/speed/vit_e2e.py --gpu 2 --pipelines dali --norms pre \
+            --variants '' data.auto_augment=null compile.mode=reduce-overhead ema.decay=null mixup.mixup_alpha=0,mixup.cutmix_alpha=0 \
+            --out "$W/vit_e2e_attribution.json" &
+        (
+            text='.data/textmix3/pkgtext-train.*.json.gz'
+            bench fp8_pairs_llama_1b_seed2 taskset -c 48-63 python3 bench/speed/fp8_pairs.py --gpu 3 --models llama_1b --seeds 2 \
+                --text "$text" --out "$W/fp8_pairs_llama_1b_seed2.json"
+            bench fp8_pairs_llama_1b_rowwise taskset -c 48-63 python3 bench/speed/fp8_pairs.py --gpu 3 --models llama_1b --seeds 0 \
+                --recipe rowwise --text "$text" --out "$W/fp8_pairs_llama_1b_rowwise.json"
+        ) &
+        wait ;;
+    pair)
+        unpack_textmix
+        bench multi_gpu_pair python3 bench/speed/multi_gpu.py --gpus 0,1 --only vit_small llama_130m --vit-pipeline dali \
+            --vit-steps 80 --vit-log-every 20 --vit-images 21000 --budget $((LIMIT_S - 30)) \
+            --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/multi_gpu_pair.json" ;;
+    profile)
+        bench vit_e2e_profile python3 bench/speed/vit_e2e.py --pipelines dali --norms pre \
+            --variants profiler.kind=simple profiler.kind=pytorch,profiler.trace=true --out "$W/vit_e2e_profile.json" ;;
+    fp8)
+        unpack_textmix
+        for model in llama_350m llama_1b; do
+            bench "fp8_pairs_$model" python3 bench/speed/fp8_pairs.py --models "$model" --resume \
+                --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
+        done ;;
+    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | fp8"; exit 2 ;;
+esac
+nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
+tar czf "${OUT:-$W}/speed_calls_$STEP.tgz" -C "$W" .
+echo "call total $(($(date +%s) - T0)) s"
