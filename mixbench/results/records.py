@@ -162,6 +162,7 @@ NOT_RECIPE = (
     "profiler",
     "divergence",
     "compile",
+    "cuda_graph_step",
     "init_from",
     "rlhf.reward_model",  # like init_from: the run it reads (each chain its own), whose recipe is in that run's record
     "norm",

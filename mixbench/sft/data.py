@@ -312,6 +312,7 @@ class InstructionDataModule(ResumableOrder, L.LightningDataModule):
         self.tokenizer = TokenizerSpec(tokenizer_of(tokenizer))
         self.template, self.train_on_inputs = template, train_on_inputs
         self.seq_len, self.mode, self.seed = seq_len, mode, seed
+        self.static_shapes = mode == "pack"  # padded batches vary in width: nothing to gain from a captured step
         self.batch_size, self.global_batch_size = batch_size, global_batch_size
         self.eval_batch_size, self.num_workers = eval_batch_size or batch_size, num_workers
         self.max_train_tokens, self.stage_split = max_train_tokens, stage_split

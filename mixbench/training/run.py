@@ -39,6 +39,7 @@ from .preflight import preflight
 from .profiling import make_profiler, stop_profiling
 from .run_lock import RunLock
 from .status import classify
+from .step_graph import module_obstacle, wants_capture
 from .strategy import accumulation_steps, make_strategy, world_size
 from .weights import describe_model, init_from, save_weights
 
@@ -339,6 +340,12 @@ def _run_locked(
         if (compiled := compile_model(cfg, model)) is not None:
             record["compile"] = compiled
         module = build_lightning_module(cfg, model, datamodule)
+        capture, obstacle = wants_capture(cfg)
+        if capture and (obstacle := module_obstacle(module, datamodule)) is not None:
+            capture = False
+        if not capture and cfg.cuda_graph_step == "auto" and runs_on_cuda(cfg.trainer.accelerator):
+            log.info("cuda_graph_step: the training step runs uncaptured (%s)", obstacle)
+        module.capture_step = capture
         record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
         markers = [CudaGraphStepMarker()] if uses_cudagraphs(cfg) else []
         trainer = build_trainer(
@@ -362,6 +369,7 @@ def _run_locked(
             "global_batch_size": cfg.data.batch_size * trainer.world_size * trainer.accumulate_grad_batches,
         }
         record["throughput"] = throughput.summary
+        record["cuda_graph_step"] = module.step_graph_status or {"captured": False, "reason": obstacle}
         value = record["metrics"].get(task.primary_metric.name)
         record["primary_metric"]["value"] = value
         record["budget"] = {

@@ -1,4 +1,5 @@
-"""Shared optimizer / schedule wiring for every LightningModule."""
+"""Shared wiring of every LightningModule: optimizer, per-step schedule, and the training objective, optionally replayed
+from CUDA graphs (:mod:`mixbench.training.step_graph`)."""
 
 from __future__ import annotations
 
@@ -36,11 +37,41 @@ class OptimConfig:
 
 
 class OptimizedModule(L.LightningModule):
-    """Holds ``self.model`` and configures the optimizer and per-step LR schedule from :class:`OptimConfig`."""
+    """Holds ``self.model`` and configures the optimizer and per-step LR schedule from :class:`OptimConfig`.
+
+    Subclasses write their training loss as :meth:`objective` ``(model, *tensors) -> loss`` and call
+    :meth:`training_objective`: with ``capture_step`` on (the run's ``cuda_graph_step``), its forward and backward are
+    replayed from CUDA graphs; ``step_graph_status`` then says whether they were."""
+
+    capture_step = False
 
     def __init__(self, model: nn.Module, optim: OptimConfig):
         super().__init__()
         self.model, self.optim_cfg = model, optim
+        self._graphed = None
+
+    def objective(self, model: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
+        """The training loss of ``model`` on ``inputs``: a function of the model and the tensors alone (no logging)."""
+        raise NotImplementedError
+
+    def training_objective(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """:meth:`objective` of ``self.model``, through the captured graphs when ``capture_step`` is on."""
+        if not self.capture_step:
+            return self.objective(self.model, *inputs)
+        if self._graphed is None:
+            from ..step_graph import GraphedObjective
+
+            self._graphed = GraphedObjective(self.model, self.objective, self.trainer.precision)
+        return self._graphed(*inputs)
+
+    @classmethod
+    def has_objective(cls) -> bool:
+        """Whether the training step goes through :meth:`objective` (the reward model and ReMax do not)."""
+        return cls.objective is not OptimizedModule.objective
+
+    @property
+    def step_graph_status(self) -> dict | None:
+        return self._graphed.status if self._graphed is not None else None
 
     def global_batch_size(self) -> int:
         trainer = self.trainer

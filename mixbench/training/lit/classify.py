@@ -56,24 +56,32 @@ class ImageClassifierModule(OptimizedModule):
             self.mixup = Mixup(**mixup, label_smoothing=label_smoothing, num_classes=num_classes)
         self.ema = None
         if ema_decay:
-            from timm.utils import ModelEmaV3
+            from .ema import CachedModelEma
 
-            self.ema = ModelEmaV3(model, decay=ema_decay)
+            self.ema = CachedModelEma(model, decay=ema_decay)
             # updated in place, never by backward: without this DDP finds "unused parameters" and stops the run
             self.ema.requires_grad_(False)
         self._ema_step = -1
         self.val_raw = ValMetrics(num_classes)
         self.val_ema = ValMetrics(num_classes) if self.ema is not None else None
 
+    def objective(self, model, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Soft-target cross-entropy for Mixup/CutMix targets (floating point), else cross-entropy with label smoothing."""
+        if targets.is_floating_point():
+            return torch.sum(-targets * F.log_softmax(model(images), dim=-1), dim=-1).mean()
+        return F.cross_entropy(model(images), targets, label_smoothing=self.label_smoothing)
+
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         images, targets = batch
         if self.mixup is not None:
-            images, soft = self.mixup(images, targets)
-            loss = torch.sum(-soft * F.log_softmax(self.model(images), dim=-1), dim=-1).mean()
-        else:
-            loss = F.cross_entropy(self.model(images), targets, label_smoothing=self.label_smoothing)
+            images, targets = self.mixup(images, targets)
+        loss = self.training_objective(images, targets)
         self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def on_train_start(self) -> None:
+        if self.ema is not None:  # the modules were moved to the device since the EMA last listed their tensors
+            self.ema.forget_tensors()
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.ema is not None and self.global_step != self._ema_step:  # once per optimizer step

@@ -48,14 +48,17 @@ class CausalLMModule(OptimizedModule):
         self.loss_chunk_size, self.loss_impl = loss_chunk_size, loss_impl
         self.val_loss = MeanMetric()
 
+    def objective(self, model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The summed next-token cross-entropy (:func:`causal_lm_loss_sum`)."""
+        return causal_lm_loss_sum(model, input_ids, labels, self.loss_impl, self.loss_chunk_size)
+
     def loss_sum(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         labels = batch["labels"]
-        total = causal_lm_loss_sum(self.model, batch["input_ids"], labels, self.loss_impl, self.loss_chunk_size)
-        return total, (labels != IGNORE_INDEX).sum()
+        return self.objective(self.model, batch["input_ids"], labels), (labels != IGNORE_INDEX).sum()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        total, count = self.loss_sum(batch)
-        loss = total / count.clamp(min=1)
+        labels = batch["labels"]
+        loss = self.training_objective(batch["input_ids"], labels) / (labels != IGNORE_INDEX).sum().clamp(min=1)
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
