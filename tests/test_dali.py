@@ -73,8 +73,9 @@ class FakeDali:
             resize=self.op("resize"),
             flip=self.op("flip"),
             crop_mirror_normalize=self.op("crop_mirror_normalize"),
+            cast=self.op("cast"),
         )
-        dtypes = types.SimpleNamespace(RGB="RGB", FLOAT="FLOAT", INTERP_CUBIC="cubic", INTERP_LINEAR="linear")
+        dtypes = types.SimpleNamespace(RGB="RGB", FLOAT="FLOAT", INT64="INT64", INTERP_CUBIC="cubic", INTERP_LINEAR="linear")
 
         def pipeline_def(enable_conditionals=False):
             def wrap(definition):
@@ -118,7 +119,7 @@ class FakeIterator:
 
     def __iter__(self):
         for _ in range(3):
-            yield [{"images": torch.randn(4, 3, 8, 8), "labels": torch.randint(0, 2, (4, 1), dtype=torch.int32)}]
+            yield [{"images": torch.randn(4, 3, 8, 8), "labels": torch.randint(0, 2, (4, 1), dtype=torch.int64)}]
 
 
 def setup_module_with_fake(monkeypatch, jpeg_root, **options) -> tuple[ImageFolderDataModule, FakeDali]:
@@ -149,6 +150,7 @@ def test_train_pipeline_is_built_with_the_recipe_and_this_ranks_shard(monkeypatc
         "flip",
         "rand_augment",
         "crop_mirror_normalize",
+        "cast",
     ]
     reader = calls["readers.file"]
     assert (reader["shard_id"], reader["num_shards"], reader["shuffle_after_epoch"]) == (1, 2, True)
@@ -160,6 +162,7 @@ def test_train_pipeline_is_built_with_the_recipe_and_this_ranks_shard(monkeypatc
     assert (calls["rand_augment"]["shape"], calls["rand_augment"]["max_translate_rel"]) == ((224, 224), 0.45)  # timm: 45 %
     assert calls["rand_augment"]["interp_type"] == "linear"  # DALI's warp_affine takes nearest or linear only
     assert calls["crop_mirror_normalize"]["mean"] == pytest.approx([0.485 * 255, 0.456 * 255, 0.406 * 255])
+    assert calls["cast"]["dtype"] == "INT64"  # the labels leave DALI as torch's class index type: no conversion a step
 
 
 def test_eval_pipeline_resizes_and_center_crops(monkeypatch, jpeg_root):
@@ -302,8 +305,9 @@ def test_lightning_fits_and_validates_on_dali_loaders(monkeypatch, jpeg_root, tm
 
 
 def test_erasing_boxes_reach_the_device_through_a_pinned_upload(monkeypatch, jpeg_root):
-    """The boxes of random erasing are drawn on the host each batch; they must go through ``upload`` (pinned memory, a
-    copy queued behind the running step), never a pageable copy, which would make the host wait for the GPU every step."""
+    """The boxes of random erasing are drawn on the host each batch, all at once (no Python loop per image), and go to the
+    device as one (n, height + width) row/column mask through ``upload`` (pinned memory, a copy queued behind the running
+    step), never a pageable copy, which would make the host wait for the GPU every step; the labels need no conversion."""
     import mixbench.data.device_pipeline as device_pipeline
     from mixbench.data.dali import DaliLoader
 
@@ -315,10 +319,15 @@ def test_erasing_boxes_reach_the_device_through_a_pinned_upload(monkeypatch, jpe
 
     monkeypatch.setattr(device_pipeline, "upload", recording_upload)
     dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
+    monkeypatch.setattr(device_pipeline, "erase_box", None)  # the per-image draw is not used
     loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), 1.0)
-    images, _ = next(iter(loader))
-    (boxes,) = uploads
-    assert boxes.dtype == torch.long and boxes.shape == (len(images), 4)
+    loader.iterator = [[{"images": torch.zeros(4, 3, 8, 8), "labels": torch.arange(4).view(4, 1)}]]  # DALI's int64 labels
+    images, labels = next(iter(loader))
+    (masks,) = uploads
+    assert masks.dtype == torch.bool and masks.shape == (4, 8 + 8) and labels.tolist() == [0, 1, 2, 3]
+    boxes = masks[:, :8, None] & masks[:, None, 8:]
+    assert boxes.any(dim=(1, 2)).all()  # re_prob 1: every image loses a box, to noise, and nothing else
+    assert torch.equal(images.ne(0).all(dim=1), boxes) and torch.equal(images.ne(0).any(dim=1), boxes)
 
 
 @pytest.mark.gpu

@@ -192,8 +192,30 @@ def test_erasing_draws_the_boxes_timm_erases_and_fills_only_them():
         mask[top : top + h, left : left + w] = True
     assert 5 < (boxes[:, 2] > 0).sum() < 27  # p = 0.5
     assert torch.equal(images.ne(0).any(dim=1), masks)  # timm's boxes, from the same `random` draws
-    erased = dp.erase(torch.full((32, 3, 40, 48), 7.0), boxes)
+    erased = dp.erase(torch.full((32, 3, 40, 48), 7.0), dp.box_masks(boxes, 40, 48))
     assert torch.equal(erased.ne(7.0).any(dim=1), masks)
+
+
+def test_batched_erasing_boxes_have_timms_distribution():
+    """``erase_boxes`` (all images' boxes in a few draws, for the DALI loader) against the per-image ``erase_box`` (timm's
+    own draws): the same erase rate, box sizes and positions over 20,000 images; every box fits the image."""
+    import random
+
+    from timm.data.random_erasing import RandomErasing
+
+    eraser = RandomErasing(0.5, mode="pixel", max_count=1, device="cpu")
+    random.seed(0), torch.manual_seed(0)
+    reference = torch.tensor([dp.erase_box(eraser, 40, 48) for _ in range(20_000)], dtype=torch.float64)
+    batched = dp.erase_boxes(eraser, 20_000, 40, 48)
+    top, left, h, w = batched.T
+    assert ((top + h <= 40) & (left + w <= 48) & (h < 40) & (w < 48) & (top >= 0) & (left >= 0)).all()
+    ours, timms = batched[h > 0].double(), reference[reference[:, 2] > 0]
+    assert abs(len(ours) - len(timms)) < 600 and abs(len(ours) / 20_000 - 0.5) < 0.015
+    quantiles = torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9], dtype=torch.float64)
+    for column in range(4):  # top, left, h, w: quantiles within a pixel or two
+        assert (ours[:, column].quantile(quantiles) - timms[:, column].quantile(quantiles)).abs().max() <= 2
+    area = (ours[:, 2] * ours[:, 3]).mean() / (40 * 48)
+    assert abs(area - (timms[:, 2] * timms[:, 3]).mean() / (40 * 48)) < 0.01
 
 
 def _rand_augment_image_by_image(rand_augment, images, fill):
@@ -240,7 +262,7 @@ def test_device_half_is_deterministic_given_the_workers_draws(tmp_path):
     dm = ImageFolderDataModule(root=str(make_folder(tmp_path)), img_size=32, batch_size=6, num_workers=0, pipeline="gpu")
     dm.setup()
     batch = next(iter(dm.train_dataloader()))
-    assert isinstance(batch.draws, dp.TrainDraws) and batch.draws.erase.shape == (6, 4)
+    assert isinstance(batch.draws, dp.TrainDraws) and batch.draws.erase.shape == (6, 32 + 32) and batch.draws.erase.dtype == torch.bool
     outputs = []
     for _ in range(2):
         torch.manual_seed(0)  # the erasing noise

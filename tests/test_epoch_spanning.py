@@ -201,17 +201,18 @@ def cifar_run(results: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_cifar_resume_mid_epoch_through_mixbench_run_is_exact(tmp_path):
-    """The CIFAR-10 array loader: resumed from step 24 (mid epoch 1, its crops and flips seeded per sample) it ends at
-    the uninterrupted run's loss."""
+@pytest.mark.parametrize("pipeline", ["cpu", "gpu"])  # gpu: the batched device pipeline, here on the CPU
+def test_cifar_resume_mid_epoch_through_mixbench_run_is_exact(tmp_path, pipeline):
+    """The CIFAR-10 array loaders: resumed from step 24 (mid epoch 1; crops and flips seeded per sample, or per batch for
+    the gpu pipeline) it ends at the uninterrupted run's loss."""
     from mixbench.cli.app import main
 
-    assert main(cifar_run(tmp_path / "full")) == 0
+    assert main(cifar_run(tmp_path / "full", f"data.pipeline={pipeline}")) == 0
     (full,) = [json.loads(p.read_text()) for p in (tmp_path / "full").rglob("record.json")]
-    assert full["steps"] == 32 and full["dataset"]["exact_resume"] is True
+    assert full["steps"] == 32 and full["dataset"]["exact_resume"] is True and full["dataset"]["pipeline"] == pipeline
     (ckpt,) = Path(full["run_dir"]).glob("checkpoints/*step=24.ckpt")
     assert torch.load(ckpt, weights_only=False)["CifarArrayDataModule"] == {"epoch": 1, "consumed": 800, "seed": 0}
-    assert main(cifar_run(tmp_path / "resumed", f"resume_from={ckpt}")) == 0
+    assert main(cifar_run(tmp_path / "resumed", f"data.pipeline={pipeline}", f"resume_from={ckpt}")) == 0
     (resumed,) = [json.loads(p.read_text()) for p in (tmp_path / "resumed").rglob("record.json")]
     assert resumed["steps"] == 32
     assert resumed["metrics"]["val/loss"] == pytest.approx(full["metrics"]["val/loss"], rel=1e-6)

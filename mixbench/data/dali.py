@@ -4,10 +4,12 @@ Train: ``fn.readers.file`` (this rank's shard: ``shard_id`` = global rank, ``num
 list reshuffled every epoch from ``seed``) → hardware/CUDA JPEG decode fused with the random-resized crop (scale
 (0.08, 1), ratio (3/4, 4/3), as timm) → resize to ``img_size`` (cubic, antialiased) → horizontal flip → DALI's
 RandAugment (``n`` and ``m`` from ``auto_augment``, e.g. ``rand-m9-mstd0.5-inc1`` → n=2, m=9) → normalize (CHW float).
-Random erasing then runs on the batch with torch, as timm's ``RandomErasing`` (pixel mode, one box; the boxes drawn on
-the host by timm's own rules, :func:`mixbench.data.device_pipeline.erase_box`), and Mixup/CutMix in the LightningModule
-as for every pipeline.  Eval: decode → resize the short side to ``floor(img_size / crop_pct)`` (cubic, antialiased) →
-center crop → normalize.
+Random erasing then runs on the batch with torch, as timm's ``RandomErasing`` (pixel mode, one box; the batch's boxes
+drawn on the host at once by timm's rule, :func:`mixbench.data.device_pipeline.erase_boxes`, and sent as row/column masks
+in one pinned copy), and Mixup/CutMix in the LightningModule as for every pipeline.  The hand-over does no per-step
+conversion in Python: the labels leave DALI as int64, and DALI's iterator passes its outputs to torch by DLPack (its
+default dynamic executor; no copy).  Eval: decode → resize the short side to ``floor(img_size / crop_pct)`` (cubic,
+antialiased) → center crop → normalize.
 
 Where DALI's ops differ from timm's recipe is listed in docs/imagenet.md (DALI pipeline).  Resume: DALI's reader restarts
 its shard's order at the start of an epoch, so a run resumed mid-epoch sees a different remainder of that epoch than the
@@ -21,8 +23,6 @@ import logging
 import math
 import re
 from dataclasses import dataclass
-
-import torch
 
 from ..core.errors import ConfigError
 
@@ -193,7 +193,7 @@ def build_pipeline(settings: DaliSettings):
                 mean=mean,
                 std=std,
             )
-        return images, labels.gpu()
+        return images, fn.cast(labels, dtype=types.INT64).gpu()  # torch's class index type, converted in DALI's threads
 
     return pipeline(batch_size=settings.batch_size, num_threads=settings.num_threads, device_id=settings.device_id, seed=settings.seed)
 
@@ -226,15 +226,15 @@ class DaliLoader:
         return len(self.iterator)
 
     def __iter__(self):
-        from .device_pipeline import erase, erase_box, upload
+        from .device_pipeline import box_masks, erase, erase_boxes, upload
 
         for out in self.iterator:
-            images, labels = out[0]["images"], out[0]["labels"].view(-1).long()
+            images, labels = out[0]["images"], out[0]["labels"].view(-1)
             if self.eraser is not None:
-                size = self.settings.img_size
-                boxes = torch.tensor([erase_box(self.eraser, size, size) for _ in range(len(images))], dtype=torch.long)
+                height, width = images.shape[-2:]
+                masks = box_masks(erase_boxes(self.eraser, len(images), height, width), height, width)
                 # pinned and queued behind the running step: a pageable copy would make the host wait for the GPU
-                images = erase(images, upload(boxes.view(-1, 4), images.device))
+                images = erase(images, upload(masks, images.device))
             yield images, labels
 
 

@@ -67,7 +67,7 @@ def _map_tensors(obj, fn, keep: tuple[str, ...] = ()):
 @dataclass
 class TrainDraws:
     """The random draws of one train batch: per image ``flip`` (bool), the RandAugment draws (or None) and the
-    erasing box ``erase`` (n, 4) = (top, left, height, width), height 0 for an image that is not erased."""
+    erasing box as ``erase`` (n, height + width) bool :func:`box_masks` (all False for an image that is not erased)."""
 
     flip: torch.Tensor
     rand_augment: RandAugmentDraws | None
@@ -79,6 +79,32 @@ class TrainDraws:
     def to(self, device) -> TrainDraws:
         """On ``device``, except the RandAugment group sizes, which the host reads."""
         return _map_tensors(self, lambda t: upload(t, device), keep=("counts",))
+
+
+def erase_boxes(eraser, n: int, img_h: int, img_w: int, attempts: int = 10) -> torch.Tensor:
+    """timm ``RandomErasing._erase``'s box rule (one box) for ``n`` images in a few batched draws from torch's generator,
+    no Python loop per image: erase with probability p; up to ``attempts`` tries of an area U(min, max) · h · w and a
+    log-aspect U(log_aspect_ratio), the first that fits; top and left uniform.  The distribution of :func:`erase_box`, not
+    its draws.  (n, 4) int64 (top, left, h, w), zeros for an image not erased."""
+    area = torch.empty(n, attempts, dtype=torch.float64).uniform_(eraser.min_area, eraser.max_area) * (img_h * img_w)
+    aspect = torch.empty(n, attempts, dtype=torch.float64).uniform_(*eraser.log_aspect_ratio).exp()
+    h, w = (area * aspect).sqrt().round().long(), (area / aspect).sqrt().round().long()
+    fits = (h < img_h) & (w < img_w)
+    first = fits.long().argmax(dim=1, keepdim=True)  # the first attempt that fits
+    h, w = h.gather(1, first).squeeze(1), w.gather(1, first).squeeze(1)
+    top = (torch.rand(n, dtype=torch.float64) * (img_h - h + 1)).floor().long()
+    left = (torch.rand(n, dtype=torch.float64) * (img_w - w + 1)).floor().long()
+    erased = fits.any(dim=1) & (torch.rand(n, dtype=torch.float64) <= eraser.probability)
+    return torch.stack([top, left, h, w], dim=1) * erased[:, None]
+
+
+def box_masks(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """(n, height + width) bool on ``boxes``' device: the rows, then the columns, that each image's box (top, left, h, w)
+    covers — what :func:`erase` takes (a few hundred bytes an image to upload instead of a pixel mask)."""
+    top, left, h, w = boxes.T.unsqueeze(-1)  # each (n, 1)
+    rows = torch.arange(height, device=boxes.device)
+    cols = torch.arange(width, device=boxes.device)
+    return torch.cat([(rows >= top) & (rows < top + h), (cols >= left) & (cols < left + w)], dim=1)
 
 
 def erase_box(eraser, img_h: int, img_w: int) -> tuple[int, int, int, int]:
@@ -108,8 +134,8 @@ class RecipeDraws:
     def __call__(self, n: int) -> TrainDraws:
         flip = torch.tensor([random.random() < self.hflip for _ in range(n)])
         rand_augment = self.rand_augment.draw(n) if self.rand_augment is not None else None
-        erase = torch.tensor([erase_box(self.eraser, self.img_size, self.img_size) for _ in range(n)], dtype=torch.long).view(n, 4)
-        return TrainDraws(flip, rand_augment, erase)
+        boxes = torch.tensor([erase_box(self.eraser, self.img_size, self.img_size) for _ in range(n)], dtype=torch.long).view(n, 4)
+        return TrainDraws(flip, rand_augment, box_masks(boxes, self.img_size, self.img_size))
 
 
 @dataclass
@@ -224,14 +250,11 @@ def decode_batch(encoded: list[torch.Tensor], device: torch.device) -> list[torc
     return out
 
 
-def erase(images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
-    """timm ``RandomErasing`` (pixel mode) on a float batch: each image's box (top, left, h, w) gets N(0, 1) noise."""
-    top, left, h, w = boxes.T.unsqueeze(-1)  # each (n, 1)
-    rows = torch.arange(images.shape[-2], device=images.device)
-    cols = torch.arange(images.shape[-1], device=images.device)
-    inside = ((rows >= top) & (rows < top + h)).view(len(images), 1, -1, 1) & ((cols >= left) & (cols < left + w)).view(
-        len(images), 1, 1, -1
-    )
+def erase(images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """timm ``RandomErasing`` (pixel mode) on a float batch: the pixels of each image's box — its rows and columns in
+    ``masks``, (n, height + width) from :func:`box_masks` on the same device — get N(0, 1) noise (three kernels)."""
+    height = images.shape[-2]
+    inside = masks[:, None, :height, None] & masks[:, None, None, height:]
     return torch.where(inside, torch.randn_like(images), images)
 
 

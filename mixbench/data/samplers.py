@@ -25,22 +25,28 @@ class EpochShuffleSampler(Sampler[int]):
             raise ValueError(f"{n} samples cannot be split over {world_size} ranks")
         self.n, self.seed, self.rank, self.world_size, self.shuffle = n, seed, rank, world_size, shuffle
         self.epoch, self.start = 0, 0
+        self.epoch_was_set = False  # set_epoch was called (a loader that reads it clears it when it starts an epoch)
 
     def set_epoch(self, epoch: int) -> None:
+        self.epoch_was_set = True
         if epoch != self.epoch:
             self.epoch, self.start = epoch, 0
 
     def set_start(self, epoch: int, start: int) -> None:
         self.epoch, self.start = epoch, start
 
-    def indices(self) -> list[int]:
+    def order(self) -> torch.Tensor:
+        """This rank's whole order of the current epoch (``start`` not applied), an int64 CPU tensor."""
         order = (
             torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
             if self.shuffle
             else torch.arange(self.n)
         )
         usable = self.n - self.n % self.world_size
-        return order[self.rank : usable : self.world_size].tolist()
+        return order[self.rank : usable : self.world_size]
+
+    def indices(self) -> list[int]:
+        return self.order().tolist()
 
     def __iter__(self):
         yield from self.indices()[self.start :]
