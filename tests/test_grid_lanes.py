@@ -63,3 +63,19 @@ def test_deadline_stops_runs_with_sigterm_and_ends_with_unstarted_lines(tmp_path
     assert "exit 75" in proc.stderr  # the run itself got SIGTERM and exited as a preempted run, not SIGKILLed
     assert (out / "first.term").exists() and (out / "second.term").exists()
     assert not (out / "third.term").exists()
+
+
+def test_lanes_use_the_gpus_of_cuda_visible_devices(monkeypatch):
+    """A grid on GPUs 2-3 of a machine whose other GPUs run something else: the lanes' GPUs come from the parent's list."""
+    sys.path.insert(0, str(ROOT / "bench" / "grids"))
+    from grid_lanes import gpu_devices
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert gpu_devices(2) == ["2", "3"] and gpu_devices(1) == ["2"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpu_devices(3) == ["0", "1", "2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    import pytest
+
+    with pytest.raises(SystemExit, match="lists 1 device"):
+        gpu_devices(2)

@@ -73,3 +73,20 @@ def test_best_from_runs_each_placement_at_its_best_lr_and_12_blocks_at_the_24_bl
         (norm, layers, seed): lr for norm, lr in (("mix", "0.003"), ("pre", "0.003")) for layers in ("24", "12") for seed in "012"
     }
     assert len(at_best) == 2 * 2 * 3  # placements, ViT without a finished run are left out (logged)
+
+
+def test_placements_grid_records_count_as_finished_sweep_runs_at_the_default_lr_except_changed_inits():
+    """The lr sweep reuses the placements grid's records at its default lr: a record saved before Admin's profiling init
+    existed (``norm.admin_init: null``) matches the same run today, except for Admin and DyT, whose inits changed."""
+    import glob
+
+    from mixbench.training.run import run_defaults, same_run_settings
+
+    matches = {}
+    for norm, task in (("pre", "c4_llama_71m"), ("mix", "in1k_vit_tiny"), ("admin", "c4_llama_71m"), ("dyt", "in1k_vit_tiny")):
+        path = sorted(glob.glob(f"results/proxy/placements/runs/{task}/*/{norm}*/seed0-*/record.json"))[0]
+        record = json.loads(open(path).read())
+        argv = [a for a in record["command"][2:] if not a.startswith(("results_dir=", "resume="))]
+        cfg = compose([*argv, "optim.lr=0.001" if task.startswith("c4") else "optim.lr=0.004"])
+        matches[norm] = same_run_settings(record["config"], cfg, run_defaults(cfg))
+    assert matches == {"pre": True, "mix": True, "admin": False, "dyt": False}

@@ -59,6 +59,15 @@ def core_sets(gpus: int, jobs: int) -> list[list[int]]:
     return [cores[(i * per) % len(cores) : (i * per) % len(cores) + per] for i in range(lanes)]
 
 
+def gpu_devices(gpus: int) -> list[str]:
+    """The device of each of the ``gpus`` lanes' GPUs: the first ``gpus`` of this process's ``CUDA_VISIBLE_DEVICES``
+    where it is set (a grid on GPUs 2-3 of a machine: ``CUDA_VISIBLE_DEVICES=2,3 ... --gpus 2``), else 0..gpus-1."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible and len(visible) < gpus:
+        raise SystemExit(f"--gpus {gpus} but CUDA_VISIBLE_DEVICES lists {len(visible)} device(s): {','.join(visible)}")
+    return visible[:gpus] if visible else [str(i) for i in range(gpus)]
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     args = parse_args(argv)
@@ -66,6 +75,7 @@ def main(argv=None) -> int:
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
     cores = core_sets(args.gpus, args.jobs)
+    devices = gpu_devices(args.gpus)
     free = list(range(args.gpus * args.jobs))  # lane i: GPU i // jobs
     running: dict[int, tuple[subprocess.Popen, int, float]] = {}  # lane → (process, plan index, start)
     results: list[tuple[int, int | None, float]] = []
@@ -86,12 +96,12 @@ def main(argv=None) -> int:
                     pass
         while free and index < len(queue) and not stopped:
             lane = free.pop(0)
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(lane // args.jobs)}
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[lane // args.jobs]}
             command = ["taskset", "-c", ",".join(map(str, cores[lane])), *queue[index]]
             with open(logs / f"run{index:03d}.log", "w") as console:
                 proc = subprocess.Popen(command, env=env, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
             running[lane] = (proc, index, time.monotonic())
-            log.info("start run%03d on GPU %d: %s", index, lane // args.jobs, shlex.join(queue[index][3:]))
+            log.info("start run%03d on GPU %s: %s", index, devices[lane // args.jobs], shlex.join(queue[index][3:]))
             index += 1
         for lane, (proc, i, t0) in list(running.items()):
             if proc.poll() is not None:

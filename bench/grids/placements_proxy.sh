@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# GRID=lr_sensitivity: the same placements at half-decade learning rates (LLaMA 24 blocks, ViT-Ti; one seed), and with
+# BEST_FROM=DIR each placement at its best lr there (`reproduce --best-from`; LLaMA 12 blocks too), SEEDS=0,1,2.
 # The placements grid at proxy scale (configs/grids/placements.yaml): every placement × LLaMA-71M width at 24 and 12
 # blocks (760 steps, 24.9M tokens of textmix) and × ViT-Ti on CIFAR-10 8k/2k (30 epochs), SEEDS seeds, spread over the
 # machine's GPUs by bench/grids/grid_lanes.py (JOBS runs at a time a GPU, each on its own cores).
@@ -20,7 +22,9 @@ set -uo pipefail
 script_start=$(date +%s)
 cd "$(dirname "$0")/../.."
 RESULTS=${RESULTS:-.grid}
-OUT=${OUT:-results/proxy/placements}
+GRID=${GRID:-placements}
+OUT=${OUT:-results/proxy/$GRID}
+BEST=(${BEST_FROM:+--best-from "$BEST_FROM"})
 SEEDS=${SEEDS:-0,1,2}
 JOBS=${JOBS:-3}
 ONLY=${ONLY:-}
@@ -43,9 +47,9 @@ TEXT=('data.path=.data/textmix3/pkgtext-train.*.json.gz' data.tokenizer=embedded
 IMAGES=(data.path=.data/cifar/cifar10_bigbench.npz data.num_workers=3)
 plan=$RESULTS/plan.txt
 { [ -z "${PREPEND:-}" ] || cat "$PREPEND"
-  [[ $FAMILIES != *lm* ]] || python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run --resume \
+  [[ $FAMILIES != *lm* ]] || python3 -m mixbench.cli reproduce "$GRID" --scale proxy --seeds "$SEEDS" --dry-run --resume "${BEST[@]}" \
       --only task=c4_llama_71m $ONLY "${TEXT[@]}" "${COMMON[@]}"
-  [[ $FAMILIES != *vision* ]] || python3 -m mixbench.cli reproduce placements --scale proxy --seeds "$SEEDS" --dry-run --resume \
+  [[ $FAMILIES != *vision* ]] || python3 -m mixbench.cli reproduce "$GRID" --scale proxy --seeds "$SEEDS" --dry-run --resume "${BEST[@]}" \
       --only task=in1k_vit_tiny $ONLY "${IMAGES[@]}" "${COMMON[@]}"
   [ -z "${APPEND:-}" ] || cat "$APPEND"
 } > "$plan" || { echo "could not plan the grid"; exit 2; }
@@ -78,5 +82,5 @@ fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "$GPUS × $gpu" >> "$OUT/lanes.log"
 find "$RESULTS" \( -name record.json -o -name config.yaml -o -name metrics.csv -o -name 'run*.log' \) -print0 \
-    | tar czf "$OUT/placements_runs.tgz" --null -T -
+    | tar czf "$OUT/${GRID}_runs.tgz" --null -T -
 exit "$status"

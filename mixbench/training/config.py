@@ -317,6 +317,17 @@ def norm_spec(cfg: DictConfig) -> NormSpec:
     return NormSpec.from_dict(OmegaConf.to_container(cfg.norm, resolve=True))
 
 
+def upgrade_saved_config(node) -> None:
+    """In place: a saved config (``config.yaml``, a record's ``config``) read as it meant when it was saved — a boolean
+    ``compile`` (:func:`upgrade_compile`); ``norm.admin_init: null``, saved before Admin's profiling init existed, is
+    the fixed schedule (``sqrt``) where the plan has Admin blocks and the new default (``profile``, unused) elsewhere."""
+    upgrade_compile(node)
+    norm = node.get("norm") if node is not None else None
+    if norm is not None and "admin_init" in norm and norm["admin_init"] is None:
+        admin = norm.get("placement") == "admin" or "admin" in (norm.get("layers") or ())
+        norm["admin_init"] = "sqrt" if admin else "profile"
+
+
 def load_run_config(run_dir: str | Path) -> DictConfig:
     """A finished run's ``config.yaml`` (settings added to defaults.yaml after the run was made take their defaults),
     with its task's plugin code loaded (a plugin task needs its project: ``mixbench --project DIR``)."""
@@ -325,7 +336,7 @@ def load_run_config(run_dir: str | Path) -> DictConfig:
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
     saved = OmegaConf.load(path)
-    upgrade_compile(saved)  # saved before compile.mode existed
+    upgrade_saved_config(saved)
     cfg = OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), saved)
     get_task(cfg.task.name).load_plugin()
     return cfg

@@ -29,8 +29,8 @@ from ..results.records import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, build_run_model, model_options
 from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
-from .compile import CudaGraphStepMarker, compile_model, upgrade_compile, uses_cudagraphs
-from .config import compose, norm_spec, runs_root
+from .compile import CudaGraphStepMarker, compile_model, uses_cudagraphs
+from .config import compose, norm_spec, runs_root, upgrade_saved_config
 from .gradnorm import GradNormMonitor
 from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision, runs_on_cuda
@@ -76,7 +76,7 @@ def same_run_settings(theirs: dict, cfg: DictConfig, defaults) -> bool:
     if not theirs:
         return False
     theirs = json.loads(json.dumps(theirs))  # a copy: the compile upgrade below edits it
-    upgrade_compile(theirs)  # saved before compile.mode existed
+    upgrade_saved_config(theirs)  # settings whose saved form or meaning changed since
     ours = OmegaConf.to_container(cfg, resolve=True)
     for config in (theirs, ours):
         for key in LOCATION_KEYS:
