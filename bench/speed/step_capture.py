@@ -117,7 +117,7 @@ def model_alone(args) -> dict | None:
         return None
     import torch
 
-    torch.cuda.set_device(0)  # CUDA_VISIBLE_DEVICES is --gpu
+    torch.cuda.set_device(int(args.gpu))  # the card the runs get
     rates = {}
     for options in ("defaults", "cudagraphs=true"):
         step = training_step("vit_small", args.batch, "cuda", options)
