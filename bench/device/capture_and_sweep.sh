@@ -30,10 +30,11 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS
 
 lane() {  # lane NAME CORES GPUS COMMAND...: one job on its own cores (and GPUS as CUDA_VISIBLE_DEVICES; '-': the job picks
     # its GPUs itself, as the benches' --gpu / --gpus do), its console in $W/NAME.log
-    local name=$1 cores=$2 gpus=$3
+    local name=$1 cores=$2 gpus=$3 left=$((${LIMIT_S:-570} - ($(date +%s) - T0)))
     shift 3
-    echo "== $name on GPU(s) $gpus, cores $cores, at $(($(date +%s) - T0)) s"
-    if [ "$gpus" = - ]; then taskset -c "$cores" "$@"; else CUDA_VISIBLE_DEVICES=$gpus taskset -c "$cores" "$@"; fi > "$W/$name.log" 2>&1
+    echo "== $name on GPU(s) $gpus, cores $cores, at $(($(date +%s) - T0)) s, up to $left s"
+    if [ "$gpus" = - ]; then timeout "$left" taskset -c "$cores" "$@"
+    else CUDA_VISIBLE_DEVICES=$gpus timeout "$left" taskset -c "$cores" "$@"; fi > "$W/$name.log" 2>&1
     echo "== $name rc=$? at $(($(date +%s) - T0)) s"
     tail -12 "$W/$name.log"
 }
