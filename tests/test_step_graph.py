@@ -107,6 +107,7 @@ TINY_VIT = [
     "divergence.unigram_floor=false",
     "save_weights=false",
     "trainer.log_every_n_steps=1",
+    "divergence.check_every_n_steps=1",  # the record's train-loss history: every step
 ]
 TINY_LM = [
     "task=llama_lm",
@@ -122,6 +123,7 @@ TINY_LM = [
     "divergence.unigram_floor=false",
     "save_weights=false",
     "trainer.log_every_n_steps=1",
+    "divergence.check_every_n_steps=1",
 ]
 # Captured and uncaptured runs issue the same kernels; what differs is the order of a few reductions in bf16, so the
 # losses agree to bf16 precision: |Δ| ≤ 2e-2 nats over 30 steps (bf16 keeps 8 bits of mantissa, ~0.4 % a value).
@@ -157,7 +159,7 @@ def test_a_captured_run_killed_mid_training_resumes_to_the_uninterrupted_result(
     settings = [*TINY_VIT, "model.drop_path_rate=0.1", "cuda_graph_step=true", "checkpoint.every_n_steps=10", "seed=5"]
     full = run_record(settings, tmp_path / "full")
     run_dir = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
     killed = subprocess.run(
         [sys.executable, str(HERE / "kill_harness.py"), "step", "17", *settings, f"run_dir={run_dir}"],
         env=env,

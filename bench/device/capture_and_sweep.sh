@@ -42,7 +42,7 @@ lane() {  # lane NAME CORES GPUS COMMAND...: one job on its own cores (and GPUS 
 sweep_daemon() {  # sweep_daemon FAMILY CORES GPUS JOBS: the lr sweep of one family, detached from this call
     local family=$1 cores=$2 gpus=$3 jobs=$4
     echo "== sweep daemon: $family on GPU(s) $gpus, cores $cores, $jobs a GPU"
-    CUDA_VISIBLE_DEVICES=$gpus GRID=lr_sensitivity FAMILIES=$family SEEDS=0 JOBS=$jobs GPUS=$(tr ',' '\n' <<< "$gpus" | wc -l) \
+    CUDA_VISIBLE_DEVICES=$gpus GRID=lr_sensitivity FAMILIES=$family SEEDS=0, JOBS=$jobs GPUS=$(tr ',' '\n' <<< "$gpus" | wc -l) \
         RESULTS=.grid OUT="$W/sweep_$family" setsid -f taskset -c "$cores" bash bench/grids/placements_proxy.sh \
         > "$W/sweep_$family.log" 2>&1 < /dev/null
 }

@@ -37,4 +37,7 @@ class CachedModelEma(ModelEmaV3):
         ema_values, model_values, copies = self._tensor_lists(model)
         for ema_v, model_v in copies:
             ema_v.copy_(model_v)
-        self._foreach_lerp_(ema_values, model_values, weight=1.0 - decay)
+        if hasattr(self, "_foreach_lerp_"):  # timm ≥ 1.0.30: its multi-tensor update (stochastic rounding for bf16 EMAs)
+            self._foreach_lerp_(ema_values, model_values, weight=1.0 - decay)
+        else:  # older timm: the one foreach lerp its apply_update_ makes
+            torch._foreach_lerp_(ema_values, model_values, weight=1.0 - decay)
