@@ -65,11 +65,19 @@ case $STEP in
             -p no:cacheprovider -s &
         lane vit_ti 16-31 - python3 bench/speed/step_capture.py --group vit_ti --gpu 1 --workers 3 --out "$W/step_capture_vit_ti.json" &
         wait ;;
+    text)  # the LLaMA rows as a detached job on GPU 3 (the ViT sweep daemon stopped: its finished records are kept)
+        pkill -f '[g]rid_lanes.py'; pkill -f 'bench/grids/[p]lacements'; pkill -f '[m]ixbench.cli run'
+        unpack_textmix
+        CUDA_VISIBLE_DEVICES=3 setsid -f taskset -c 48-63 bash -c "python3 bench/speed/step_capture.py --group llama_71m --gpu 3 \
+            --out $W/step_capture_llama_71m.json > $W/llama_71m.log 2>&1; python3 bench/speed/step_capture.py --group llama_130m \
+            --gpu 3 --repeats 2 --out $W/step_capture_llama_130m.json > $W/llama_130m.log 2>&1" < /dev/null > /dev/null 2>&1 ;;
     receive) ;;
     dali)
         source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; pack; exit 1; }
-        lane vit_s 0-15 - python3 bench/speed/step_capture.py --group vit_s --gpu 0 --workers 14 --out "$W/step_capture_vit_s.json" &
-        lane multi_gpu_vit_s 16-47 - python3 bench/speed/multi_gpu.py --gpus 1,2 --only vit_small --vit-pipeline dali --repeats 2 \
+        (lane vit_s 32-47 - python3 bench/speed/step_capture.py --group vit_s --gpu 2 --workers 14 --repeats "${REPEATS:-3}" \
+            --out "$W/step_capture_vit_s.json"
+         lane dali_tests 32-47 2 python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider) &
+        lane multi_gpu_vit_s 0-31 - python3 bench/speed/multi_gpu.py --gpus 0,1 --only vit_small --vit-pipeline dali \
             --budget 480 --out "$W/multi_gpu_vit_s.json" &
         wait ;;
     llama)
