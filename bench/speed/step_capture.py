@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Runner, epoch_average, markdown, start_logging, vit_run_args, write_result  # noqa: E402  (bench/speed/ is not a package)
+from harness import Runner, epoch_average, markdown, start_logging, vit_run_args, write_files, write_result  # noqa: E402  (bench/speed/ is not a package)
 from image_loader import training_step, write_jpegs  # noqa: E402
 from vit_e2e import rotated_rounds, row_summary  # noqa: E402
 
@@ -156,16 +156,33 @@ def measure(args) -> None:
     write(args.out, {k: str(v) for k, v in vars(args).items()}, rows)
 
 
-def write(out: Path, settings: dict, rows: list[dict], **extra) -> None:
-    columns = [("row", "row"), ("items/s (median)", "images_per_sec"), ("runs, round by round", "rates"), ("of model alone", "of_model")]
-    write_result(out, "step_capture", settings, rows, markdown(columns, rows), **extra)
+COLUMNS = [("row", "row"), ("items/s (median)", "images_per_sec"), ("runs, round by round", "rates"), ("of model alone", "of_model")]
+
+
+def write(out: Path, settings: dict, rows: list[dict]) -> None:
+    write_result(out, "step_capture", settings, rows, markdown(COLUMNS, rows))
 
 
 def merge(out: Path, inputs: list[Path]) -> None:
-    """One JSON of the groups run side by side on one machine (their settings and machines kept per group)."""
+    """One JSON (and table) of JSONs written side by side on one machine — this bench's groups, and ``multi_gpu.py``'s
+    rows (their ``items_per_sec`` shown in the same column, ``scaling_vs_1gpu`` kept): each part's machine, settings
+    and rows as it wrote them, the first part's machine, versions and commit on top."""
     parts = [json.loads(p.read_text()) for p in inputs]
-    rows = [row for part in parts for row in part["rows"]]
-    write(out, {"merged": [str(p) for p in inputs]}, rows, groups=[{"settings": p["settings"], "machine": p.get("machine")} for p in parts])
+    rows = []
+    for path, part in zip(inputs, parts):
+        for row in part["rows"]:
+            rows.append({"part": path.name, "images_per_sec": row.get("items_per_sec"), **row})
+    first = parts[0]
+    result = {key: first.get(key) for key in ("machine", "versions", "git")}
+    parts_info = [
+        {"file": p.name, "benchmark": part["benchmark"], "machine": part.get("machine"), "settings": part["settings"]}
+        for p, part in zip(inputs, parts)
+    ]
+    write_files(
+        out,
+        {"benchmark": "step_capture", **result, "settings": {"merged": [p.name for p in inputs]}, "rows": rows, "parts": parts_info},
+        markdown([("part", "part"), *COLUMNS], rows),
+    )
 
 
 def parse_args(argv=None):
