@@ -6,19 +6,22 @@
 #   bash bench/device/capture_and_sweep.sh start     # carrying .data/cifar and .whl: the ViT sweep daemon on GPU 3
 #                                                    #   (cores 48-63); GPU tests of the captured step and the GPU
 #                                                    #   arrays on GPU 0; the ViT-Ti proxy rows on GPU 1
-#   bash bench/device/capture_and_sweep.sh receive   # ×4, carrying .dali/part-0N and .dali/SHA256 (one part a call)
-#   bash bench/device/capture_and_sweep.sh dali      # carrying .dali/part-04, .dali/SHA256 and .data/textmix3: ViT-S with
-#                                                    #   DALI captured vs not beside the model alone (GPU 0), ViT-S on
-#                                                    #   2 GPUs against 1 (GPUs 1-2)
-#   bash bench/device/capture_and_sweep.sh llama     # LLaMA-71M proxy and LLaMA-130M rows (GPUs 0, 1), the DALI GPU tests
-#                                                    #   (GPU 2); then the LLaMA sweep daemon on GPUs 0-2
+#   bash bench/device/capture_and_sweep.sh text      # carrying .data/textmix3: stops the sweep daemon, starts the LLaMA-71M
+#                                                    #   proxy and LLaMA-130M rows detached on GPU 3
+#   bash bench/device/capture_and_sweep.sh receive   # ×6, carrying .dali/part-0N and .dali/SHA256 (one part a call; with a
+#                                                    #   20 MB checkout only 30 MiB parts fit: split -b 30M of the bundle)
+#   bash bench/device/capture_and_sweep.sh dali      # carrying the last part and .dali/SHA256: ViT-S with DALI captured vs
+#                                                    #   not beside the model alone, then the DALI GPU tests (GPU 2); ViT-S on
+#                                                    #   2 GPUs against 1 (GPUs 0-1)
+#   bash bench/device/capture_and_sweep.sh llama     # (the plan before `text`) LLaMA rows on GPUs 0-1, the DALI GPU tests
+#                                                    #   on GPU 2, then the LLaMA sweep daemon on GPUs 0-2
 #   bash bench/device/capture_and_sweep.sh collect   # the sweep's finished records so far
 #
 # Every call leaves $OUT/cs_<step>.tgz (logs, JSONs) and $OUT/sweep_records.tgz (every finished run's record.json,
 # config.yaml and metrics.csv under .grid).  Machine-side state: /tmp/cs (logs, JSONs), .grid (the sweep's runs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?"start | receive | dali | llama | collect"}
+STEP=${1:?"start | text | receive | dali | llama | collect"}
 W=/tmp/cs
 mkdir -p "$W" "${OUT:-$W}"
 T0=$(date +%s)
@@ -47,7 +50,7 @@ sweep_daemon() {  # sweep_daemon FAMILY CORES GPUS JOBS: the lr sweep of one fam
         > "$W/sweep_$family.log" 2>&1 < /dev/null
 }
 
-pack() {
+pack_outputs() {  # (dali_bundle.sh, sourced for DALI's paths, has a pack of its own)
     tar czf "${OUT:-$W}/cs_$STEP.tgz" -C "$W" --exclude='*.tgz' . 2>/dev/null
     find .grid -name record.json -newer "$W/.started" 2>/dev/null | while read -r r; do d=$(dirname "$r"); echo "$r"; echo "$d/config.yaml"; \
         [ -f "$d/logs/metrics.csv" ] && echo "$d/logs/metrics.csv"; done | tar czf "${OUT:-$W}/sweep_records.tgz" -T - 2>/dev/null
@@ -73,7 +76,7 @@ case $STEP in
             --gpu 3 --repeats 2 --out $W/step_capture_llama_130m.json > $W/llama_130m.log 2>&1" < /dev/null > /dev/null 2>&1 ;;
     receive) ;;
     dali)
-        source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; pack; exit 1; }
+        source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; pack_outputs; exit 1; }
         (lane vit_s 32-47 - python3 bench/speed/step_capture.py --group vit_s --gpu 2 --workers 14 --repeats "${REPEATS:-3}" \
             --out "$W/step_capture_vit_s.json"
          lane dali_tests 32-47 2 python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider) &
@@ -90,4 +93,4 @@ case $STEP in
         sweep_daemon lm 0-47 0,1,2 3 ;;
     collect) ;;
 esac
-pack
+pack_outputs
