@@ -293,3 +293,25 @@ def test_the_committed_proxy_studies_render_their_committed_reports(tmp_path, st
     rendered = (tmp_path / "search" / study / "report.md").read_text()
     assert rendered == (committed / "report.md").read_text()
     assert "(95% Welch, n=3 vs 3)" in rendered and (tmp_path / "search" / study / "score_vs_plan.png").is_file()
+
+
+def test_a_study_can_tune_the_lr_beside_the_plan_and_confirms_each_arm_at_its_best_lr(tmp_path, capsys):
+    """--lrs: each trial draws optim.lr beside its plan; --confirm runs the best plan at its trial's lr, pre and mix at the
+    study's best lr for their plans (the base lr where the study never tried one)."""
+    from mixbench.grids.search import LR, Settings, confirmation_runs, open_study
+
+    assert main(["search", "--study", "x", "--space", "alpha", "--pruner", "none", "--lrs", "3e-4,1e-3", "--dry-run", *TINY_LM]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "5 plans" in lines[0] and "× 2 lr(s)" in lines[0] and len(lines) == 11 and lines[1].endswith("optim.lr=0.0003")
+    assert (
+        main(["search", "--study", "x", "--space", "alpha", "--pruner", "none", "--lrs", "1e-3", "--dry-run", *TINY_LM, "optim.lr=0.01"])
+        == 2
+    )
+    settings = Settings("alpha", (), tuple(TINY_LM), "none", None, 3, (3e-4, 1e-3))
+    study, _, _, _ = open_study(tmp_path, "lr", settings)
+    dist = {"num_post": optuna.distributions.IntDistribution(0, 4), LR: optuna.distributions.CategoricalDistribution([3e-4, 1e-3])}
+    for num_post, lr, ppl in ((0, 3e-4, 50.0), (0, 1e-3, 40.0), (2, 3e-4, 30.0), (2, 1e-3, 35.0)):  # pre best at 1e-3
+        study.add_trial(optuna.trial.create_trial(params={"num_post": num_post, LR: lr}, distributions=dist, value=ppl))
+    arms = {" ".join(a for a in argv if a.startswith("norm")): argv for argv in confirmation_runs(tmp_path, "lr", 2)}
+    lr_of = {arm: next((a for a in argv if a.startswith(LR)), None) for arm, argv in arms.items()}
+    assert lr_of == {"norm=mix norm.num_post=2": "optim.lr=0.0003", "norm=pre": "optim.lr=0.001", "norm=mix norm.alpha=0.25": None}

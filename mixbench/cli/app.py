@@ -165,7 +165,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not args.study:
         raise ConfigError("mixbench search needs --study NAME (or --confirm NAME / --report NAME)")
     kinds = tuple(k for k in (args.kinds or "").split(",") if k)
-    settings = Settings(args.space, kinds, tuple(args.overrides), args.pruner, args.min_steps, args.reduction_factor)
+    lrs = tuple(float(lr) for lr in (args.lrs or "").split(",") if lr)
+    settings = Settings(args.space, kinds, tuple(args.overrides), args.pruner, args.min_steps, args.reduction_factor, lrs)
     if args.dry_run:
         from ..grids.search import open_plan
 
@@ -369,6 +370,12 @@ def add_search_command(sub) -> None:
     srch.add_argument("--pruner", choices=PRUNERS, default="halving", help="successive halving (default), Hyperband or none")
     srch.add_argument("--min-steps", type=int, help="the first rung in optimizer steps (e.g. the first validation step)")
     srch.add_argument("--reduction-factor", type=int, default=3, help="rungs grow and survivors shrink by this factor (default 3)")
+    srch.add_argument(
+        "--lrs",
+        metavar="LR,LR,...",
+        help="search optim.lr beside the plan over these values (e.g. 3e-4,1e-3,3e-3); --confirm then runs the best plan at "
+        "its lr and pre / mix each at the study's best lr for its plan",
+    )
     srch.add_argument("--confirm", metavar="NAME", help="re-run the study's best plan, pre and mix(α=0.25) with fresh seeds")
     srch.add_argument("--seeds", type=int, default=3, help="--confirm: seeds per arm, none of them the search seed (default 3)")
     srch.add_argument("--jobs", type=int, default=1, help="--confirm: runs at a time, as subprocesses")

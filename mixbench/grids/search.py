@@ -29,7 +29,15 @@ from .search_space import Space
 log = logging.getLogger(__name__)
 
 BASELINES = {"pre": ["norm=pre"], "mix": ["norm=mix", "norm.alpha=0.25"]}
-RESERVED = ("results_dir", "run_dir", "resume", "norm", "norm.layers", "norm.num_post", "norm.alpha")
+
+
+def baseline_plans(num_layers: int) -> dict[str, tuple[str, ...]]:
+    """The per-block plans of the baseline arms (a study's trials of the same plans tell their best lr)."""
+    post = int(0.25 * num_layers)  # Mix-LN: the first ⌊αL⌋ blocks Post-LN
+    return {"pre": ("pre",) * num_layers, "mix": ("post",) * post + ("pre",) * (num_layers - post)}
+
+
+RESERVED = ("results_dir", "run_dir", "resume", "norm", "norm.layers", "norm.num_post", "norm.alpha")  # + optim.lr with --lrs
 
 
 def optuna_module():
@@ -65,6 +73,7 @@ class Settings:
     pruner: str = "halving"
     min_steps: int | None = None
     reduction_factor: int = 3
+    lrs: tuple[float, ...] = ()  # --lrs: optim.lr searched beside the plan (a category); () = the overrides' lr
 
     def as_attrs(self) -> dict:
         return {
@@ -74,24 +83,56 @@ class Settings:
             "pruner": self.pruner,
             "min_steps": self.min_steps,
             "reduction_factor": self.reduction_factor,
+            "lrs": list(self.lrs),
         }
 
     @classmethod
     def from_attrs(cls, attrs: dict) -> Settings:
+        """A stored study's settings (a study made before ``--lrs`` existed tunes no lr)."""
         return cls(
-            attrs["space"], tuple(attrs["kinds"]), tuple(attrs["overrides"]), attrs["pruner"], attrs["min_steps"], attrs["reduction_factor"]
+            attrs["space"],
+            tuple(attrs["kinds"]),
+            tuple(attrs["overrides"]),
+            attrs["pruner"],
+            attrs["min_steps"],
+            attrs["reduction_factor"],
+            tuple(attrs.get("lrs") or ()),
         )
 
 
-def base_config(overrides: tuple[str, ...]):
-    """The composed config every trial shares (the plan aside); rejects settings the search owns."""
+LR = "optim.lr"
 
-    owned = [o for o in overrides if o.split("=", 1)[0].lstrip("+") in RESERVED]
+
+def suggest_lr(settings: Settings, trial) -> list[str]:
+    """The ``optim.lr`` override a trial draws from ``--lrs`` (none when the study tunes no lr)."""
+    return [f"{LR}={trial.suggest_categorical(LR, list(settings.lrs))}"] if settings.lrs else []
+
+
+def tuned_lr(study, space: Space, plan: tuple[str, ...]) -> float | None:
+    """The lr of the best completed trial of ``plan`` in a study that tunes the lr; None when it tried no such plan."""
+    optuna = optuna_module()
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if LR in t.params and space.plan_of(t.params) == plan and t.value is not None and math.isfinite(t.value)
+    ]
+    if not done:
+        return None
+    return (max if study.direction.name == "MAXIMIZE" else min)(done, key=lambda t: t.value).params[LR]
+
+
+def base_config(overrides: tuple[str, ...], lrs: tuple[float, ...] = ()):
+    """The composed config every trial shares (the plan and a searched lr aside); rejects settings the search owns."""
+
+    reserved = RESERVED + ((LR,) if lrs else ())
+    owned = [o for o in overrides if o.split("=", 1)[0].lstrip("+") in reserved]
     if owned:
         raise ConfigError(
-            f"mixbench search sets {', '.join(owned)} itself (the plan comes from --space; runs go to "
+            f"mixbench search sets {', '.join(owned)} itself (the plan comes from --space, the lr from --lrs; runs go to "
             "<--results-dir>/search/<study>/); leave them out"
         )
+    if any(isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0 for lr in lrs):
+        raise ConfigError(f"--lrs takes positive learning rates, e.g. 3e-4,1e-3,3e-3; got {list(lrs)}")
     return compose(list(overrides))
 
 
@@ -127,7 +168,7 @@ def open_study(results_dir, name: str, settings: Settings | None = None, seed: i
                 f"(given: {settings.as_attrs()}) or start another --study"
             )
         settings = stored
-    cfg = base_config(settings.overrides)
+    cfg = base_config(settings.overrides, settings.lrs)
     space = Space(settings.space, int(cfg.model.num_layers), settings.kinds)
     pruner = make_pruner(settings, int(cfg.trainer.max_steps))
     higher = get_task(cfg.task.name).primary_metric.higher_is_better
@@ -191,11 +232,12 @@ def search(results_dir, name: str, settings: Settings, trials: int, max_trials: 
 
     def objective(trial) -> float:
         plan = space.suggest(trial)
+        lr = suggest_lr(settings, trial)
         if (earlier := repeat_of(study, trial)) is not None:
             trial.set_user_attr("repeat_of", earlier[0])
             log.info("trial %d: plan of trial %d, already trained with the search seed: %.4g", trial.number, *earlier)
             return earlier[1]
-        argv = [*settings.overrides, *space.overrides(plan), f"results_dir={folder / 'trials'}"]
+        argv = [*settings.overrides, *space.overrides(plan), *lr, f"results_dir={folder / 'trials'}"]
         pruning = TrialPruning(trial, metric)
         info = {"study": name, "trial": trial.number, "space": settings.space, "params": dict(trial.params)}
         try:
@@ -265,8 +307,21 @@ def confirmation_runs(results_dir, name: str, seeds: int) -> list[list[str]]:
     study, settings, space, cfg = open_study(results_dir, name)
     best = best_trial(study)
     arms = {"best": space.overrides(space.plan_of(best.params)), **BASELINES}
+    if settings.lrs:  # every arm at its own best lr: the best plan at its trial's, each baseline at the study's best for its plan
+        arms["best"] = [*arms["best"], f"{LR}={best.params[LR]}"]
+        for arm, plan in baseline_plans(space.num_layers).items():
+            lr = tuned_lr(study, space, plan)
+            if lr is None:
+                log.warning("the study tried no trial of %s's plan: it is confirmed at the study's base lr %s", arm, cfg.optim.lr)
+            else:
+                arms[arm] = [*arms[arm], f"{LR}={lr}"]
     folder = study_dir(results_dir, name) / "confirm"
-    log.info("confirming trial %d (%s) against pre and mix(α=0.25)", best.number, plan_label(settings, space, space.plan_of(best.params)))
+    log.info(
+        "confirming trial %d (%s) against pre and mix(α=0.25): %s",
+        best.number,
+        plan_label(settings, space, space.plan_of(best.params)),
+        "; ".join(f"{arm} {' '.join(a for a in argv if a.startswith(LR)) or 'base lr'}" for arm, argv in arms.items()),
+    )
     return [
         [*settings.overrides, *arm, f"seed={seed}", f"results_dir={folder}", "resume=auto"]
         for seed in confirmation_seeds(int(cfg.seed), seeds)
@@ -341,9 +396,12 @@ def adopt_reused(results_dir, name: str, records: list[dict]) -> list[Path]:
 
 def open_plan(settings: Settings) -> str:
     """``--dry-run``: the space's plans (checked), one line each, as the ``mixbench run`` arguments a trial would get."""
-    cfg = base_config(settings.overrides)
+    cfg = base_config(settings.overrides, settings.lrs)
     space = Space(settings.space, int(cfg.model.num_layers), settings.kinds)
     make_pruner(settings, int(cfg.trainer.max_steps))
-    lines = [f"# {len(space.plans())} plans ({settings.space} space, {space.num_layers} blocks), {settings.pruner} pruner"]
-    lines += [" ".join(space.overrides(plan)) for plan in space.plans()]
+    lrs = [f" {LR}={lr}" for lr in settings.lrs] or [""]
+    lines = [
+        f"# {len(space.plans())} plans ({settings.space} space, {space.num_layers} blocks) × {len(lrs)} lr(s), {settings.pruner} pruner"
+    ]
+    lines += [" ".join(space.overrides(plan)) + lr for plan in space.plans() for lr in lrs]
     return "\n".join(lines) + "\n"
