@@ -94,28 +94,7 @@ def test_cached_ema_update_equals_timms_step_for_step():
 
 
 # ------------------------------------------------------------------------------------------------------------- GPU
-TINY_VIT = [
-    "task=vit_tiny",
-    "norm=mix",
-    "model.num_layers=4",
-    "model.drop_path_rate=0.0",
-    "trainer.max_steps=30",
-    "trainer.max_epochs=null",
-    "trainer.val_check_interval=15",
-    "trainer.limit_val_batches=2",
-    "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",
-    "save_weights=false",
-    "trainer.log_every_n_steps=1",
-    "divergence.check_every_n_steps=1",  # the record's train-loss history: every step
-]
-TINY_LM = [
-    "task=llama_lm",
-    "norm=mix",
-    "model=llama_debug",
-    "model.vocab_size=8192",
-    "data.seq_len=64",
-    "data.batch_size=8",
+STEPS = [  # 30 steps, validation at 15, the record's train-loss history at every step
     "trainer.max_steps=30",
     "trainer.val_check_interval=15",
     "trainer.limit_val_batches=2",
@@ -125,6 +104,8 @@ TINY_LM = [
     "trainer.log_every_n_steps=1",
     "divergence.check_every_n_steps=1",
 ]
+TINY_VIT = ["task=vit_tiny", "norm=mix", "model.num_layers=4", "model.drop_path_rate=0.0", "trainer.max_epochs=null", *STEPS]
+TINY_LM = ["task=llama_lm", "norm=mix", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=64", "data.batch_size=8", *STEPS]
 # Captured and uncaptured runs issue the same kernels; what differs is the order of a few reductions in bf16, so the
 # losses agree to bf16 precision: |Δ| ≤ 2e-2 nats over 30 steps (bf16 keeps 8 bits of mantissa, ~0.4 % a value).
 BF16_LOSS_TOLERANCE = 2e-2
