@@ -54,9 +54,11 @@ def profiling_batch(datamodule, items: int = PROFILE_ITEMS):
 
 def build_run_model(cfg: DictConfig, spec, datamodule, options: dict):
     """The run's model at its initial weights: built from the preset, ``spec`` and ``options``, then any init a
-    placement takes from data — Admin's profiling pass (``norm.admin_init=profile``) over :func:`profiling_batch`.
-    Returns ``(model, omegas)``: the profiled Admin ω per sub-layer, or None."""
+    placement takes from data — Admin's profiling pass (``norm.admin_init=profile``) over :func:`profiling_batch`, unless
+    ``init_from`` replaces the initial weights.  Returns ``(model, omegas)``: the profiled Admin ω per sub-layer, or None."""
     model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
+    if cfg.get("init_from") is not None:  # its weights replace the initial ones: nothing to profile
+        return model, None
     loss = get_family(cfg.task.family).analysis_loss
     omegas = profile_admin(model, lambda: loss(model, profiling_batch(datamodule)))
     return model, omegas
