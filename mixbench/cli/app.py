@@ -6,6 +6,7 @@ import argparse
 import logging
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.constants import VERSION
@@ -15,6 +16,17 @@ from .eval import add_eval_commands
 
 log = logging.getLogger("mixbench")
 LAUNCHERS = ("local", "slurm")  # --launcher: mixbench.grids.runner.run_many
+
+
+def grid_status(run_grid: Callable[[], int]) -> int:
+    """The exit status of ``run_grid()``, or, when one of its runs stopped to be resumed (preempted, a full disk), that
+    run's one line and status 75: the grid stops there, and the same command with --resume continues it."""
+    from ..training.run import RESUMABLE_STOPS, report_stop
+
+    try:
+        return run_grid()
+    except RESUMABLE_STOPS as err:
+        return report_stop(err)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -27,8 +39,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError("-m (a sweep) cannot be combined with --config or --print-config")
         from ..grids.runner import expand_sweep, run_many, summarize
 
-        outcomes = run_many(expand_sweep(args.overrides), args.jobs, args.resume, args.launcher)
-        return summarize(outcomes, "sweep")
+        return grid_status(lambda: summarize(run_many(expand_sweep(args.overrides), args.jobs, args.resume, args.launcher), "sweep"))
     if args.jobs != 1 or args.resume or args.launcher != "local":
         raise ConfigError("--jobs, --resume and --launcher belong to sweeps (-m); a single run resumes with resume=auto")
     cfg = replay(args.config, args.overrides) if args.config else compose(args.overrides)
@@ -112,14 +123,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from ..grids.reproduce import reproduce
     from ..grids.runner import summarize
 
-    outcomes = reproduce(
-        args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher
-    )
-    if outcomes is None:  # --dry-run
-        return 0
-    status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
-    log.info("see `mixbench table%s`", f" --paper {args.table}" if args.scale == "paper" else "")
-    return status
+    def run_grid() -> int:
+        outcomes = reproduce(
+            args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher
+        )
+        if outcomes is None:  # --dry-run
+            return 0
+        status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
+        log.info("see `mixbench table%s`", f" --paper {args.table}" if args.scale == "paper" else "")
+        return status
+
+    return grid_status(run_grid)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

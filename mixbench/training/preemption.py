@@ -29,8 +29,10 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from ..core.errors import RESUMABLE_EXIT
+
 log = logging.getLogger(__name__)
-PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped on request, run the same command again (resume=auto) to continue
+PREEMPTED_EXIT = RESUMABLE_EXIT  # 75, sysexits' EX_TEMPFAIL: stopped on request; the same command (resume=auto) continues
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
