@@ -234,7 +234,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_reclassify(args: argparse.Namespace) -> int:
     from ..training.status import reclassify_records
 
-    changed = reclassify_records(args.results_dir, dry_run=args.dry_run)
+    changed, problems = reclassify_records(args.results_dir, dry_run=args.dry_run)
+    for problem in problems:
+        log.warning("left unreadable record untouched: %s", problem)
     for path, old, new in changed:
         sys.stdout.write(f"{old} -> {new}\t{path}\n")
     log.info("%d record(s) %s", len(changed), "would change" if args.dry_run else "re-classified")
