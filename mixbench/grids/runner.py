@@ -71,6 +71,8 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
         preflight(cfg)
     if launcher == "slurm":
         return submit_many(argvs, configs, resume)
+    if jobs == 1:  # in this thread: a run's preemption handlers (SIGTERM, SIGUSR1) can be set only in the main thread
+        return [run_one(i, len(argvs), argvs[i], configs[i]) for i in range(len(argvs))]
     with ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(lambda i: run_one(i, len(argvs), argvs[i], configs[i], in_subprocess=jobs > 1), range(len(argvs))))
 
