@@ -84,7 +84,10 @@ def small_disk(tmp_path):
 
 @pytest.mark.parametrize(
     "moment, step, name",
-    [("step", 5, "epoch=0-step=6.ckpt"), ("validation", 8, "model.safetensors")],  # safetensors' error carries no errno
+    [  # a checkpoint on a real full disk is also in the default suite's chaos test (test_chaos.py)
+        pytest.param("step", 5, "epoch=0-step=6.ckpt", marks=pytest.mark.slow),
+        ("validation", 8, "model.safetensors"),  # safetensors' error carries no errno: the free space decides
+    ],
 )
 def test_a_real_full_disk_stops_with_one_line_and_resumes_exactly_once_space_is_freed(
     small_disk,
