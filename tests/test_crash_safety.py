@@ -183,6 +183,20 @@ def test_a_sweep_signalled_in_its_last_validation_stops_at_exit_75_and_resumes_e
     assert resumed["status"] == "completed" and resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]
 
 
+def test_a_sigterm_in_the_final_validation_stops_with_exit_75_and_the_run_finishes_on_resume(tmp_path):
+    """Outside fit, Lightning's own handler notes a SIGTERM and stops only between validation batches: a one-batch
+    final validation ran on and the run (and a sweep after it) went on as if no signal had come."""
+    run_dir, args = tmp_path / "run", [*COMMON, "trainer.max_steps=2", "trainer.limit_val_batches=1"]
+    assert main(["run", *args, f"run_dir={run_dir}"]) == 0
+    (run_dir / "record.json").unlink()  # killed after its last checkpoint: resume=auto only validates
+    stopped = kill_harness("validation:SIGTERM", 2, *args, f"run_dir={run_dir}", "resume=auto")
+    assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
+    assert "preempted by SIGTERM at step 2: no new checkpoint" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert record(run_dir)["status"] == "failed" and record(run_dir)["preempted"]["signal"] == "SIGTERM"
+    assert main(["run", *args, f"run_dir={run_dir}", "resume=auto"]) == 0
+    assert record(run_dir)["status"] == "completed"
+
+
 def test_a_run_resumed_mid_epoch_keeps_every_later_epoch_whole(tmp_path):
     """A text run of several epochs, killed in its first epoch and resumed, gives the uninterrupted run's validations
     (same steps, same epochs) and result exactly: the resumed loader keeps the whole epoch's length."""

@@ -353,6 +353,8 @@ def _run_locked(
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         stop_profiling(trainer)  # the report covers fit; the evaluation below is not profiled
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+        if trainer.received_sigterm:  # noted by Lightning's handler, which stops only between validation batches
+            raise Preempted("SIGTERM", trainer.global_step, None, False)
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
         record["dataset"] = datamodule.describe()  # again: e.g. images skipped while training
         record["fit_last_validation"] = fit_validation
