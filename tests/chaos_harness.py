@@ -84,16 +84,19 @@ def cell_count() -> int:
 
 @dataclass
 class Launch:
-    """One process: its ``mixbench`` arguments, the fault it carries, its log."""
+    """One process: its ``mixbench`` arguments, the faults it carries, its log."""
 
     argv: list[str]
-    fault: dict | None
+    faults: list[dict]
     log: Path
     process: multiprocessing.Process
 
-    @property
-    def fired(self) -> bool:
-        return self.fault is not None and Path(self.fault["fired"]).exists()
+    def fired(self) -> list[dict]:
+        return [fault for fault in self.faults if Path(fault["fired"]).exists()]
+
+    def killed(self) -> bool:
+        """Whether it died of the SIGKILL it carried."""
+        return self.process.exitcode == -signal.SIGKILL and any(f["action"] == "SIGKILL" for f in self.fired())
 
     @property
     def running(self) -> bool:
@@ -110,14 +113,13 @@ class Launcher:
         self.context.set_forkserver_preload(PRELOAD)
         self.started = 0
 
-    def start(self, argv: list[str], fault: dict | None = None) -> Launch:
+    def start(self, argv: list[str], faults: list[dict] = ()) -> Launch:
         self.started += 1
         log = self.logs / f"{self.started:04d}.log"
-        if fault is not None:
-            fault = {**fault, "fired": str(log.with_suffix(".fired"))}
-        process = self.context.Process(target=run_command, args=(argv, fault, str(log)))
+        faults = [{**fault, "fired": str(log.with_suffix(f".fired{i}"))} for i, fault in enumerate(faults)]
+        process = self.context.Process(target=run_command, args=(argv, faults, str(log)))
         process.start()
-        return Launch(argv, fault, log, process)
+        return Launch(argv, faults, log, process)
 
     def run(self, argv: list[str]) -> Launch:
         launch = self.start(argv)
@@ -135,7 +137,7 @@ def stop_problems(launch: Launch, expected: tuple[int, ...] = (0, 2, RESUMABLE_E
     fault), a traceback, or not exactly one line saying why it stopped (none after exit 0)."""
     code, text = launch.process.exitcode, launch.log.read_text(errors="replace")
     problems = [f"{launch.log}: a traceback"] if "Traceback" in text else []
-    if code == -signal.SIGKILL and launch.fired and launch.fault["action"] == "SIGKILL":
+    if launch.killed():
         return problems
     if code not in expected:
         problems.append(f"{launch.log}: exit status {code}")
@@ -231,8 +233,9 @@ class Chaos:
         """Look after one grid process: serve its pause, or, once it ended, check it and start the next."""
         launch = lane.launch
         if launch is not None and launch.running:
-            if launch.fault is not None and launch.fault["action"] == "pause" and Path(launch.fault["path"]).exists():
-                self.second_writer(launch)
+            for fault in launch.faults:
+                if fault["action"] == "pause" and Path(fault["path"]).exists():
+                    self.second_writer(launch, Path(fault["path"]))
             return
         if lane.done:
             return
@@ -240,35 +243,38 @@ class Chaos:
             self.ended(lane, launch)
             if lane.done:
                 return
-        fault = self.next_fault(lane)
-        lane.launch = self.launcher.start(lane.argv, fault)
+        lane.launch = self.launcher.start(lane.argv, self.next_faults(lane))
 
     def ended(self, lane: Lane, launch: Launch) -> None:
+        """Check how ``launch`` ended, count the faults it survived, put back those it ended before."""
         self.report.problems += stop_problems(launch)
-        kind = launch.fault["kind"] if launch.fired else None
-        if kind == "signal":
-            self.report.faults[launch.fault["action"]] += 1
-        elif kind == "full disk":
-            self.report.faults[kind] += 1
-            (self.results / "ballast").unlink(missing_ok=True)  # space freed once the process stopped
-            if launch.process.exitcode != RESUMABLE_EXIT or "no space left" not in launch.log.read_text():
-                self.report.problems.append(f"{launch.log}: the full disk did not stop it with exit {RESUMABLE_EXIT}")
+        fired = launch.fired()
+        for fault in fired:
+            if fault["kind"] == "signal":
+                self.report.faults[fault["action"]] += 1
+            elif fault["kind"] == "full disk":
+                self.report.faults["full disk"] += 1
+                (self.results / "ballast").unlink(missing_ok=True)  # space freed once the process stopped
+                if launch.process.exitcode != RESUMABLE_EXIT or "no space left" not in launch.log.read_text():
+                    self.report.problems.append(f"{launch.log}: the full disk did not stop it with exit {RESUMABLE_EXIT}")
+        self.queue[:0] = [fault["kind"] for fault in launch.faults if fault not in fired]
         lane.done = launch.process.exitcode == 0 and len(self.finished(lane.task)) == 6
 
     # ------------------------------------------------------------------ faults
 
-    def next_fault(self, lane: Lane) -> dict | None:
+    def next_faults(self, lane: Lane) -> list[dict]:
         """Apply the queue's faults between processes (truncations, corrupt records) that apply to ``lane`` now, and
-        return the first fault for its next process (None when the queue holds none)."""
-        deferred, fault = [], None
-        while self.queue and fault is None:
+        return the faults of its next process: second writers (the process goes on after them) up to one that stops
+        it (a signal, a full disk); none when the queue is empty."""
+        deferred, faults = [], []
+        while self.queue and not (faults and faults[-1]["kind"] != "second writer"):
             kind = self.queue.pop(0)
             if kind in LANE_FAULTS:
-                fault = self.lane_fault(kind, lane)
+                faults.append(self.lane_fault(kind, lane))
             elif not (self.truncate(lane) if kind == "truncation" else self.corrupt(lane)):
                 deferred.append(kind)  # nothing to apply it to yet
         self.queue[:0] = deferred
-        return fault
+        return faults
 
     def lane_fault(self, kind: str, lane: Lane) -> dict:
         """A fault at the n-th moment of its kind in the next process, n drawn so that the faults left spread over the
@@ -281,12 +287,13 @@ class Chaos:
         elif kind == "full disk":
             moment, action, path = ("step", "fill", str(self.results)) if self.real_disk else ("write", "no_space", None)
         else:
-            moment, action, path = "step", "pause", str(self.folder / f"pause-{self.launcher.started + 1}")
+            moment, action, path = "step", "pause", str(self.folder / f"pause-{self.launcher.started + 1}-{len(self.queue)}")
         per_step = {"step": 1, "validation": 2 / self.steps, "write": 1}[moment]  # a checkpoint every 2 steps: 2 writes
         return {"kind": kind, "moment": moment, "nth": self.rng.randint(1, max(1, round(span * per_step))), "action": action, "path": path}
 
-    def second_writer(self, launch: Launch) -> None:
-        """While ``launch`` waits at a step, start ``mixbench run`` on the run folder it holds: exit 2, naming it."""
+    def second_writer(self, launch: Launch, marker: Path) -> None:
+        """While ``launch`` waits at a step (until ``marker`` is gone), start ``mixbench run`` on the run folder it
+        holds: exit 2, naming it."""
         pid = launch.process.pid
         held = [p.parent for p in self.results.rglob(".run.holder") if json.loads(p.read_text()).get("pid") == pid]
         second = self.launcher.run(["run", "--config", str(held[0] / "config.yaml"), f"run_dir={held[0]}", "resume=auto"])
@@ -295,7 +302,7 @@ class Chaos:
             problems.append(f"{second.log}: the second writer's line does not name pid {pid}")
         self.report.problems += problems
         self.report.faults["second writer"] += 1
-        Path(launch.fault["path"]).unlink()
+        marker.unlink()
 
     def truncate(self, lane: Lane) -> bool:
         """Truncate the newest checkpoint (and ``last.ckpt`` of the same step) of an unfinished run of ``lane`` that

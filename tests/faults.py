@@ -193,22 +193,24 @@ def fault_action(fault: dict) -> Callable[[], None]:
     raise ValueError(f"unknown fault action {kind!r}")
 
 
-def run_command(argv: list[str], fault: dict | None, log: str) -> None:
+def run_command(argv: list[str], faults: list[dict], log: str) -> None:
     """The body of a process the chaos harness starts: ``mixbench ARGV`` on one torch thread, its stdout and stderr
-    appended to ``log``; with ``fault`` (a dict: ``moment``, ``nth``, the action, ``fired``) it runs the fault's action
-    at the n-th such moment, after touching the file ``fired``."""
+    appended to ``log``, each of ``faults`` (dicts: ``moment``, ``nth``, the action, ``fired``) injected: its action
+    runs at the n-th such moment, after touching the file ``fired``."""
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     for fd in (1, 2):
         os.dup2(out, fd)
     os.close(out)
     torch.set_num_threads(1)
-    if fault is not None:
+    for fault in faults:
         sys.stderr.write(f"fault: {json.dumps(fault)}\n")
-        action = fault_action(fault)
-
-        def announced() -> None:
-            Path(fault["fired"]).touch()
-            action()
-
-        inject(fault["moment"], nth(fault["nth"]), announced)
+        inject(fault["moment"], nth(fault["nth"]), _announced(fault_action(fault), Path(fault["fired"])))
     sys.exit(main(argv))
+
+
+def _announced(action: Callable[[], None], fired: Path) -> Callable[[], None]:
+    def act() -> None:
+        fired.touch()
+        action()
+
+    return act
