@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import shlex
 import sys
@@ -18,17 +19,23 @@ log = logging.getLogger("mixbench")
 LAUNCHERS = ("local", "slurm")  # --launcher: mixbench.grids.runner.run_many
 
 
-def grid_status(run_grid: Callable[[], int]) -> int:
-    """The exit status of ``run_grid()``, or, when one of its runs stopped to be resumed (preempted, a full disk), that
-    run's one line and status 75: the grid stops there, and the same command with --resume continues it."""
-    from ..training.run import RESUMABLE_STOPS, report_stop
+def stops_resumably(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``command`` (one that runs a grid), whose exit status becomes 75, with that run's one line, when one of its runs
+    stopped to be resumed (preempted, a full disk): the grid stops there, and the same command with --resume goes on."""
 
-    try:
-        return run_grid()
-    except RESUMABLE_STOPS as err:
-        return report_stop(err)
+    @functools.wraps(command)
+    def stopping(args: argparse.Namespace) -> int:
+        from ..training.run import RESUMABLE_STOPS, report_stop
+
+        try:
+            return command(args)
+        except RESUMABLE_STOPS as err:
+            return report_stop(err)
+
+    return stopping
 
 
+@stops_resumably
 def cmd_run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
@@ -39,7 +46,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError("-m (a sweep) cannot be combined with --config or --print-config")
         from ..grids.runner import expand_sweep, run_many, summarize
 
-        return grid_status(lambda: summarize(run_many(expand_sweep(args.overrides), args.jobs, args.resume, args.launcher), "sweep"))
+        outcomes = run_many(expand_sweep(args.overrides), args.jobs, args.resume, args.launcher)
+        return summarize(outcomes, "sweep")
     if args.jobs != 1 or args.resume or args.launcher != "local":
         raise ConfigError("--jobs, --resume and --launcher belong to sweeps (-m); a single run resumes with resume=auto")
     cfg = replay(args.config, args.overrides) if args.config else compose(args.overrides)
@@ -119,21 +127,19 @@ def seed_list(text: str) -> tuple[int, ...]:
     return seeds
 
 
+@stops_resumably
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from ..grids.reproduce import reproduce
     from ..grids.runner import summarize
 
-    def run_grid() -> int:
-        outcomes = reproduce(
-            args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher
-        )
-        if outcomes is None:  # --dry-run
-            return 0
-        status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
-        log.info("see `mixbench table%s`", f" --paper {args.table}" if args.scale == "paper" else "")
-        return status
-
-    return grid_status(run_grid)
+    outcomes = reproduce(
+        args.table, args.scale, args.seeds, tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher
+    )
+    if outcomes is None:  # --dry-run
+        return 0
+    status = summarize(outcomes, f"{args.table} ({args.scale} scale)")
+    log.info("see `mixbench table%s`", f" --paper {args.table}" if args.scale == "paper" else "")
+    return status
 
 
 def cmd_search(args: argparse.Namespace) -> int:
