@@ -45,6 +45,7 @@ from mixbench.training.checkpointing import checkpoint_problem, checkpoint_step
 from mixbench.training.run import FINISHED
 
 CELLS = ["norm=pre,post,mix", "seed=0,1"]
+RUNS_PER_GRID = 3 * 2
 FAMILIES = {  # task → its grid's own settings (each grid: 3 placements × 2 seeds)
     "llama_lm": ["model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "data.batch_size=4"],
     "vit_tiny": ["model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "data.batch_size=8"],
@@ -57,8 +58,13 @@ DISK_MB = 640  # the tmpfs results folder: every checkpoint of the grid fits
 PRELOAD = ["mixbench.cli.app", "mixbench.training.run", "mixbench.grids.runner", "mixbench.families.lm", "mixbench.families.vision"]
 
 
+def validation_every(steps: int) -> int:
+    """Steps between validations: two in a short run, every 6 steps in a long one."""
+    return max(1, min(steps // 2, 6))
+
+
 def grid(task: str, steps: int, results: Path) -> list[str]:
-    """``mixbench`` arguments of one family's grid into ``results``: ``steps`` steps, a validation half-way."""
+    """``mixbench`` arguments of one family's grid into ``results``: ``steps`` steps, :func:`validation_every`."""
     return [
         "run",
         "-m",
@@ -66,7 +72,7 @@ def grid(task: str, steps: int, results: Path) -> list[str]:
         *FAMILIES[task],
         *CELLS,
         f"trainer.max_steps={steps}",
-        f"trainer.val_check_interval={steps // 2}",
+        f"trainer.val_check_interval={validation_every(steps)}",
         "trainer.limit_val_batches=1",
         "checkpoint.every_n_steps=2",
         "checkpoint.keep_last=2",
@@ -79,7 +85,7 @@ def grid(task: str, steps: int, results: Path) -> list[str]:
 
 
 def cell_count() -> int:
-    return len(FAMILIES) * 3 * 2
+    return len(FAMILIES) * RUNS_PER_GRID
 
 
 @dataclass
@@ -148,17 +154,14 @@ def stop_problems(launch: Launch, expected: tuple[int, ...] = (0, 2, RESUMABLE_E
 
 
 def plan(faults: int, rng: random.Random) -> list[str]:
-    """The faults to inject, in seeded random order: one full disk, a tenth each second writers and truncations, a
-    fiftieth corrupt records (at least one of each), SIGKILLs and SIGTERMs for the rest."""
-    others = {
-        "full disk": 1,
-        "second writer": max(1, faults // 10),
-        "truncation": max(1, faults // 10),
-        "corrupt record": max(1, faults // 50),
-    }
+    """The faults to inject, in seeded random order: a tenth each second writers and truncations, a fiftieth corrupt
+    records (at least one of each), SIGKILLs and SIGTERMs for the rest, and one full disk in the first third (the grid
+    may complete before the last faults come)."""
+    others = {"second writer": max(1, faults // 10), "truncation": max(1, faults // 10), "corrupt record": max(1, faults // 50)}
     kinds = [kind for kind, n in others.items() for _ in range(n)]
-    kinds += ["signal"] * max(0, faults - len(kinds))
+    kinds += ["signal"] * max(0, faults - 1 - len(kinds))
     rng.shuffle(kinds)
+    kinds.insert(rng.randrange(len(kinds) // 3 + 1), "full disk")
     return kinds
 
 
@@ -174,6 +177,8 @@ class Lane:
 
 @dataclass
 class Report:
+    """The faults that fired, by kind; the records equal to the undisturbed grid's; what went wrong."""
+
     faults: Counter = field(default_factory=Counter)
     exact: int = 0
     total: int = 0
@@ -258,7 +263,7 @@ class Chaos:
                 if launch.process.exitcode != RESUMABLE_EXIT or "no space left" not in launch.log.read_text():
                     self.report.problems.append(f"{launch.log}: the full disk did not stop it with exit {RESUMABLE_EXIT}")
         self.queue[:0] = [fault["kind"] for fault in launch.faults if fault not in fired]
-        lane.done = launch.process.exitcode == 0 and len(self.finished(lane.task)) == 6
+        lane.done = launch.process.exitcode == 0 and len(self.finished(lane.task)) == RUNS_PER_GRID
 
     # ------------------------------------------------------------------ faults
 
@@ -279,16 +284,16 @@ class Chaos:
     def lane_fault(self, kind: str, lane: Lane) -> dict:
         """A fault at the n-th moment of its kind in the next process, n drawn so that the faults left spread over the
         steps left (a process may die before it trains a step)."""
-        steps_left = (6 - len(self.finished(lane.task))) * self.steps
+        steps_left = (RUNS_PER_GRID - len(self.finished(lane.task))) * self.steps
         faults_left = sum(k in LANE_FAULTS for k in self.queue) / len(FAMILIES) + 1
-        span = max(1, min(2 * self.steps, round(2 * steps_left / faults_left)))
+        span = max(1, min(2 * self.steps, round(steps_left / faults_left)))
         if kind == "signal":
             moment, action, path = self.rng.choice(MOMENT_KINDS), self.rng.choice(SIGNAL_KINDS), None
         elif kind == "full disk":
             moment, action, path = ("step", "fill", str(self.results)) if self.real_disk else ("write", "no_space", None)
         else:
             moment, action, path = "step", "pause", str(self.folder / f"pause-{self.launcher.started + 1}-{len(self.queue)}")
-        per_step = {"step": 1, "validation": 2 / self.steps, "write": 1}[moment]  # a checkpoint every 2 steps: 2 writes
+        per_step = {"step": 1, "validation": 1 / validation_every(self.steps), "write": 1}[moment]  # a checkpoint: 2 writes
         return {"kind": kind, "moment": moment, "nth": self.rng.randint(1, max(1, round(span * per_step))), "action": action, "path": path}
 
     def second_writer(self, launch: Launch, marker: Path) -> None:
@@ -311,11 +316,9 @@ class Chaos:
             stepped = sorted((checkpoint_step(p), p) for p in (folder / "checkpoints").glob("*step=*.ckpt"))
             if len(stepped) < 2 or checkpoint_problem(stepped[-2][1]) is not None:
                 continue
-            newest, last = stepped[-1][1], folder / "checkpoints" / "last.ckpt"
-            victims = [newest] + (
-                [last] if last.exists() and checkpoint_problem(last) is None and checkpoint_step(last) == stepped[-1][0] else []
-            )
-            for path in victims:
+            (step, newest), last = stepped[-1], folder / "checkpoints" / "last.ckpt"
+            twin = last.exists() and checkpoint_problem(last) is None and checkpoint_step(last) == step
+            for path in [newest, last] if twin else [newest]:
                 path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
             self.report.faults["truncation"] += 1
             return True

@@ -7,6 +7,8 @@
 * :func:`tmpfs` mounts a small RAM file system (root only) where a run can really fill its disk;
   :func:`fill_disk` leaves only a few bytes free on it; :func:`full_disk_at` makes every write to files of one name
   fail with ENOSPC (the same error, without root).
+* :func:`run_command` is the body of a process the chaos harness starts: ``mixbench ARGV`` with faults described as
+  dicts (:func:`fault_action`).
 """
 
 from __future__ import annotations

@@ -24,12 +24,12 @@ def survived(report, faults: int) -> None:
 
 
 def test_a_grid_survives_ten_faults_and_every_record_is_exact(tmp_path):
-    survived(Chaos(tmp_path, faults=10, seed=0).run(), faults=10)
+    survived(Chaos(tmp_path, faults=12, seed=0).run(), faults=10)  # a few more planned: the grid may end before the last
 
 
 @pytest.mark.slow
 def test_a_grid_survives_two_hundred_faults_and_every_record_is_exact(tmp_path):
-    survived(Chaos(tmp_path, faults=200, seed=1).run(), faults=200)
+    survived(Chaos(tmp_path, faults=220, seed=1, steps=48).run(), faults=200)  # longer runs: room for 200 faults
 
 
 WRITER = [  # a sweep of tiny ViT runs: records written at different moments
