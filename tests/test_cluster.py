@@ -247,6 +247,9 @@ def training_jobs(launcher_log: Path, hit: dict[str, float]) -> list[str]:
     return sorted(training)
 
 
+HITS = (["scontrol", "requeue"], ["scancel", "--signal=TERM"])
+
+
 @pytest.mark.slow
 def test_a_slurm_grid_hit_by_scancel_term_and_scontrol_requeue_at_random_completes_exactly(slurm, slurm_grid, tmp_path):
     """The chaos of ``chaos_harness.py`` through the local cluster: at seeded random moments of their training the
@@ -265,7 +268,7 @@ def test_a_slurm_grid_hit_by_scancel_term_and_scontrol_requeue_at_random_complet
                 assert time.monotonic() < deadline, f"the grid did not end within 900 s: {log}"
                 jobs = training_jobs(log, hit)
                 if sum(hits.values()) < 6 and jobs and rng.random() < 0.5:
-                    job, how = rng.choice(jobs), rng.choice([["scancel", "--signal=TERM"], ["scontrol", "requeue"]])
+                    job, how = rng.choice(jobs), HITS[sum(hits.values()) % len(HITS)]  # the two kinds in turn
                     if subprocess.run([*how, job], capture_output=True).returncode == 0:
                         hits[how[0]], hit[job] = hits[how[0]] + 1, time.time()
                 time.sleep(0.5)
