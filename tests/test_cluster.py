@@ -2,10 +2,13 @@
 
 import json
 import logging
+import random
+import re
 import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -222,6 +225,70 @@ def test_slurm_pre_timeout_signal_checkpoints_requeues_and_the_job_continues_exa
     (uninterrupted,) = [r for r in records(slurm_grid) if r["seed"] == 0]
     assert resumed["status"] == "completed" and resumed["steps"] == 16
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
+
+
+def training_jobs(launcher_log: Path, hit: dict[str, float]) -> list[str]:
+    """The grid's running SLURM jobs whose run is training in an attempt started after the job was last hit (``hit``:
+    job → time): its process holds the run folder (``.run.holder``, written once Python and submitit have set their
+    signal handlers) and has written a checkpoint since.  A job hit while Python starts dies of the signal without a
+    result, and submitit, without the cluster's accounting (sacct), would wait for it forever.  The launcher's log names
+    each job's run folder."""
+    running = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    training = []
+    for job, folder in re.findall(r"SLURM job (\d+): mixbench run .* → (\S+)", launcher_log.read_text()):
+        holder = Path(folder) / ".run.holder"
+        try:
+            since = holder.stat().st_mtime
+        except OSError:  # no process holds the folder
+            continue
+        newest = max((p.stat().st_mtime for p in Path(folder).glob("checkpoints/*.ckpt")), default=0.0)
+        if job in running and since > hit.get(job, 0.0) and newest > since:
+            training.append(job)
+    return sorted(training)
+
+
+HITS = (["scontrol", "requeue"], ["scancel", "--signal=TERM"])
+
+
+@pytest.mark.slow
+def test_a_slurm_grid_hit_by_scancel_term_and_scontrol_requeue_at_random_completes_exactly(slurm, slurm_grid, tmp_path):
+    """The chaos of ``chaos_harness.py`` through the local cluster: at seeded random moments of their training the
+    grid's jobs get ``scancel --signal=TERM`` (the run checkpoints, its job ends with 75, the grid names it and exits 1,
+    and the grid relaunched with --resume submits it again) or ``scontrol requeue`` (the job starts again and resumes);
+    the grid completes with the undisturbed jobs' records exactly, and no launcher or job log holds a traceback."""
+    rng, results, hits, hit = random.Random(0), tmp_path / "results", Counter(), {}
+    sweep = [sys.executable, "-m", "mixbench.cli", "run", "-m", *SLURM_RUN, "seed=0,1", f"results_dir={results}", "--resume"]
+    for attempt in range(8):
+        log = tmp_path / f"launcher-{attempt}.log"
+        with open(log, "w") as output:
+            launcher = subprocess.Popen(sweep, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 900
+            while launcher.poll() is None:
+                assert time.monotonic() < deadline, f"the grid did not end within 900 s: {log}"
+                jobs = training_jobs(log, hit)
+                if sum(hits.values()) < 6 and jobs and rng.random() < 0.5:
+                    job, how = rng.choice(jobs), HITS[sum(hits.values()) % len(HITS)]  # the two kinds in turn
+                    if subprocess.run([*how, job], capture_output=True).returncode == 0:
+                        hits[how[0]], hit[job] = hits[how[0]] + 1, time.time()
+                time.sleep(0.5)
+        finally:
+            launcher.kill()
+        text = log.read_text()
+        assert launcher.returncode in (0, 1) and "Traceback" not in text, text[-3000:]
+        stops = [line for line in text.splitlines() if line.startswith("ERROR ")]
+        assert all("preempted by SIGTERM" in line for line in stops), stops  # runs stopped, none crashed
+        if launcher.returncode == 0:
+            break
+    logging.getLogger(__name__).warning(
+        "SLURM chaos: %d scancel --signal=TERM, %d scontrol requeue; %d launches", hits["scancel"], hits["scontrol"], attempt + 1
+    )
+    assert hits["scancel"] >= 1 and hits["scontrol"] >= 1
+    assert not [p for p in (results / "slurm").glob("*_log.*") if "Traceback" in p.read_text()]
+    resumed = {r["seed"]: r for r in records(results)}
+    assert sorted(resumed) == [0, 1] and all(r["status"] == "completed" for r in resumed.values())
+    for uninterrupted in records(slurm_grid):
+        assert resumed[uninterrupted["seed"]]["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
 
 
 def free_port() -> int:

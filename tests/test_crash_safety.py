@@ -106,13 +106,14 @@ def test_resume_auto_matches_runs_made_before_a_setting_was_added_while_it_keeps
 
 def interrupt(moment: str, step: int, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
     """``mixbench run COMMON ARGS run_dir=RUN_DIR`` through the kill harness (see ``kill_harness.py``)."""
+    return kill_harness(moment, step, *COMMON, *args, f"run_dir={run_dir}")
+
+
+def kill_harness(moment: str, step: int, *args: str) -> subprocess.CompletedProcess:
+    """``mixbench run ARGS`` through the kill harness."""
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     return subprocess.run(
-        [sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *COMMON, *args, f"run_dir={run_dir}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *args], env=env, capture_output=True, text=True, timeout=300
     )
 
 
@@ -167,6 +168,33 @@ def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_re
     resumed = record(run_dir)
     assert resumed["status"] == "completed" and resumed["steps"] == 8 and "preempted" not in resumed
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
+
+
+def test_a_sweep_signalled_in_its_last_validation_stops_at_exit_75_and_resumes_exactly(tmp_path, uninterrupted):
+    """``mixbench run -m`` trains in its main thread, where the preemption handlers can be set (a worker thread cannot:
+    a SIGTERM killed the sweep outright), and a signal after the last step (in the last validation inside fit) still
+    stops the run at that step's checkpoint rather than being dropped while the sweep goes on."""
+    sweep = ["-m", *COMMON, "seed=0", f"results_dir={tmp_path}"]
+    stopped = kill_harness("validation:SIGTERM", 8, *sweep)
+    assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
+    assert "preempted by SIGTERM at step 8" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert main(["run", *sweep, "--resume"]) == 0
+    (resumed,) = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
+    assert resumed["status"] == "completed" and resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]
+
+
+def test_a_sigterm_in_the_final_validation_stops_with_exit_75_and_the_run_finishes_on_resume(tmp_path):
+    """Outside fit, Lightning's own handler notes a SIGTERM and stops only between validation batches: a one-batch
+    final validation ran on and the run (and a sweep after it) went on as if no signal had come."""
+    run_dir, args = tmp_path / "run", [*COMMON, "trainer.max_steps=2", "trainer.limit_val_batches=1"]
+    assert main(["run", *args, f"run_dir={run_dir}"]) == 0
+    (run_dir / "record.json").unlink()  # killed after its last checkpoint: resume=auto only validates
+    stopped = kill_harness("validation:SIGTERM", 2, *args, f"run_dir={run_dir}", "resume=auto")
+    assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
+    assert "preempted by SIGTERM at step 2: no new checkpoint" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert record(run_dir)["status"] == "failed" and record(run_dir)["preempted"]["signal"] == "SIGTERM"
+    assert main(["run", *args, f"run_dir={run_dir}", "resume=auto"]) == 0
+    assert record(run_dir)["status"] == "completed"
 
 
 def test_a_run_resumed_mid_epoch_keeps_every_later_epoch_whole(tmp_path):

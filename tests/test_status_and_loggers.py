@@ -1,6 +1,7 @@
 """Statuses that mean what they say, re-classifying old records, experiment loggers and training curves."""
 
 import json
+import logging
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_classify():
     assert loss_gain(FALLING) == pytest.approx(0.3) and loss_gain(FLAT[:7]) is None
 
 
-def test_reclassify_turns_old_never_learned_records_into_stalled(tmp_path):
+def test_reclassify_turns_old_never_learned_records_into_stalled_and_leaves_a_corrupt_one_untouched(tmp_path, caplog):
     base = {
         "schema": "mixbench.result/1",
         "task": "llama_lm",
@@ -56,9 +57,17 @@ def test_reclassify_turns_old_never_learned_records_into_stalled(tmp_path):
         {**base, "run_dir": str(tmp_path / "nan"), "divergence": {"reason": "non-finite training loss (nan)"}},
         tmp_path / "nan" / "record.json",
     )
+    corrupt = tmp_path / "corrupt" / "record.json"  # cut short: named, skipped and left as it is
+    corrupt.parent.mkdir()
+    corrupt.write_text(json.dumps({**base, "run_dir": str(corrupt.parent)})[:150])
     assert main(["reclassify", "--results-dir", str(tmp_path), "--dry-run"]) == 0
     assert json.loads((tmp_path / "flat" / "record.json").read_text())["status"] == "diverged"  # dry run wrote nothing
+    caplog.clear()
+    before = corrupt.read_bytes()
     assert main(["reclassify", "--results-dir", str(tmp_path)]) == 0
+    assert corrupt.read_bytes() == before
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f"left unreadable record untouched: {corrupt}: not readable JSON") and "\n" not in warning
     status = {name: json.loads((tmp_path / name / "record.json").read_text())["status"] for name in ("flat", "falling", "nan")}
     assert status == {"flat": "stalled", "falling": "stalled", "nan": "diverged"}
     falling = json.loads((tmp_path / "falling" / "record.json").read_text())

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.constants import VERSION
@@ -17,6 +19,23 @@ log = logging.getLogger("mixbench")
 LAUNCHERS = ("local", "slurm")  # --launcher: mixbench.grids.runner.run_many
 
 
+def stops_resumably(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``command`` (one that runs a grid), whose exit status becomes 75, with that run's one line, when one of its runs
+    stopped to be resumed (preempted, a full disk): the grid stops there, and the same command with --resume goes on."""
+
+    @functools.wraps(command)
+    def stopping(args: argparse.Namespace) -> int:
+        from ..training.run import RESUMABLE_STOPS, report_stop
+
+        try:
+            return command(args)
+        except RESUMABLE_STOPS as err:
+            return report_stop(err)
+
+    return stopping
+
+
+@stops_resumably
 def cmd_run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
@@ -115,6 +134,7 @@ def seed_list(text: str) -> tuple[int, ...]:
     return seeds
 
 
+@stops_resumably
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from ..grids.paper import grid_scales
     from ..grids.reproduce import reproduce
@@ -251,7 +271,9 @@ def plot_lr(args: argparse.Namespace) -> int:
 def cmd_reclassify(args: argparse.Namespace) -> int:
     from ..training.status import reclassify_records
 
-    changed = reclassify_records(args.results_dir, dry_run=args.dry_run)
+    changed, problems = reclassify_records(args.results_dir, dry_run=args.dry_run)
+    for problem in problems:
+        log.warning("left unreadable record untouched: %s", problem)
     for path, old, new in changed:
         sys.stdout.write(f"{old} -> {new}\t{path}\n")
     log.info("%d record(s) %s", len(changed), "would change" if args.dry_run else "re-classified")

@@ -13,6 +13,14 @@ class CheckpointError(MixbenchError):
     """No usable checkpoint to resume from (every one in the run folder is damaged)."""
 
 
+class DiskFull(MixbenchError):
+    """A write failed for lack of space (:mod:`mixbench.core.storage`): the run stops with :data:`RESUMABLE_EXIT`, and
+    once space is freed ``resume=auto`` continues it."""
+
+
+RESUMABLE_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped (preempted, disk full); the same command with resume=auto continues
+
+
 USER_ERRORS = (MixbenchError, FileNotFoundError)  # what the CLI reports as one line and exit status 2
 
 

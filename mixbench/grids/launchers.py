@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +75,10 @@ def slurm_parameters(cfg: DictConfig) -> dict:
 
 def run_job(argv: list[str], project: str | None) -> int:
     """The body of a SLURM job (every task of it runs this): ``mixbench [--project P] run ARGV`` in this process.  A
-    preempted run ends its process without a result, so that submitit follows the job's state — requeued: it waits for
-    the next start — rather than reading a result of this attempt."""
+    run stopped to be resumed (exit 75) in a job that is being requeued (by the run itself on SIGUSR1, or by SLURM:
+    ``scontrol requeue``, a preemption) ends its process without a result, so that submitit waits for the next start
+    rather than reading a result of this attempt; in a job that is not (``scancel --signal=TERM``, a full disk) it
+    returns 75 as its result, and the grid reports the run as stopped."""
     configure_logging()
     try:
         select_project(project)
@@ -82,10 +86,19 @@ def run_job(argv: list[str], project: str | None) -> int:
     except USER_ERRORS as err:
         log.error("%s", one_line(err))
         code = 2
-    if code == PREEMPTED_EXIT:
+    if code == PREEMPTED_EXIT and slurm_job_state() != "RUNNING":
         logging.shutdown()
         os._exit(code)
     return code
+
+
+def slurm_job_state() -> str | None:
+    """This SLURM job's state (``scontrol show job``): RUNNING, or e.g. COMPLETING while it is being requeued; None if
+    it cannot be read."""
+    job = os.environ.get("SLURM_JOB_ID")
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True) if job else None
+    found = re.search(r"JobState=(\S+)", shown.stdout) if shown is not None and shown.returncode == 0 else None
+    return found.group(1) if found else None
 
 
 def submit_many(argvs: list[list[str]], configs: list[DictConfig], resume: bool) -> list[Outcome]:

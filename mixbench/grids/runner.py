@@ -20,7 +20,7 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..training.config import compose, norm_spec
 from ..training.preflight import preflight
-from ..training.run import run, run_directory
+from ..training.run import RESUMABLE_STOPS, run, run_directory
 from .launchers import Outcome, submit_many
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,8 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
         preflight(cfg)
     if launcher == "slurm":
         return submit_many(argvs, configs, resume)
+    if jobs == 1:  # in this thread: a run's preemption handlers (SIGTERM, SIGUSR1) can be set only in the main thread
+        return [run_one(i, len(argvs), argvs[i], configs[i]) for i in range(len(argvs))]
     with ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(lambda i: run_one(i, len(argvs), argvs[i], configs[i], in_subprocess=jobs > 1), range(len(argvs))))
 
@@ -86,6 +88,8 @@ def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
     try:
         record = run(cfg, command=["mixbench", "run", *argv])
         return Outcome(argv, Path(record["run_dir"]), record)
+    except RESUMABLE_STOPS:  # preempted, or the disk is full: the grid stops with this run (--resume continues it)
+        raise
     except Exception as err:  # recorded as status=failed by run(); the grid goes on
         log.error("run failed: %s: %s", type(err).__name__, err)
         return Outcome(argv, None, None, f"{type(err).__name__}: {err}")

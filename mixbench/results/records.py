@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from ..core.errors import ConfigError, MixbenchError
 from ..core.settings import flat_settings
+from ..core.storage import atomic_write_text
 
 SCHEMA = "mixbench.result/1"
 REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
@@ -22,21 +21,10 @@ class RecordError(MixbenchError):
 
 
 def write_record(record: dict, path: str | Path) -> Path:
-    """Write ``record`` as JSON via a temp file in the same folder + rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".record-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=2, sort_keys=False, default=str, allow_nan=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write ``record`` as JSON atomically (:func:`mixbench.core.storage.atomic_write_text`): readers never see half a
+    file, and a write that fails (a full disk: :class:`mixbench.core.errors.DiskFull`) leaves the old record as it was."""
+    text = json.dumps(record, indent=2, sort_keys=False, default=str, allow_nan=True) + "\n"
+    return atomic_write_text(path, text)
 
 
 def read_record(path: str | Path) -> dict:

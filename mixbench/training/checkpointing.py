@@ -1,8 +1,9 @@
 """Crash-safe checkpoints: atomic writes, a bounded number kept, RNG state saved, and the newest complete one found.
 
 * :class:`AtomicCheckpointIO` (a Lightning ``CheckpointIO`` plugin) writes ``<name>.ckpt`` as a temporary file in
-  the same folder, fsyncs it and renames it into place, so a kill during a write leaves only a ``.tmp`` file that
-  :func:`newest_checkpoint` never picks (and removes).
+  the same folder, fsyncs it and renames it into place, so a kill during a write leaves only a ``.tmp-`` file that
+  :func:`newest_checkpoint` never picks (and removes); a full disk stops the run with one line
+  (:class:`mixbench.core.errors.DiskFull`).
 * :func:`checkpoint_callback`: Lightning's ``ModelCheckpoint`` every N optimizer steps, keeping the newest
   ``keep_last`` (ranked by step) plus ``last.ckpt``.
 * :func:`newest_checkpoint` checks each candidate (every byte against the CRC its zip archive stores) before picking
@@ -16,7 +17,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import zipfile
 from pathlib import Path
@@ -26,10 +26,10 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..core.errors import CheckpointError, ConfigError
+from ..core.storage import TMP_MARK, atomic_write
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoints"
-_TMP = ".tmp-"
 _STEP = re.compile(r"step=(\d+)")
 
 
@@ -37,22 +37,34 @@ def _write(checkpoint: dict, file) -> None:
     torch.save(checkpoint, file)
 
 
+class _ByteCounter:
+    """A write-only file that keeps nothing but the number of bytes written to it."""
+
+    def __init__(self):
+        self.bytes = 0
+
+    def write(self, data) -> int:
+        self.bytes += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def checkpoint_bytes(checkpoint: dict) -> int:
+    """The size of ``checkpoint`` as a file (serialized again, into a counter: nothing is held in memory)."""
+    counter = _ByteCounter()
+    torch.save(checkpoint, counter)
+    return counter.bytes
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``TorchCheckpointIO`` whose writes are atomic: temporary file + fsync + rename."""
+    """``TorchCheckpointIO`` whose writes are atomic (:func:`mixbench.core.storage.atomic_write`): a write that fails
+    — a kill, a full disk (:class:`mixbench.core.errors.DiskFull`, naming the bytes it needed) — leaves no checkpoint
+    a resume could pick, and the older ones as they were."""
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}{_TMP}{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                _write(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda f: _write(checkpoint, f), size=lambda: checkpoint_bytes(checkpoint))
 
 
 class StepCheckpoint(ModelCheckpoint):
@@ -105,7 +117,7 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
     folder = Path(run_dir) / CHECKPOINT_DIR
     if not folder.is_dir():
         return None
-    for leftover in folder.glob(f"*{_TMP}*"):
+    for leftover in folder.glob(f"*{TMP_MARK}*"):
         log.warning("removing %s: a checkpoint write that did not finish", leftover.name)
         leftover.unlink(missing_ok=True)
     damaged = []

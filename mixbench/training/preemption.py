@@ -29,8 +29,10 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from ..core.errors import RESUMABLE_EXIT
+
 log = logging.getLogger(__name__)
-PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped on request, run the same command again (resume=auto) to continue
+PREEMPTED_EXIT = RESUMABLE_EXIT  # 75, sysexits' EX_TEMPFAIL: stopped on request; the same command (resume=auto) continues
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
@@ -108,10 +110,13 @@ class PreemptionCheckpoint(Callback):
 
     def stop_now(self, trainer) -> bool:
         """Whether to stop at this optimizer step; every rank gets the same answer at the same step."""
+        if trainer.world_size > 1 and trainer.global_step % self.agree_every:
+            return False
+        return self._any_rank_received(trainer)
+
+    def _any_rank_received(self, trainer) -> bool:
         if trainer.world_size == 1:
             return self.received is not None
-        if trainer.global_step % self.agree_every:
-            return False
         return trainer.strategy.reduce_boolean_decision(self.received is not None, all=False)
 
     def _restore(self) -> None:
@@ -121,7 +126,11 @@ class PreemptionCheckpoint(Callback):
         self._previous = {}
 
     def on_train_end(self, trainer, pl_module) -> None:
+        """Restore the handlers; a signal that came after the last step's end (in the last validation) stops the run
+        here, at that step's checkpoint, like one inside training."""
         self._restore()
+        if self._any_rank_received(trainer):
+            self._checkpoint_and_stop(trainer)
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self._restore()
@@ -132,8 +141,10 @@ class PreemptionCheckpoint(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self._step_before:  # inside a gradient accumulation
             return
-        if not self.stop_now(trainer):
-            return
+        if self.stop_now(trainer):
+            self._checkpoint_and_stop(trainer)
+
+    def _checkpoint_and_stop(self, trainer) -> None:
         path = self.checkpoint_dir / f"epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"
         trainer.save_checkpoint(path)
         signame = signal.Signals(self.received).name if self.received else "a signal to another rank"

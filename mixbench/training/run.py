@@ -16,11 +16,13 @@ from pathlib import Path
 
 import lightning as L
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from ..core.errors import ConfigError
+from ..core.errors import RESUMABLE_EXIT, ConfigError, DiskFull
 from ..core.families import get_family
 from ..core.settings import flat_settings
+from ..core.storage import atomic_write_text, disk_full_under
 from ..core.tasks import get_task
 from ..layers.placements import plan_summary
 from ..models import model_defaults
@@ -34,7 +36,7 @@ from .config import compose, norm_spec, runs_root, upgrade_saved_config
 from .gradnorm import GradNormMonitor
 from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision, runs_on_cuda
-from .preemption import PREEMPTED_EXIT, Preempted, PreemptionCheckpoint, preemption_note
+from .preemption import Preempted, PreemptionCheckpoint, preemption_note
 from .preflight import preflight
 from .profiling import make_profiler, stop_profiling
 from .run_lock import RunLock
@@ -259,18 +261,33 @@ def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = ()
     task.load_plugin()
     preflight(cfg)
     run_dir = run_directory(cfg, spec.label())
-    with nullcontext() if is_child_rank() else RunLock(run_dir):
-        return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra)
+    try:
+        with nullcontext() if is_child_rank() else RunLock(run_dir):
+            return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra)
+    except Exception as err:  # a full disk met outside the run's own writes (e.g. the lock's holder file)
+        full = disk_full_under(err, run_dir)
+        if full is None or full is err:
+            raise
+        raise full from None
+
+
+RESUMABLE_STOPS = (Preempted, DiskFull)  # a run stopped before its end, to be continued with resume=auto
+
+
+def report_stop(err: Exception) -> int:
+    """Log a resumable stop as one line (a preemption: a warning; a full disk: an error) and return its exit status,
+    :data:`RESUMABLE_EXIT`."""
+    log.log(logging.WARNING if isinstance(err, Preempted) else logging.ERROR, "%s", err)
+    return RESUMABLE_EXIT
 
 
 def run_and_report(cfg: DictConfig, command: list[str]) -> int:
     """``mixbench run``'s body: :func:`run` ``cfg``, log its outcome, return the exit status (0, or
-    :data:`PREEMPTED_EXIT` when a signal stopped it at a checkpoint)."""
+    :data:`RESUMABLE_EXIT` when a signal or a full disk stopped it: :data:`RESUMABLE_STOPS`)."""
     try:
         record = run(cfg, command=command)
-    except Preempted as err:
-        log.warning("%s", err)
-        return PREEMPTED_EXIT
+    except RESUMABLE_STOPS as err:
+        return report_stop(err)
     pm = record["primary_metric"]
     log.info(
         "%s: %s = %s on %s (%s, %.0f s)",
@@ -306,10 +323,11 @@ def _run_locked(
     primary = not is_child_rank()
     checkpoint = resume_checkpoint(cfg, run_dir)  # before anything is written: every checkpoint damaged is an error
     if primary:
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
     record = new_record(cfg, spec, task, run_dir, started)
     record["command"] = command
     record.update(record_extra or {})
+    trainer = None
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build_datamodule(cfg)
@@ -355,6 +373,8 @@ def _run_locked(
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         stop_profiling(trainer)  # the report covers fit; the evaluation below is not profiled
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+        if trainer.received_sigterm:  # noted by Lightning's handler, which stops only between validation batches
+            raise Preempted("SIGTERM", trainer.global_step, None, False)
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
         record["dataset"] = datamodule.describe()  # again: e.g. images skipped while training
         record["fit_last_validation"] = fit_validation
@@ -413,16 +433,43 @@ def _run_locked(
             if primary:
                 monitor.save(run_dir / "gradnorm.json")
     except BaseException as err:
-        record["error"] = f"{type(err).__name__}: {err}"
-        record.update(preemption_note(err))
+        stop = resumable_stop(err, run_dir, trainer.global_step if trainer is not None else 0)
+        record["status"] = "failed"  # also after its status was decided (e.g. its weights found no space): not finished
+        record["error"] = f"{type(stop or err).__name__}: {stop or err}"
+        record.update(preemption_note(stop or err))
+        if stop is not None and stop is not err:
+            raise stop from None
         raise
     finally:
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
         record["wall_time_s"] = round(time.perf_counter() - t0, 2)
         if primary:
-            write_record(record, run_dir / "record.json")
-            log.info("record written to %s", run_dir / "record.json")
+            save_record(record, run_dir)
     return record
+
+
+def resumable_stop(err: BaseException, run_dir: Path, step: int) -> Exception | None:
+    """The :data:`RESUMABLE_STOPS` error that ``err`` amounts to: :class:`Preempted` for Lightning's own SIGTERM stop
+    (a signal outside a training step, e.g. in the final validation), :class:`DiskFull` for a write that found no
+    space; None for any other error."""
+    if isinstance(err, SIGTERMException):
+        return Preempted("SIGTERM", step, None, False)
+    return disk_full_under(err, run_dir)
+
+
+def save_record(record: dict, run_dir: Path) -> None:
+    """Write the run's ``record.json``.  A failing run (``record["error"]`` set) that finds no space for it leaves
+    the folder as it was — an earlier record intact, the run unfinished for ``resume=auto`` — and its own error, not
+    this one, ends the run (a full disk: already the one line that says so)."""
+    try:
+        write_record(record, run_dir / "record.json")
+    except DiskFull as full:
+        if record["error"] is None:
+            raise
+        if not record["error"].startswith(DiskFull.__name__):
+            log.warning("the record of this failed run was not written: %s", full)
+        return
+    log.info("record written to %s", run_dir / "record.json")
 
 
 def check_final_validation(record: dict, fit_validation: dict, metric: str, step: int, rel_tol: float = 0.005) -> None:

@@ -90,11 +90,12 @@ def reclassify(record: dict) -> tuple[str, str | None]:
     return classify(blew_up, value, learning_problem, history_of(record))
 
 
-def reclassify_records(results_dir, dry_run: bool = False) -> list[tuple[str, str, str]]:
-    """Re-derive the status of every readable record under ``results_dir`` (rewritten atomically); returns the changes."""
+def reclassify_records(results_dir, dry_run: bool = False) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Re-derive the status of every readable record under ``results_dir`` (rewritten atomically); returns the changes
+    ``(path, old, new)`` and why each unreadable record was left untouched (:func:`load_records`' problems)."""
 
     changes = []
-    records, _ = load_records(results_dir)
+    records, problems = load_records(results_dir)
     for record in records:
         path = record.pop("_path")
         status, reason = reclassify(record)
@@ -112,4 +113,4 @@ def reclassify_records(results_dir, dry_run: bool = False) -> list[tuple[str, st
             if reason:
                 record.setdefault("warnings", []).append(reason)
         write_record(record, path)
-    return changes
+    return changes, problems

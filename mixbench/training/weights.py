@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import torch
 
 from ..core.errors import ConfigError
+from ..core.storage import atomic_write_text, fsync_file, replacing
 from ..layers import NormSpec
 from ..layers.placements import plan_summary
 
@@ -47,7 +47,8 @@ def describe_model(family: str, model_name: str, options: dict, model) -> dict:
 
 
 def save_weights(model, run_dir: str | Path, description: dict) -> Path:
-    """Write ``model.safetensors`` (atomically) and ``model_config.json`` into ``run_dir``."""
+    """Write ``model.safetensors`` and ``model_config.json`` into ``run_dir``, each atomically (a full disk:
+    :class:`mixbench.core.errors.DiskFull`, naming at least the bytes of the tensors)."""
     from safetensors.torch import save_file
 
     run_dir = Path(run_dir)
@@ -57,10 +58,11 @@ def save_weights(model, run_dir: str | Path, description: dict) -> Path:
         storage = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
         state[key] = tensor.clone().contiguous() if storage in seen else tensor.contiguous()  # tied weights: own copy
         seen[storage] = key
-    path, tmp = run_dir / WEIGHTS_FILE, run_dir / f".{WEIGHTS_FILE}.tmp"
-    save_file(state, str(tmp), metadata={"format": "pt", "mixbench": json.dumps(description)})
-    os.replace(tmp, path)
-    (run_dir / CONFIG_FILE).write_text(json.dumps(description, indent=1) + "\n")
+    path, metadata = run_dir / WEIGHTS_FILE, {"format": "pt", "mixbench": json.dumps(description)}
+    with replacing(path, size=lambda: sum(t.nbytes for t in state.values()) + len(json.dumps(metadata))) as tmp:
+        save_file(state, str(tmp), metadata=metadata)
+        fsync_file(tmp)
+    atomic_write_text(run_dir / CONFIG_FILE, json.dumps(description, indent=1) + "\n")
     return path
 
 
