@@ -155,13 +155,15 @@ def stop_problems(launch: Launch, expected: tuple[int, ...] = (0, 2, RESUMABLE_E
 
 def plan(faults: int, rng: random.Random) -> list[str]:
     """The faults to inject, in seeded random order: a tenth each second writers and truncations, a fiftieth corrupt
-    records (at least one of each), SIGKILLs and SIGTERMs for the rest, and one full disk in the first third (the grid
-    may complete before the last faults come)."""
+    records (at least one of each), SIGKILLs and SIGTERMs for the rest, and one full disk.  The first of every kind
+    but the signals goes somewhere in the first third: the grid may complete before the last faults come, and each
+    kind must have fired."""
     others = {"second writer": max(1, faults // 10), "truncation": max(1, faults // 10), "corrupt record": max(1, faults // 50)}
-    kinds = [kind for kind, n in others.items() for _ in range(n)]
-    kinds += ["signal"] * max(0, faults - 1 - len(kinds))
+    kinds = [kind for kind, n in others.items() for _ in range(n - 1)]
+    kinds += ["signal"] * max(0, faults - 1 - len(others) - len(kinds))
     rng.shuffle(kinds)
-    kinds.insert(rng.randrange(len(kinds) // 3 + 1), "full disk")
+    for kind in (*others, "full disk"):
+        kinds.insert(rng.randrange(len(kinds) // 3 + 1), kind)
     return kinds
 
 

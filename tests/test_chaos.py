@@ -49,8 +49,10 @@ WRITER = [  # a sweep of tiny ViT runs: records written at different moments
 
 def test_table_and_load_records_read_a_results_folder_that_eight_runs_write_into(tmp_path, capsys):
     """``load_records`` in a loop here, ``mixbench table`` in a loop in a thread beside it, while eight sweeps write
-    sixteen records: never half a record, never a record that goes away, never a failed table."""
+    sixteen records: never half a record, never a record that goes away, never a failed table.  The folder exists
+    before the first run writes (a results folder that does not exist yet is `--results-dir`'s exit 2)."""
     results = tmp_path / "results"
+    results.mkdir()
     launcher = Launcher(tmp_path / "logs")
     writers = [launcher.start([*WRITER, f"seed={2 * i},{2 * i + 1}", f"results_dir={results}"]) for i in range(8)]
     writing, tables = threading.Event(), []
