@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One device lease (4 GPUs) for issue-free continuation of the lr_sensitivity grid (configs/grids/placements.yaml):
+# a chain that runs as a daemon (setsid) from its own copy of the code in /tmp/mb, so that the checkout each later
+# call copies over the repository cannot change the code under a running run.  Calls follow each other within ≈ 30 s:
+#
+#   bash bench/device/lr_sweep.sh start     # carrying .data/cifar and .whl: copies the code, the placements grid's
+#                                           #   and results/proxy/lr_sensitivity's records into /tmp/mb/.grid, starts
+#                                           #   the chain: ViT sweep (seed 0) → ViT at each best lr (seeds 0-2) →
+#                                           #   [waits for the corpus] LLaMA-24 sweep (seed 0) → LLaMA at each best lr
+#                                           #   (24 blocks seeds 0-2, 12 blocks at the 24-block best, seeds 0-2)
+#   bash bench/device/lr_sweep.sh text      # carrying .data/textmix3: unpacks and tokenises the corpus for the chain
+#   bash bench/device/lr_sweep.sh collect   # any time: the records finished so far, and the chain's log
+#
+# Every call leaves $OUT/lr_sweep_<step>.tgz: the chain's logs and every record.json / config.yaml / metrics.csv the
+# chain finished (newer than its start).  Runs still going when the machine goes back are lost (resume=auto in a later
+# session starts them anew).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+STEP=${1:?"start | text | collect"}
+MB=/tmp/mb
+OUT=${OUT:-/tmp/lr_sweep_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
+
+chain() {  # the daemon: each block of the grid in turn, in /tmp/mb
+    cd "$MB" || exit 2
+    local gpus
+    gpus=$(nvidia-smi -L | wc -l)
+    block() { echo "== $* at $(date +%T)"; env "$@" GRID=lr_sensitivity GPUS="$gpus" RESULTS=.grid OUT=/tmp/lr_sweep_logs \
+        bash bench/grids/placements_proxy.sh; echo "== rc=$? at $(date +%T)"; }
+    block FAMILIES=vision SEEDS=0, JOBS=4
+    block FAMILIES=vision BEST_FROM=.grid SEEDS=0,1,2 JOBS=4
+    until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
+    block FAMILIES=lm SEEDS=0, JOBS=3
+    block FAMILIES=lm BEST_FROM=.grid SEEDS=0,1,2 JOBS=3
+    echo "== chain done at $(date +%T)"
+}
+
+pack() {
+    tar czf "$OUT/lr_sweep_$STEP.tgz" -C / tmp/lr_sweep_logs tmp/mb/.grid/plan.txt \
+        $(cd / && find tmp/mb/.grid -name record.json -newer /tmp/mb/.started 2>/dev/null | while read -r r; do d=$(dirname "$r")
+            echo "$r" "$d/config.yaml"; [ -f "$d/logs/metrics.csv" ] && echo "$d/logs/metrics.csv"; done) 2>/dev/null
+    echo "records finished since the start: $(find $MB/.grid -name record.json -newer $MB/.started 2>/dev/null | wc -l)"
+    grep -h "^== " /tmp/lr_sweep_logs/chain.log 2>/dev/null | tail -8
+    tail -3 /tmp/lr_sweep_logs/lanes.log 2>/dev/null
+}
+
+case $STEP in
+    start)
+        nvidia-smi -L
+        python3 -c "import torch, lightning, timm; print('torch', torch.__version__, 'lightning', lightning.__version__, 'timm', timm.__version__)"
+        mkdir -p "$MB" /tmp/lr_sweep_logs
+        cp -a . "$MB/"
+        (cd "$MB" && source bench/device/carry.sh && use_wheels omegaconf datasets && echo "export PYTHONPATH=${PYTHONPATH:-}" > /tmp/lr_sweep_env)
+        mkdir -p "$MB/.grid/runs"
+        for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do cp -r "$src"/. "$MB/.grid/runs/"; done
+        touch "$MB/.started"
+        export -f chain
+        (source /tmp/lr_sweep_env; setsid -f bash -c chain > /tmp/lr_sweep_logs/chain.log 2>&1 < /dev/null)
+        sleep 60 ;;
+    text)
+        mkdir -p "$MB/.data/textmix3" && cp .data/textmix3/* "$MB/.data/textmix3/"
+        (cd "$MB" && source /tmp/lr_sweep_env && source bench/device/carry.sh && unpack_textmix \
+            && export PYTHONPATH=$MB${PYTHONPATH:+:$PYTHONPATH} \
+            && python3 -c "from mixbench.training.config import compose; from mixbench.training.run import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
+                task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 'data.path=.data/textmix3/pkgtext-train.*.json.gz' \
+                data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2 > /tmp/lr_sweep_logs/tokenize.log 2>&1 \
+            && touch .data/textmix3/.tokenized) || { echo "tokenising failed"; tail -5 /tmp/lr_sweep_logs/tokenize.log; } ;;
+    collect) ;;
+esac
+pack
