@@ -10,13 +10,14 @@
 #                                           #   (24 blocks seeds 0-2, 12 blocks at the 24-block best, seeds 0-2)
 #   bash bench/device/lr_sweep.sh text      # carrying .data/textmix3: unpacks and tokenises the corpus for the chain
 #   bash bench/device/lr_sweep.sh collect   # any time: the records finished so far, and the chain's log
+#   bash bench/device/lr_sweep.sh watch     # the same every 60 s for WATCH_S seconds (keeps the machine held)
 #
 # Every call leaves $OUT/lr_sweep_<step>.tgz: the chain's logs and every record.json / config.yaml / metrics.csv the
 # chain finished (newer than its start).  Runs still going when the machine goes back are lost (resume=auto in a later
 # session starts them anew).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?"start | text | collect"}
+STEP=${1:?"start | text | collect | watch"}
 MB=/tmp/mb
 OUT=${OUT:-/tmp/lr_sweep_out}
 mkdir -p "$OUT"
@@ -31,17 +32,23 @@ chain() {  # the daemon: each block of the grid in turn, in /tmp/mb
     block FAMILIES=vision SEEDS=0, JOBS=4
     block FAMILIES=vision BEST_FROM=.grid SEEDS=0,1,2 JOBS=4
     until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
-    block FAMILIES=lm SEEDS=0, JOBS=3
+    # the LLaMA sweep nearest lrs first (3e-3, 3e-4, then 1e-3, 1e-2, 1e-4), so that a lease that ends early leaves
+    # every placement with the lrs on both sides of the default
+    DRY_RUN=1 FAMILIES=lm GRID=lr_sensitivity SEEDS=0, RESULTS=.grid OUT=/tmp/lr_sweep_logs bash bench/grids/placements_proxy.sh \
+        | grep '^mixbench' | awk '{o=9; for(i=1;i<=NF;i++) if($i~/^optim.lr=/){split($i,a,"="); o=index("0.003 0.0003 0.001 0.01 0.0001", a[2])}
+            print o"\t"$0}' | sort -s -n -k1,1 | cut -f2- > /tmp/lr_sweep_logs/plan_lm_sweep.txt
+    block FAMILIES=none PREPEND=/tmp/lr_sweep_logs/plan_lm_sweep.txt JOBS=3
     block FAMILIES=lm BEST_FROM=.grid SEEDS=0,1,2 JOBS=3
     echo "== chain done at $(date +%T)"
 }
 
-pack() {
-    tar czf "$OUT/lr_sweep_$STEP.tgz" -C / tmp/lr_sweep_logs tmp/mb/.grid/plan.txt \
+pack() {  # (written aside, then moved: a call cut off at its limit still brings back the last whole archive)
+    tar czf "$OUT/.lr_sweep.tmp" -C / tmp/lr_sweep_logs tmp/mb/.grid/plan.txt \
         $(cd / && find tmp/mb/.grid -name record.json -newer /tmp/mb/.started 2>/dev/null | while read -r r; do d=$(dirname "$r")
             echo "$r" "$d/config.yaml"; [ -f "$d/logs/metrics.csv" ] && echo "$d/logs/metrics.csv"; done) 2>/dev/null
+    mv "$OUT/.lr_sweep.tmp" "$OUT/lr_sweep_$STEP.tgz"
     echo "records finished since the start: $(find $MB/.grid -name record.json -newer $MB/.started 2>/dev/null | wc -l)"
-    grep -h "^== " /tmp/lr_sweep_logs/chain.log 2>/dev/null | tail -8
+    grep -h "^== \|--resume" /tmp/lr_sweep_logs/chain.log 2>/dev/null | tail -8
     tail -3 /tmp/lr_sweep_logs/lanes.log 2>/dev/null
 }
 
@@ -55,9 +62,9 @@ case $STEP in
         mkdir -p "$MB/.grid/runs"
         for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do cp -r "$src"/. "$MB/.grid/runs/"; done
         touch "$MB/.started"
-        export -f chain
+        export -f chain; export MB
         (source /tmp/lr_sweep_env; setsid -f bash -c chain > /tmp/lr_sweep_logs/chain.log 2>&1 < /dev/null)
-        sleep 60 ;;
+        sleep 45 ;;
     text)
         mkdir -p "$MB/.data/textmix3" && cp .data/textmix3/* "$MB/.data/textmix3/"
         (cd "$MB" && source /tmp/lr_sweep_env && source bench/device/carry.sh && unpack_textmix \
@@ -67,5 +74,8 @@ case $STEP in
                 data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2 > /tmp/lr_sweep_logs/tokenize.log 2>&1 \
             && touch .data/textmix3/.tokenized) || { echo "tokenising failed"; tail -5 /tmp/lr_sweep_logs/tokenize.log; } ;;
     collect) ;;
+    watch)  # collect every 60 s until the call's limit (WATCH_S, default 540 s) or the chain's end
+        end=$(($(date +%s) + ${WATCH_S:-540}))
+        while [ "$(date +%s)" -lt "$end" ] && ! grep -q "chain done" /tmp/lr_sweep_logs/chain.log; do sleep 60; pack > /dev/null; done ;;
 esac
 pack
