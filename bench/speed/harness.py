@@ -172,6 +172,15 @@ def free_device_memory(device: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- mixbench run, subprocess
+def row_budget_arguments(ap, budget_s: float, max_s: float, out: str, default_device: str) -> None:
+    """The arguments the model-throughput benches share: the time budget of candidate rows, device, compile, output."""
+    ap.add_argument("--budget-s", type=float, default=budget_s, help="candidate rows start only while they fit in this many seconds")
+    ap.add_argument("--max-s", type=float, default=max_s, help="no row starts that would end after this many seconds")
+    ap.add_argument("--device", default=default_device)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path(out))
+
+
 def image_bench_arguments(ap, out: str) -> None:
     """The arguments the image benches share: the JPEG folder, batch, epochs, workers, GPU, output, dry run."""
     ap.add_argument("--pipelines", nargs="+", default=["cpu", "dali"], choices=["cpu", "gpu", "nvjpeg", "dali"])

@@ -34,7 +34,7 @@ import kernel_profile  # bench/speed/ is this script's directory
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from harness import add_ratios, fmt, free_device_memory, text_table, write_table_result
+from harness import add_ratios, fmt, free_device_memory, row_budget_arguments, text_table, write_table_result
 
 from mixbench import build_model
 from mixbench.core.constants import IGNORE_INDEX
@@ -400,12 +400,8 @@ def parse_args(argv=None):
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=4)
-    ap.add_argument("--budget-s", type=float, default=260, help="candidate rows start only while they fit in this many seconds")
-    ap.add_argument("--max-s", type=float, default=420, help="no row starts that would end after this many seconds")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--no-compile", action="store_true")
+    row_budget_arguments(ap, 260, 420, "bench/speed/results/lm_throughput.json", "cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--no-hf", action="store_true")
-    ap.add_argument("--out", type=Path, default=Path("bench/speed/results/lm_throughput.json"))
     return ap.parse_args(argv)
 
 

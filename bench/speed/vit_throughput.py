@@ -39,7 +39,7 @@ from pathlib import Path
 import timm
 import torch
 import torch.nn.functional as F
-from harness import add_ratios, fmt, free_device_memory, text_table, write_table_result
+from harness import add_ratios, fmt, free_device_memory, row_budget_arguments, text_table, write_table_result
 from kernel_profile import profile_table  # bench/speed/ is this script's directory
 
 from mixbench import build_model
@@ -365,11 +365,7 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=5, help="steps after the compiling one, before timing")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (median and spread reported)")
     ap.add_argument("--window-s", type=float, default=1.0, help="seconds of steps per row and round")
-    ap.add_argument("--budget-s", type=float, default=120, help="candidate rows are built only while they fit in this many seconds")
-    ap.add_argument("--max-s", type=float, default=285, help="no row is built that would end after this many seconds")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--out", type=Path, default=Path("bench/speed/results/vit_throughput.json"))
+    row_budget_arguments(ap, 120, 285, "bench/speed/results/vit_throughput.json", "cuda" if torch.cuda.is_available() else "cpu")
     return ap.parse_args(argv)
 
 
