@@ -108,6 +108,15 @@ class Launch:
     def running(self) -> bool:
         return self.process.exitcode is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (``-N``: died of signal N), as :class:`subprocess.Popen`'s."""
+        return self.process.exitcode
+
+    def output(self) -> str:
+        """What the process wrote (stdout and stderr)."""
+        return self.log.read_text(errors="replace")
+
 
 class Launcher:
     """Starts ``mixbench`` processes forked from a server with mixbench imported (see the module docstring)."""
@@ -119,17 +128,23 @@ class Launcher:
         self.context.set_forkserver_preload(PRELOAD)
         self.started = 0
 
-    def start(self, argv: list[str], faults: list[dict] = ()) -> Launch:
+    def start(self, argv: list[str], faults: list[dict] = (), threads: int = 1) -> Launch:
+        """``mixbench ARGV`` in a new process on ``threads`` torch threads, with ``faults`` (see :func:`run_command`)."""
         self.started += 1
         log = self.logs / f"{self.started:04d}.log"
         faults = [{**fault, "fired": str(log.with_suffix(f".fired{i}"))} for i, fault in enumerate(faults)]
-        process = self.context.Process(target=run_command, args=(argv, faults, str(log)))
+        process = self.context.Process(target=run_command, args=(argv, faults, str(log), threads))
         process.start()
         return Launch(argv, faults, log, process)
 
-    def run(self, argv: list[str]) -> Launch:
-        launch = self.start(argv)
-        launch.process.join()
+    def run(self, argv: list[str], faults: list[dict] = (), threads: int = 1, timeout: float | None = None) -> Launch:
+        """:meth:`start`, then wait for the process to end (killed, and the test failed, after ``timeout`` seconds)."""
+        launch = self.start(argv, faults, threads)
+        launch.process.join(timeout)
+        if launch.running:
+            launch.process.kill()
+            launch.process.join()
+            raise AssertionError(f"mixbench {' '.join(argv[:3])} ... did not end within {timeout} s: {launch.log}")
         return launch
 
 

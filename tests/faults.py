@@ -7,8 +7,8 @@
 * :func:`tmpfs` mounts a small RAM file system (root only) where a run can really fill its disk;
   :func:`fill_disk` leaves only a few bytes free on it; :func:`full_disk_at` makes every write to files of one name
   fail with ENOSPC (the same error, without root).
-* :func:`run_command` is the body of a process the chaos harness starts: ``mixbench ARGV`` with faults described as
-  dicts (:func:`fault_action`).
+* :func:`run_command` is the body of a process the chaos harness starts (and the tests that fork a ``mixbench``
+  process from its preloaded server): ``mixbench ARGV`` with faults described as dicts (:func:`fault_action`).
 """
 
 from __future__ import annotations
@@ -195,18 +195,25 @@ def fault_action(fault: dict) -> Callable[[], None]:
     raise ValueError(f"unknown fault action {kind!r}")
 
 
-def run_command(argv: list[str], faults: list[dict], log: str) -> None:
-    """The body of a process the chaos harness starts: ``mixbench ARGV`` on one torch thread, its stdout and stderr
-    appended to ``log``, each of ``faults`` (dicts: ``moment``, ``nth``, the action, ``fired``) injected: its action
-    runs at the n-th such moment, after touching the file ``fired``."""
+def at_step(step: int) -> Callable[[int], bool]:
+    """A predicate true at optimizer step ``step`` (as ``kill_harness.py`` picks its moment)."""
+    return lambda s: s == step
+
+
+def run_command(argv: list[str], faults: list[dict], log: str, threads: int = 1) -> None:
+    """The body of a process the chaos harness starts: ``mixbench ARGV`` on ``threads`` torch threads, its stdout and
+    stderr appended to ``log``, each of ``faults`` (dicts: ``moment``, ``nth`` or ``step``, the action, ``fired``)
+    injected: its action runs at the n-th such moment (or at every such moment of optimizer step ``step``), after
+    touching the file ``fired``."""
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     for fd in (1, 2):
         os.dup2(out, fd)
     os.close(out)
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     for fault in faults:
         sys.stderr.write(f"fault: {json.dumps(fault)}\n")
-        inject(fault["moment"], nth(fault["nth"]), _announced(fault_action(fault), Path(fault["fired"])))
+        when = nth(fault["nth"]) if "nth" in fault else at_step(fault["step"])
+        inject(fault["moment"], when, _announced(fault_action(fault), Path(fault["fired"])))
     sys.exit(main(argv))
 
 

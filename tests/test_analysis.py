@@ -71,8 +71,8 @@ def test_attention_and_mlp_norms_compose_the_block_norm():
         assert b["total"] == pytest.approx((b["attn"] ** 2 + b["mlp"] ** 2) ** 0.5, rel=1e-5) and b["attn"] > 0 and b["mlp"] > 0
 
 
-def test_skipping_a_block_that_computes_the_identity_changes_nothing(tmp_path):
-    subject = subject_at_init([*TINY_LM, "norm=pre", f"data.cache_dir={tmp_path}"], tmp_path)
+def test_skipping_a_block_that_computes_the_identity_changes_nothing(tmp_path, token_cache):
+    subject = subject_at_init([*TINY_LM, "norm=pre", f"data.cache_dir={token_cache}"], tmp_path)
     with torch.no_grad():  # a Pre-LN block with zero output projections computes x + 0 + 0
         subject.model.blocks[2].attn.proj.weight.zero_()
         subject.model.blocks[2].mlp.fc2.weight.zero_()
@@ -81,7 +81,7 @@ def test_skipping_a_block_that_computes_the_identity_changes_nothing(tmp_path):
     assert all(d != 0.0 for i, d in enumerate(profile["delta"]) if i != 2)
 
 
-def test_analyze_commands_on_a_run_and_at_init(tmp_path):
+def test_analyze_commands_on_a_run_and_at_init(tmp_path, token_cache):
     run_args = [
         "run",
         *TINY_LM,
@@ -91,7 +91,7 @@ def test_analyze_commands_on_a_run_and_at_init(tmp_path):
         "trainer.limit_val_batches=2",
         "trainer.enable_progress_bar=false",
         "grad_norm_every_n_steps=1",
-        f"data.cache_dir={tmp_path / 'cache'}",
+        f"data.cache_dir={token_cache}",
         f"results_dir={tmp_path}",
     ]
     assert main(run_args) == 0
@@ -122,7 +122,7 @@ def test_analyze_commands_on_a_run_and_at_init(tmp_path):
                 "1",
                 "--out",
                 str(out),
-                f"data.cache_dir={tmp_path / 'cache'}",
+                f"data.cache_dir={token_cache}",
             ]
         )
         == 0

@@ -3,20 +3,18 @@
 import csv
 import json
 import logging
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import torch
+from chaos_harness import Launch, Launcher
 from omegaconf import OmegaConf
 
 from mixbench.cli.app import main
 from mixbench.training.checkpointing import newest_checkpoint
 from mixbench.training.preemption import PREEMPTED_EXIT
 
-HERE = Path(__file__).parent
 COMMON = [
     "task=llama_lm",
     "norm=mix",
@@ -46,18 +44,32 @@ def uninterrupted(tmp_path_factory):
     return record(run_dir)
 
 
+@pytest.fixture(scope="module")
+def launcher(tmp_path_factory) -> Launcher:
+    """Processes forked from a server that has imported mixbench, Lightning and torch (``chaos_harness.Launcher``): a
+    killed run costs its steps, not the ~10 s of imports of a fresh interpreter on a small machine."""
+    return Launcher(tmp_path_factory.mktemp("processes"))
+
+
+def kill_harness(launcher: Launcher, moment: str, step: int, *args: str) -> Launch:
+    """``mixbench run ARGS`` in a process of its own that gets SIGKILL at MOMENT of optimizer step STEP (``MOMENT:SIGNAL``,
+    e.g. ``step:SIGTERM``: that signal), as ``kill_harness.py`` does; on this process's torch threads, as the runs it is
+    compared with.  Its exit status is ``.returncode``, its output ``.output()``."""
+    moment, _, signame = moment.partition(":")
+    fault = {"kind": "signal", "moment": moment, "step": step, "action": signame or "SIGKILL"}
+    return launcher.run(["run", *args], [fault], threads=torch.get_num_threads(), timeout=300)
+
+
+def interrupt(launcher: Launcher, moment: str, step: int, run_dir: Path, *args: str) -> Launch:
+    """``mixbench run COMMON ARGS run_dir=RUN_DIR`` through :func:`kill_harness`."""
+    return kill_harness(launcher, moment, step, *COMMON, *args, f"run_dir={run_dir}")
+
+
 @pytest.mark.parametrize("moment, step", [("step", 5), ("validation", 4), ("write", 6)])
-def test_kill_then_resume_gives_the_uninterrupted_result_exactly(tmp_path, uninterrupted, moment, step):
+def test_kill_then_resume_gives_the_uninterrupted_result_exactly(tmp_path, uninterrupted, launcher, moment, step):
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    killed = subprocess.run(
-        [sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *COMMON, f"run_dir={run_dir}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    killed = interrupt(launcher, moment, step, run_dir)
+    assert killed.returncode == -signal.SIGKILL, killed.output()[-2000:]
     assert not (run_dir / "record.json").exists()
     if moment == "write":  # the interrupted write left only a temporary file, never a .ckpt a resume could pick
         assert list((run_dir / "checkpoints").glob("*.tmp-*")) and not list((run_dir / "checkpoints").glob("*step=6.ckpt"))
@@ -104,22 +116,9 @@ def test_resume_auto_matches_runs_made_before_a_setting_was_added_while_it_keeps
     assert len(list(results.rglob("record.json"))) == 3
 
 
-def interrupt(moment: str, step: int, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    """``mixbench run COMMON ARGS run_dir=RUN_DIR`` through the kill harness (see ``kill_harness.py``)."""
-    return kill_harness(moment, step, *COMMON, *args, f"run_dir={run_dir}")
-
-
-def kill_harness(moment: str, step: int, *args: str) -> subprocess.CompletedProcess:
-    """``mixbench run ARGS`` through the kill harness."""
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    return subprocess.run(
-        [sys.executable, str(HERE / "kill_harness.py"), moment, str(step), *args], env=env, capture_output=True, text=True, timeout=300
-    )
-
-
-def test_damaged_newest_checkpoints_are_skipped_and_the_newest_intact_one_resumes_exactly(tmp_path, uninterrupted, caplog):
+def test_damaged_newest_checkpoints_are_skipped_and_the_newest_intact_one_resumes_exactly(tmp_path, uninterrupted, launcher, caplog):
     run_dir = tmp_path / "run"
-    assert interrupt("step", 7, run_dir).returncode == -signal.SIGKILL
+    assert interrupt(launcher, "step", 7, run_dir).returncode == -signal.SIGKILL
     folder = run_dir / "checkpoints"
     assert sorted(p.name for p in folder.glob("*.ckpt")) == ["epoch=0-step=4.ckpt", "epoch=0-step=6.ckpt", "last.ckpt"]
     for name in ("epoch=0-step=6.ckpt", "last.ckpt"):  # a truncated copy, a bad disk: the newest two
@@ -151,15 +150,17 @@ def test_every_checkpoint_damaged_is_exit_2_naming_them_and_nothing_is_overwritt
 @pytest.mark.parametrize(
     "signame, extra", [("SIGTERM", []), pytest.param("SIGUSR1", ["data.global_batch_size=8"], marks=pytest.mark.slow)]
 )  # 2 micro-batches a step
-def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_resumes_exactly(tmp_path, uninterrupted, signame, extra):
+def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_resumes_exactly(
+    tmp_path, uninterrupted, launcher, signame, extra
+):
     if extra:
         assert main(["run", *COMMON, *extra, f"run_dir={tmp_path / 'full'}"]) == 0
         uninterrupted = record(tmp_path / "full")
         assert uninterrupted["effective"]["accumulate_grad_batches"] == 2
     run_dir = tmp_path / "run"
-    stopped = interrupt(f"step:{signame}", 4, run_dir, *extra)  # between forward and backward of (each micro-batch of) step 4 → 5
-    assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
-    assert f"preempted by {signame} at step 5" in stopped.stderr  # the step in flight finished, then its checkpoint
+    stopped = interrupt(launcher, f"step:{signame}", 4, run_dir, *extra)  # between forward and backward of (each micro-batch of) step 4 → 5
+    assert stopped.returncode == PREEMPTED_EXIT, stopped.output()[-2000:]
+    assert f"preempted by {signame} at step 5" in stopped.output()  # the step in flight finished, then its checkpoint
     note = record(run_dir)["preempted"]
     assert note == {"signal": signame, "step": 5, "checkpoint": str(run_dir / "checkpoints" / "epoch=0-step=5.ckpt"), "requeued": False}
     assert record(run_dir)["status"] == "failed"  # not finished: resume=auto continues it
@@ -170,34 +171,34 @@ def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_re
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
 
 
-def test_a_sweep_signalled_in_its_last_validation_stops_at_exit_75_and_resumes_exactly(tmp_path, uninterrupted):
+def test_a_sweep_signalled_in_its_last_validation_stops_at_exit_75_and_resumes_exactly(tmp_path, uninterrupted, launcher):
     """``mixbench run -m`` trains in its main thread, where the preemption handlers can be set (a worker thread cannot:
     a SIGTERM killed the sweep outright), and a signal after the last step (in the last validation inside fit) still
     stops the run at that step's checkpoint rather than being dropped while the sweep goes on."""
     sweep = ["-m", *COMMON, "seed=0", f"results_dir={tmp_path}"]
-    stopped = kill_harness("validation:SIGTERM", 8, *sweep)
-    assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
-    assert "preempted by SIGTERM at step 8" in stopped.stderr and "Traceback" not in stopped.stderr
+    stopped = kill_harness(launcher, "validation:SIGTERM", 8, *sweep)
+    assert stopped.returncode == PREEMPTED_EXIT, stopped.output()[-2000:]
+    assert "preempted by SIGTERM at step 8" in stopped.output() and "Traceback" not in stopped.output()
     assert main(["run", *sweep, "--resume"]) == 0
     (resumed,) = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
     assert resumed["status"] == "completed" and resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]
 
 
-def test_a_sigterm_in_the_final_validation_stops_with_exit_75_and_the_run_finishes_on_resume(tmp_path):
+def test_a_sigterm_in_the_final_validation_stops_with_exit_75_and_the_run_finishes_on_resume(tmp_path, launcher):
     """Outside fit, Lightning's own handler notes a SIGTERM and stops only between validation batches: a one-batch
     final validation ran on and the run (and a sweep after it) went on as if no signal had come."""
     run_dir, args = tmp_path / "run", [*COMMON, "trainer.max_steps=2", "trainer.limit_val_batches=1"]
     assert main(["run", *args, f"run_dir={run_dir}"]) == 0
     (run_dir / "record.json").unlink()  # killed after its last checkpoint: resume=auto only validates
-    stopped = kill_harness("validation:SIGTERM", 2, *args, f"run_dir={run_dir}", "resume=auto")
-    assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
-    assert "preempted by SIGTERM at step 2: no new checkpoint" in stopped.stderr and "Traceback" not in stopped.stderr
+    stopped = kill_harness(launcher, "validation:SIGTERM", 2, *args, f"run_dir={run_dir}", "resume=auto")
+    assert stopped.returncode == PREEMPTED_EXIT, stopped.output()[-2000:]
+    assert "preempted by SIGTERM at step 2: no new checkpoint" in stopped.output() and "Traceback" not in stopped.output()
     assert record(run_dir)["status"] == "failed" and record(run_dir)["preempted"]["signal"] == "SIGTERM"
     assert main(["run", *args, f"run_dir={run_dir}", "resume=auto"]) == 0
     assert record(run_dir)["status"] == "completed"
 
 
-def test_a_run_resumed_mid_epoch_keeps_every_later_epoch_whole(tmp_path):
+def test_a_run_resumed_mid_epoch_keeps_every_later_epoch_whole(tmp_path, launcher):
     """A text run of several epochs, killed in its first epoch and resumed, gives the uninterrupted run's validations
     (same steps, same epochs) and result exactly: the resumed loader keeps the whole epoch's length."""
     import gzip
@@ -220,8 +221,8 @@ def test_a_run_resumed_mid_epoch_keeps_every_later_epoch_whole(tmp_path):
         "trainer.limit_val_batches=2",
     ]
     assert main(["run", *args, f"run_dir={tmp_path / 'whole'}"]) == 0
-    done = interrupt("step", 3, tmp_path / "cut", *args[len(COMMON) :])
-    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    done = interrupt(launcher, "step", 3, tmp_path / "cut", *args[len(COMMON) :])
+    assert done.returncode == -signal.SIGKILL, done.output()[-2000:]
     assert main(["run", *args, f"run_dir={tmp_path / 'cut'}", "resume=auto"]) == 0
 
     def validations(run_dir):

@@ -101,15 +101,13 @@ def test_vit_small_mix_on_an_image_folder(tmp_path, pipeline):
     assert rec["metrics"]["val/top1"] != rec["metrics"]["val_ema/top1"] or rec["metrics"]["val/loss"] != rec["metrics"]["val_ema/loss"]
 
 
-def test_vit_throughput_benchmark_smoke(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_vit_throughput_benchmark_smoke(tmp_path, monkeypatch):
+    """bench/speed/vit_throughput.py's main, in the repository root, on the command line of a run of the script (in
+    this process: without a fresh interpreter's ~10 s of imports)."""
+    from test_vit_speed_options import bench_module
 
     out = tmp_path / "vit.json"
-    cmd = [
-        sys.executable,
-        "bench/speed/vit_throughput.py",
+    argv = [
         "--device",
         "cpu",
         "--no-compile",
@@ -134,7 +132,8 @@ def test_vit_throughput_benchmark_smoke(tmp_path):
         "--out",
         str(out),
     ]
-    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    bench_module().main(argv)
     rows = json.loads(out.read_text())["rows"]
     assert [(r["phase"], r["impl"]) for r in rows] == [
         ("candidates", "timm vit_tiny_patch16_224"),

@@ -1,5 +1,6 @@
 """C4-format pretraining path end to end on CPU: local shards, divergence handling, DDP, paper grids."""
 
+import importlib
 import json
 import math
 import subprocess
@@ -17,7 +18,8 @@ from mixbench.grids.reproduce import expand
 from mixbench.training.callbacks import DivergenceMonitor
 from mixbench.training.strategy import accumulation_steps
 
-SHARED_TEXTMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "textmix"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TEXTMIX = ROOT.parent / "shared" / "data" / "textmix"
 TINY_LM = [
     "model=llama_debug",
     "model.vocab_size=8192",
@@ -139,7 +141,7 @@ def test_divergence_monitor_judges_the_real_loss_under_gradient_accumulation():
     assert stopped == 60 and monitor.history[0][1] == pytest.approx(6.0)
 
 
-def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys):
+def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys, token_cache):
     args = [
         "run",
         "task=llama_lm",
@@ -151,7 +153,7 @@ def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys):
         "divergence.patience=1",
         "data.seq_len=32",
         "trainer.limit_val_batches=2",
-        f"data.cache_dir={tmp_path / 'cache'}",
+        f"data.cache_dir={token_cache}",
         f"results_dir={tmp_path}",
         *TINY_LM,
     ]
@@ -163,7 +165,8 @@ def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys):
     assert "diverged" in capsys.readouterr().out
 
 
-def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
+@pytest.mark.slow  # default: test_cluster's two torchrun nodes (ranks = one process, same buckets) and test_images's Lightning-launched DDP
+def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path, token_cache):
     common = [
         "task=llama_lm",
         "norm=mix",
@@ -174,7 +177,7 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path
         "trainer.limit_val_batches=4",
         "data.eval_batch_size=4",
         "save_weights=false",
-        f"data.cache_dir={tmp_path / 'cache'}",
+        f"data.cache_dir={token_cache}",
         *TINY_LM,
     ]
     assert main(["run", *common, "data.batch_size=4", "trainer.devices=1", f"results_dir={tmp_path / 'one'}"]) == 0
@@ -231,6 +234,17 @@ def test_paper_comparison_table(tmp_path, capsys):
     assert "33.50 (n=1) / 33.12 (+0.38)" in out and "not run / 35.18" in out
 
 
+def bench_script(name: str, monkeypatch):
+    """``bench/speed/NAME.py`` as a module, in the repository root as when run from there: its ``main`` is what running
+    the script calls, here without a fresh interpreter's ~10 s of imports."""
+    folder = str(ROOT / "bench" / "speed")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # as when run as a script: it imports its neighbours
+    monkeypatch.chdir(ROOT)
+    return importlib.import_module(name)
+
+
+@pytest.mark.slow  # the same arguments run in process, rows checked, in test_lm_speed_options's bench smoke test
 def test_lm_throughput_benchmark_smoke(tmp_path):
     out = tmp_path / "lm.json"
     cmd = [
@@ -288,7 +302,7 @@ def test_throughput_window_restarts_after_validation(monkeypatch):
     assert logged == [(4, 100.0), (12, 100.0)]
 
 
-def test_resumed_run_continues_where_it_stopped(tmp_path):
+def test_resumed_run_continues_where_it_stopped(tmp_path, token_cache):
     common = [
         "task=llama_lm",
         "norm=mix",
@@ -297,7 +311,7 @@ def test_resumed_run_continues_where_it_stopped(tmp_path):
         "trainer.max_steps=6",
         "trainer.limit_val_batches=4",
         "save_weights=false",
-        f"data.cache_dir={tmp_path / 'cache'}",
+        f"data.cache_dir={token_cache}",
         *TINY_LM,
     ]
     assert main(["run", *common, "checkpoint.every_n_steps=3", "checkpoint.keep_last=null", f"results_dir={tmp_path / 'full'}"]) == 0
@@ -327,7 +341,8 @@ def test_resumed_run_continues_where_it_stopped(tmp_path):
 
 
 def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
-    """--jobs 2: the table4 proxy grid as concurrent `mixbench run` subprocesses, every record written and counted."""
+    """--jobs 2: the table4 proxy grid's Mix-LN runs (both ViTs; the grid's runs are listed in the test above) as two
+    concurrent `mixbench run` subprocesses, every record written and counted."""
     from mixbench.results.records import load_records
 
     tiny = [
@@ -347,12 +362,10 @@ def test_reproduce_runs_a_proxy_grid_two_at_a_time(tmp_path):
         "divergence.unigram_floor=false",
         f"results_dir={tmp_path}",
     ]
-    assert main(["reproduce", "table4", "--scale", "proxy", "--jobs", "2", *tiny]) == 0
+    assert main(["reproduce", "table4", "--scale", "proxy", "--jobs", "2", "--only", "norm=mix", *tiny]) == 0
     records, problems = load_records(tmp_path)
-    assert not problems and len(records) == 4 and {r["status"] for r in records} == {"completed"}
-    assert {(r["task"], r["norm"]["label"]) for r in records} == {
-        (t, n) for t in ("in1k_vit_tiny", "in1k_vit_small") for n in ("pre", "mix(α=0.25)")
-    }
+    assert not problems and len(records) == 2 and {r["status"] for r in records} == {"completed"}
+    assert {(r["task"], r["norm"]["label"]) for r in records} == {("in1k_vit_tiny", "mix(α=0.25)"), ("in1k_vit_small", "mix(α=0.25)")}
     assert all(r["scale"] == "proxy" and (Path(r["_path"]).parent / "console.log").is_file() for r in records)
 
 
@@ -369,7 +382,7 @@ def test_final_validation_is_checked_against_the_last_validation_in_fit():
     assert "warnings" not in same and "warnings" not in earlier
 
 
-def test_a_run_that_never_learns_is_stalled_whether_or_not_it_stopped_improving(tmp_path):
+def test_a_run_that_never_learns_is_stalled_whether_or_not_it_stopped_improving(tmp_path, token_cache):
     """A tiny lr keeps the initial model: its loss (≈ ln V) stays above the validation tokens' unigram entropy and the
     training loss does not improve → stalled.  The same run cut after 2 steps never beat chance either: stalled too
     (a run that never beat chance is never completed), its reason saying it was too short to judge its progress."""
@@ -381,7 +394,7 @@ def test_a_run_that_never_learns_is_stalled_whether_or_not_it_stopped_improving(
         "data.seq_len=32",
         "trainer.limit_val_batches=2",
         "divergence.check_every_n_steps=1",
-        f"data.cache_dir={tmp_path / 'cache'}",
+        f"data.cache_dir={token_cache}",
         *TINY_LM,
         "divergence.unigram_floor=true",
     ]
@@ -395,13 +408,13 @@ def test_a_run_that_never_learns_is_stalled_whether_or_not_it_stopped_improving(
     assert rec["budget"]["max_steps"] == 2 and rec["learning_floor"]["val/loss"] > 0
 
 
-def test_unigram_entropy_of_the_validation_tokens(tmp_path):
+def test_unigram_entropy_of_the_validation_tokens(tmp_path, token_cache):
     import numpy as np
 
     from mixbench.training.builders import build_datamodule
     from mixbench.training.config import compose
 
-    dm = build_datamodule(compose(["task=llama_lm", "data.seq_len=32", "data.max_val_tokens=4096", f"data.cache_dir={tmp_path}"]))
+    dm = build_datamodule(compose(["task=llama_lm", "data.seq_len=32", "data.max_val_tokens=4096", f"data.cache_dir={token_cache}"]))
     dm.setup("fit")
     labels = np.concatenate([dm.val_set[i]["labels"].numpy() for i in range(len(dm.val_set))])
     p = np.bincount(labels[labels >= 0]) / (labels >= 0).sum()
@@ -410,11 +423,10 @@ def test_unigram_entropy_of_the_validation_tokens(tmp_path):
     assert 0 < dm.unigram_entropy() < np.log(dm.vocab_size)
 
 
-def test_fp8_throughput_benchmark_smoke(tmp_path):
+def test_fp8_throughput_benchmark_smoke(tmp_path, monkeypatch):
     """The fp8 bench builds its steps from bench/speed/lm_throughput.py's helpers: a bf16-only CPU row keeps that wiring honest."""
     out = tmp_path / "fp8.json"
-    cmd = [
-        sys.executable,
+    argv = [
         "bench/speed/fp8_throughput.py",
         "--device",
         "cpu",
@@ -433,17 +445,16 @@ def test_fp8_throughput_benchmark_smoke(tmp_path):
         "--out",
         str(out),
     ]
-    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    monkeypatch.setattr(sys, "argv", argv)  # its main() reads the command line
+    bench_script("fp8_throughput", monkeypatch).main()
     rows = json.loads(out.read_text())["rows"]
     assert [r["precision"] for r in rows] == ["bf16"] and rows[0]["tokens_per_sec"] > 0
 
 
-def test_trainer_rate_benchmark_smoke(tmp_path, c4_folder):
+def test_trainer_rate_benchmark_smoke(tmp_path, c4_folder, monkeypatch):
     """bench/speed/trainer_rate.py times the bare step and a real `mixbench run` of the same batch, and reports their ratio."""
     out = tmp_path / "rate.json"
-    cmd = [
-        sys.executable,
-        "bench/speed/trainer_rate.py",
+    argv = [
         "--device",
         "cpu",
         "--no-compile",
@@ -468,7 +479,7 @@ def test_trainer_rate_benchmark_smoke(tmp_path, c4_folder):
         "--out",
         str(out),
     ]
-    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    bench_script("trainer_rate", monkeypatch).main(argv)  # the `mixbench run` it times is a process of its own
     (row,) = json.loads(out.read_text())["rows"]
     # timing starts after step 1; windows end at the multiples of --log-every: steps 2, 4, 6
     assert row["trainer"]["status"] == "completed" and len(row["trainer"]["windows"]) == 3

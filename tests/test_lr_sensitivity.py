@@ -3,7 +3,9 @@ then each at its own best one (``--best-from``)."""
 
 import json
 import math
+import shlex
 
+import pytest
 from omegaconf import OmegaConf
 
 from mixbench.cli.app import main
@@ -19,9 +21,18 @@ def arg(argv: list[str], key: str) -> str:
     return next(a.split("=", 1)[1] for a in argv if a.startswith(key + "="))
 
 
+def listed(capsys) -> list[list[str]]:
+    """The runs a ``mixbench reproduce ... --dry-run`` printed."""
+    return [shlex.split(line)[2:] for line in capsys.readouterr().out.splitlines()]
+
+
 def test_dry_run_lists_every_placement_of_both_families_at_five_or_more_half_decade_lrs(capsys):
-    assert main(["reproduce", "lr_sensitivity", "--dry-run"]) == 0  # proxy is this grid's only scale: no --scale needed
-    runs = [line.split()[2:] for line in capsys.readouterr().out.splitlines()]
+    """The grid's 154 runs (what the dry run lists), and the dry run itself on every placement at one lr of each family
+    and pre at every lr (each value of each axis composed; the whole grid in the slow test below)."""
+    runs = expand("lr_sensitivity")
+    for only in (["norm=pre"], ["optim.lr=0.001"], ["optim.lr=0.004"]):  # proxy is this grid's only scale: no --scale needed
+        assert main(["reproduce", "lr_sensitivity", "--dry-run", *(f"--only={o}" for o in only)]) == 0
+        assert listed(capsys) == [argv for argv in runs if all(o in argv for o in only)]
     lrs: dict[tuple[str, str], set[float]] = {}
     for argv in runs:
         lrs.setdefault((arg(argv, "task"), arg(argv, "norm")), set()).add(float(arg(argv, "optim.lr")))
@@ -37,6 +48,12 @@ def test_dry_run_lists_every_placement_of_both_families_at_five_or_more_half_dec
     assert len(runs) == 14 * 5 + 14 * 6
     assert main(["reproduce", "lr_sensitivity", "--scale", "paper", "--dry-run"]) == 2  # no paper scale
     assert main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--best-from", "x"]) == 2  # no sweep there
+
+
+@pytest.mark.slow
+def test_dry_run_composes_every_run_of_the_grid(capsys):
+    assert main(["reproduce", "lr_sensitivity", "--dry-run"]) == 0  # validates the whole grid: 154 configs composed
+    assert listed(capsys) == expand("lr_sensitivity")
 
 
 def finished(base: list[str], results, seed: int, value: float, status: str = "completed") -> None:
