@@ -32,35 +32,3 @@ def randomize_norms(module: torch.nn.Module, generator: torch.Generator) -> None
                     m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=generator))
                 if type(m).__name__ == "DyT":
                     m.alpha.copy_(0.3 + 1.2 * torch.rand(m.alpha.shape, generator=generator))
-
-
-@pytest.fixture(autouse=True, scope="session")
-def reproduce_help_read_once_per_grid_files():
-    """Every in-process ``main()`` builds the parsers of all subcommands, and ``mixbench reproduce``'s help names the
-    grids: the grid YAML files parsed again on each call (~0.25 s on a 2-core machine, hundreds of calls a session).
-    The help text is kept per state of those files (path, mtime, size of each, over the project search path), so it
-    is the text ``reproduce_epilog`` gives for the files as they are; anything unusual (a broken project folder) goes
-    to the real function."""
-    from mixbench.cli import app
-    from mixbench.core.project import config_file, project_roots
-    from mixbench.grids.paper import PAPER_FILE
-
-    real, texts = app.reproduce_epilog, {}
-
-    def state() -> tuple:
-        files = [config_file(*PAPER_FILE)]
-        files += sorted(p for base in project_roots() for p in (base / "configs" / "grids").glob("*.yaml"))
-        return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
-
-    def epilog() -> str:
-        try:
-            key = state()
-        except Exception:  # e.g. no paper file: the real function says so
-            return real()
-        if key not in texts:
-            texts[key] = real()
-        return texts[key]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(app, "reproduce_epilog", epilog)
-        yield

@@ -3,7 +3,10 @@ own (``configs/grids/*.yaml``)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -22,10 +25,20 @@ class PaperRun:
 
 
 def load_grids(root=None) -> dict:
-    """The paper's grids, then the suite's own (``configs/grids/*.yaml``, e.g. ``placements``)."""
-    grids = OmegaConf.to_container(OmegaConf.load(config_file(*PAPER_FILE, root=root)))
-    for name in config_choices("grids", root):
-        grids.update(OmegaConf.to_container(OmegaConf.load(config_file("grids", f"{name}.yaml", root=root))))
+    """The paper's grids, then the suite's own (``configs/grids/*.yaml``, e.g. ``placements``): a fresh copy of the
+    files as they are now (parsed once per state of the files: every ``mixbench`` command line names the grids in
+    ``reproduce``'s help)."""
+    files = [config_file(*PAPER_FILE, root=root)] + [config_file("grids", f"{n}.yaml", root=root) for n in config_choices("grids", root)]
+    return copy.deepcopy(_parsed_grids(tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in map(Path, files))))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_grids(files: tuple[tuple[str, int, int], ...]) -> dict:
+    """The grids of ``files`` (path, mtime, size: the key that makes an edited file parse again); a later file's grid
+    replaces an earlier one of the same name."""
+    grids = {}
+    for path, _, _ in files:
+        grids.update(OmegaConf.to_container(OmegaConf.load(path)))
     return grids
 
 
