@@ -5,12 +5,12 @@ validation batch) or ``write`` (half-way through writing the checkpoint of that 
 
 import sys
 
-from faults import inject, send
+from faults import at_step, inject, send
 
 from mixbench.cli.app import main
 
 if __name__ == "__main__":
     moment, _, signame = sys.argv[1].partition(":")
     step, args = int(sys.argv[2]), sys.argv[3:]
-    inject(moment, lambda s: s == step, send(signame or "SIGKILL"))
+    inject(moment, at_step(step), send(signame or "SIGKILL"))
     sys.exit(main(["run", *args]))

@@ -27,15 +27,18 @@ def free_bytes(folder: Path) -> int | None:
     return None
 
 
-def _no_space_errno(err: BaseException | None) -> bool:
-    """Whether ``err`` or an error it was raised from (its cause or context) is an ENOSPC / EDQUOT ``OSError``."""
+def error_chain(err: BaseException | None) -> Iterator[BaseException]:
+    """``err``, then the errors it was raised from (each one's cause, else its context), each once."""
     seen = set()
     while err is not None and id(err) not in seen:
-        if isinstance(err, OSError) and err.errno in NO_SPACE:
-            return True
+        yield err
         seen.add(id(err))
         err = err.__cause__ or err.__context__
-    return False
+
+
+def _no_space_errno(err: BaseException | None) -> bool:
+    """Whether ``err`` or an error it was raised from is an ENOSPC / EDQUOT ``OSError``."""
+    return any(isinstance(link, OSError) and link.errno in NO_SPACE for link in error_chain(err))
 
 
 def _count(size: Callable[[], int]) -> int | None:
@@ -66,14 +69,9 @@ def disk_full(err: BaseException, path: Path, size: Callable[[], int] | None = N
 def disk_full_under(err: BaseException, folder: Path) -> DiskFull | None:
     """:func:`disk_full` for an error of a write mixbench did not make itself (a logger's file, a cache): the file is the
     error's own (or ``folder``) and the bytes it needed are unknown."""
-    if isinstance(err, DiskFull):
-        return err
-    seen, link = set(), err
-    while link is not None and id(link) not in seen:  # an earlier DiskFull the error replaced (e.g. in a logger's cleanup)
-        if isinstance(link, DiskFull):
-            return link
-        seen.add(id(link))
-        link = link.__cause__ or link.__context__
+    earlier = next((link for link in error_chain(err) if isinstance(link, DiskFull)), None)
+    if earlier is not None:  # the error itself, or an earlier DiskFull it replaced (e.g. in a logger's cleanup)
+        return earlier
     if not _no_space_errno(err):
         return None
     filename = getattr(err, "filename", None)

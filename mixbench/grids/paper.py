@@ -29,7 +29,13 @@ def load_grids(root=None) -> dict:
     files as they are now (parsed once per state of the files: every ``mixbench`` command line names the grids in
     ``reproduce``'s help)."""
     files = [config_file(*PAPER_FILE, root=root)] + [config_file("grids", f"{n}.yaml", root=root) for n in config_choices("grids", root)]
-    return copy.deepcopy(_parsed_grids(tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in map(Path, files))))
+    return copy.deepcopy(_parsed_grids(tuple(_file_state(f) for f in files)))
+
+
+def _file_state(path: Path) -> tuple[str, int, int]:
+    """``path``, its mtime and its size (one ``stat``): what :func:`_parsed_grids` is cached by."""
+    stat = path.stat()
+    return str(path), stat.st_mtime_ns, stat.st_size
 
 
 @functools.lru_cache(maxsize=8)
