@@ -52,8 +52,7 @@ sweep_daemon() {  # sweep_daemon FAMILY CORES GPUS JOBS: the lr sweep of one fam
 
 pack_outputs() {  # (dali_bundle.sh, sourced for DALI's paths, has a pack of its own)
     tar czf "${OUT:-$W}/cs_$STEP.tgz" -C "$W" --exclude='*.tgz' . 2>/dev/null
-    find .grid -name record.json -newer "$W/.started" 2>/dev/null | while read -r r; do d=$(dirname "$r"); echo "$r"; echo "$d/config.yaml"; \
-        [ -f "$d/logs/metrics.csv" ] && echo "$d/logs/metrics.csv"; done | tar czf "${OUT:-$W}/sweep_records.tgz" -T - 2>/dev/null
+    finished_run_files "$W/.started" .grid | tar czf "${OUT:-$W}/sweep_records.tgz" -T - 2>/dev/null
     echo "records finished in .grid since the start: $(find .grid -name record.json -newer "$W/.started" 2>/dev/null | wc -l); $(($(date +%s) - T0)) s"
 }
 

@@ -18,6 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEP=${1:?"start | text | collect | watch"}
+source bench/device/carry.sh
 MB=/tmp/mb
 OUT=${OUT:-/tmp/lr_sweep_out}
 mkdir -p "$OUT"
@@ -43,9 +44,8 @@ chain() {  # the daemon: each block of the grid in turn, in /tmp/mb
 }
 
 pack() {  # (written aside, then moved: a call cut off at its limit still brings back the last whole archive)
-    tar czf "$OUT/.lr_sweep.tmp" -C / tmp/lr_sweep_logs tmp/mb/.grid/plan.txt \
-        $(cd / && find tmp/mb/.grid -name record.json -newer /tmp/mb/.started 2>/dev/null | while read -r r; do d=$(dirname "$r")
-            echo "$r" "$d/config.yaml"; [ -f "$d/logs/metrics.csv" ] && echo "$d/logs/metrics.csv"; done) 2>/dev/null
+    { echo tmp/lr_sweep_logs; echo tmp/mb/.grid/plan.txt; (cd / && finished_run_files /tmp/mb/.started tmp/mb/.grid); } \
+        | tar czf "$OUT/.lr_sweep.tmp" -C / -T - 2>/dev/null
     mv "$OUT/.lr_sweep.tmp" "$OUT/lr_sweep_$STEP.tgz"
     echo "records finished since the start: $(find $MB/.grid -name record.json -newer $MB/.started 2>/dev/null | wc -l)"
     grep -h "^== \|--resume" /tmp/lr_sweep_logs/chain.log 2>/dev/null | tail -8
@@ -58,7 +58,7 @@ case $STEP in
         python3 -c "import torch, lightning, timm; print('torch', torch.__version__, 'lightning', lightning.__version__, 'timm', timm.__version__)"
         mkdir -p "$MB" /tmp/lr_sweep_logs
         cp -a . "$MB/"
-        (cd "$MB" && source bench/device/carry.sh && use_wheels omegaconf datasets && echo "export PYTHONPATH=${PYTHONPATH:-}" > /tmp/lr_sweep_env)
+        (cd "$MB" && use_wheels omegaconf datasets && echo "export PYTHONPATH=${PYTHONPATH:-}" > /tmp/lr_sweep_env)
         mkdir -p "$MB/.grid/runs"
         for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do cp -r "$src"/. "$MB/.grid/runs/"; done
         touch "$MB/.started"
@@ -67,11 +67,9 @@ case $STEP in
         sleep 45 ;;
     text)
         mkdir -p "$MB/.data/textmix3" && cp .data/textmix3/* "$MB/.data/textmix3/"
-        (cd "$MB" && source /tmp/lr_sweep_env && source bench/device/carry.sh && unpack_textmix \
+        (cd "$MB" && source /tmp/lr_sweep_env && unpack_textmix \
             && export PYTHONPATH=$MB${PYTHONPATH:+:$PYTHONPATH} \
-            && python3 -c "from mixbench.training.config import compose; from mixbench.training.run import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
-                task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 'data.path=.data/textmix3/pkgtext-train.*.json.gz' \
-                data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2 > /tmp/lr_sweep_logs/tokenize.log 2>&1 \
+            && tokenize_text "${TEXTMIX[@]}" data.num_workers=2 > /tmp/lr_sweep_logs/tokenize.log 2>&1 \
             && touch .data/textmix3/.tokenized) || { echo "tokenising failed"; tail -5 /tmp/lr_sweep_logs/tokenize.log; } ;;
     collect) ;;
     watch)  # collect every 60 s until the call's limit (WATCH_S, default 540 s) or the chain's end

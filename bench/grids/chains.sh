@@ -1,7 +1,7 @@
 # Sourced (from the repository root, after bench/device/carry.sh) by the proxy chains of bench/grids/table2_proxy.sh and
 # bench/grids/table3_proxy.sh: one `mixbench reproduce TABLE --scale proxy` per PARTS item ("GPU:NORM:SEEDS ..."), each on
 # CUDA_VISIBLE_DEVICES=GPU with its chains side by side, from PARTS, ARGS (the reproduce settings), OUT, PRETRAIN_DATA,
-# EXTRA_PRETRAIN, DEADLINE_S and script_start.  bench/grids/search_proxy.sh uses tokenize_pretraining.
+# EXTRA_PRETRAIN, DEADLINE_S and script_start.  bench/grids/search_proxy.sh uses tokenize_pretraining (carry.sh's tokenize_text).
 
 default_parts() {  # default_parts NORMS SEEDS: the chains (norm × seed) dealt round-robin over $GPUS (default: the machine's), as PARTS
     local gpus=${GPUS:-$(gpu_count)} n=0 norm seed gpu
@@ -32,8 +32,7 @@ plan_parts() {  # plan_parts TABLE: the dry-run plan of every part into $OUT/TAB
 }
 
 tokenize_pretraining() {  # the pretraining corpus once, before the chains would each build the same cache
-    python3 -c "from mixbench.training.config import compose; from mixbench.training.run import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
-        task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${PRETRAIN_DATA[@]}" ${EXTRA_PRETRAIN:-}
+    tokenize_text "${PRETRAIN_DATA[@]}" ${EXTRA_PRETRAIN:-}
 }
 
 run_parts() {  # run_parts TABLE [FLAG ...]: run every part, stop them at DEADLINE_S (if > 0), write wall_time.txt; 1 if any failed

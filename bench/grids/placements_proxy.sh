@@ -43,7 +43,7 @@ if [[ $FAMILIES == *vision* || $extras == *task=in1k* ]]; then
     [ -f .data/cifar/cifar10_bigbench.npz ] || { echo "missing .data/cifar (see the header of $0)"; exit 2; }
 fi
 COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false "results_dir=$RESULTS" resume=auto)
-TEXT=('data.path=.data/textmix3/pkgtext-train.*.json.gz' data.tokenizer=embedded model.vocab_size=8192 data.num_workers=2)
+TEXT=("${TEXTMIX[@]}" data.num_workers=2)
 IMAGES=(data.path=.data/cifar/cifar10_bigbench.npz data.num_workers=3)
 plan=$RESULTS/plan.txt
 { [ -z "${PREPEND:-}" ] || cat "$PREPEND"
@@ -60,8 +60,7 @@ echo "$(grep -c "^mixbench" "$plan") runs planned on $GPUS GPU(s), $JOBS a GPU"
 grep 'task=c4_llama' "$plan" > "$RESULTS/plan_lm.txt"
 grep -v 'task=c4_llama' "$plan" > "$RESULTS/plan_other.txt"
 tokenizer_pid=
-[ -s "$RESULTS/plan_lm.txt" ] && { python3 -c "from mixbench.training.config import compose; from mixbench.training.run import build_datamodule; import sys; build_datamodule(compose(sys.argv[1:]))" \
-    task=c4_llama_71m scale=proxy data.mode=pack data.max_val_tokens=1000000 "${TEXT[@]}" > "$RESULTS/tokenize.log" 2>&1 & tokenizer_pid=$!; }
+[ -s "$RESULTS/plan_lm.txt" ] && { tokenize_text "${TEXT[@]}" > "$RESULTS/tokenize.log" 2>&1 & tokenizer_pid=$!; }
 left() {  # what is left of DEADLINE_S (grid_lanes counts from its own start; 0: no deadline)
     [ "${DEADLINE_S:-0}" -gt 0 ] || { echo 0; return; }
     local s=$(( DEADLINE_S - ($(date +%s) - script_start) )); [ "$s" -lt 1 ] && s=1; echo "$s"
