@@ -92,6 +92,24 @@ def test_best_from_runs_each_placement_at_its_best_lr_and_12_blocks_at_the_24_bl
     assert len(at_best) == 2 * 2 * 3  # placements, ViT without a finished run are left out (logged)
 
 
+def test_best_from_with_only_composes_just_the_matching_tasks_with_their_own_settings(tmp_path, capsys):
+    """``--only task=c4_llama_71m`` with a text-only setting (``data.tokenizer``): the ViT placements are left out before
+    their best lr is looked up, which would compose them with a setting they do not have."""
+    grid = expand("lr_sensitivity", seeds=(0,))
+    pre24 = next(a for a in grid if arg(a, "norm") == "pre" and arg(a, "optim.lr") == "0.003")
+    finished([a for a in pre24 if not a.startswith("seed=")] + ["data.tokenizer=embedded"], tmp_path, 0, 39.0)
+    text = ("data.tokenizer=embedded",)
+    with pytest.raises(Exception, match="data.tokenizer"):  # without the filter: the ViT rows cannot take it
+        expand("lr_sensitivity", seeds=(0,), extra=text, best_from=str(tmp_path))
+    at_best = expand("lr_sensitivity", seeds=(0, 1), extra=text, best_from=str(tmp_path), only=("task=c4_llama_71m",))
+    assert sorted((arg(a, "norm"), arg(a, "model.num_layers"), arg(a, "optim.lr"), arg(a, "seed")) for a in at_best) == [
+        ("pre", layers, "0.003", seed) for layers in ("12", "24") for seed in "01"
+    ]
+    argv = ["reproduce", "lr_sensitivity", "--dry-run", "--best-from", str(tmp_path), "--seeds", "0,", "--only", "task=c4_llama_71m"]
+    assert main([*argv, *text]) == 0
+    assert {(arg(a, "norm"), arg(a, "optim.lr")) for a in listed(capsys)} == {("pre", "0.003")}
+
+
 def test_placements_grid_records_count_as_finished_sweep_runs_at_the_default_lr_except_changed_inits():
     """The lr sweep reuses the placements grid's records at its default lr: a record saved before Admin's profiling init
     existed (``norm.admin_init: null``) matches the same run today, except for Admin and DyT, whose inits changed."""

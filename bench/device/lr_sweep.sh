@@ -12,6 +12,9 @@
 #   bash bench/device/lr_sweep.sh collect   # any time: the records finished so far, and the chain's log
 #   bash bench/device/lr_sweep.sh watch     # the same every 60 s for WATCH_S seconds (keeps the machine held)
 #
+# Settings of `start` (the chain's): BLOCKS (default "vision lm"; "lm": the LLaMA blocks only), LM_JOBS (LLaMA runs at a
+# time a GPU, default 3), FIRST and SETTLED (placements, space-separated: see chain below).
+#
 # Every call leaves $OUT/lr_sweep_<step>.tgz: the chain's logs and every record.json / config.yaml / metrics.csv the
 # chain finished (newer than its start).  Runs still going when the machine goes back are lost (resume=auto in a later
 # session starts them anew).
@@ -26,20 +29,31 @@ export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABL
 
 chain() {  # the daemon: each block of the grid in turn, in /tmp/mb
     cd "$MB" || exit 2
-    local gpus
+    local gpus lm_jobs=${LM_JOBS:-3}
     gpus=$(nvidia-smi -L | wc -l)
     block() { echo "== $* at $(date +%T)"; env "$@" GRID=lr_sensitivity GPUS="$gpus" RESULTS=.grid OUT=/tmp/lr_sweep_logs \
         bash bench/grids/placements_proxy.sh; echo "== rc=$? at $(date +%T)"; }
-    block FAMILIES=vision SEEDS=0, JOBS=4
-    block FAMILIES=vision BEST_FROM=.grid SEEDS=0,1,2 JOBS=4
+    plan() { env DRY_RUN=1 "$@" GRID=lr_sensitivity RESULTS=.grid OUT=/tmp/lr_sweep_logs bash bench/grids/placements_proxy.sh | grep '^mixbench'; }
+    if [[ ${BLOCKS:-vision lm} == *vision* ]]; then
+        block FAMILIES=vision SEEDS=0, JOBS=4
+        block FAMILIES=vision BEST_FROM=.grid SEEDS=0,1,2 JOBS=4
+    fi
     until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
     # the LLaMA sweep nearest lrs first (3e-3, 3e-4, then 1e-3, 1e-2, 1e-4), so that a lease that ends early leaves
-    # every placement with the lrs on both sides of the default
-    DRY_RUN=1 FAMILIES=lm GRID=lr_sensitivity SEEDS=0, RESULTS=.grid OUT=/tmp/lr_sweep_logs bash bench/grids/placements_proxy.sh \
-        | grep '^mixbench' | awk '{o=9; for(i=1;i<=NF;i++) if($i~/^optim.lr=/){split($i,a,"="); o=index("0.003 0.0003 0.001 0.01 0.0001", a[2])}
-            print o"\t"$0}' | sort -s -n -k1,1 | cut -f2- > /tmp/lr_sweep_logs/plan_lm_sweep.txt
-    block FAMILIES=none PREPEND=/tmp/lr_sweep_logs/plan_lm_sweep.txt JOBS=3
-    block FAMILIES=lm BEST_FROM=.grid SEEDS=0,1,2 JOBS=3
+    # every placement with the lrs on both sides of the default; within an lr the placements of FIRST first (those
+    # whose best may still move).  SETTLED: placements whose best lr the rest of the sweep cannot move (the lrs it
+    # still lacks lie beyond one already worse than their best): their best-lr runs share the sweep's block, so that
+    # its last runs do not leave lanes idle (24 blocks; their 12-block runs come with the next block)
+    FILTER=$(echo "${FIRST:-}" | sed 's/ \+/|/g')
+    plan FAMILIES=lm SEEDS=0, | awk -v first="^(${FILTER:-@})$" '{o=9; f=1; for(i=1;i<=NF;i++) {
+            if($i~/^optim.lr=/){split($i,a,"="); o=index("0.003 0.0003 0.001 0.01 0.0001", a[2])}
+            if($i~/^norm=/){split($i,b,"="); if(b[2]~first) f=0}}
+            print o"\t"f"\t"$0}' | sort -s -n -k1,1 -k2,2 | cut -f3- > /tmp/lr_sweep_logs/plan_lm_sweep.txt
+    : > /tmp/lr_sweep_logs/plan_lm_settled.txt
+    [ -z "${SETTLED:-}" ] || plan FAMILIES=lm BEST_FROM=.grid SEEDS=0,1,2 | grep -E " norm=($(echo "$SETTLED" | sed 's/ \+/|/g')) .* model.num_layers=24 " \
+        > /tmp/lr_sweep_logs/plan_lm_settled.txt
+    block FAMILIES=none PREPEND=/tmp/lr_sweep_logs/plan_lm_sweep.txt APPEND=/tmp/lr_sweep_logs/plan_lm_settled.txt JOBS="$lm_jobs"
+    block FAMILIES=lm BEST_FROM=.grid SEEDS=0,1,2 JOBS="$lm_jobs"
     echo "== chain done at $(date +%T)"
 }
 
@@ -62,7 +76,7 @@ case $STEP in
         mkdir -p "$MB/.grid/runs"
         for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do cp -r "$src"/. "$MB/.grid/runs/"; done
         touch "$MB/.started"
-        export -f chain; export MB
+        export -f chain; export MB BLOCKS LM_JOBS FIRST SETTLED
         (source /tmp/lr_sweep_env; setsid -f bash -c chain > /tmp/lr_sweep_logs/chain.log 2>&1 < /dev/null)
         sleep 45 ;;
     text)

@@ -35,12 +35,16 @@ def expand(
     extra: tuple[str, ...] = (),
     root=None,
     best_from: str | None = None,
+    only: tuple[str, ...] = (),
 ) -> list[list[str]]:
     """The ``mixbench run`` argument lists of a grid (``scale`` None: the grid's default, see :func:`grid_scales`).
 
     A proxy block with ``sweep: {KEY: [v, ...]}`` runs every value of KEY (one sweep key a block).  With ``best_from``
     (a results folder) it runs each placement at the value that was best there instead (:func:`best_sweep_value`);
-    a block whose sweep is ``{KEY: {best_of_block: i}}`` takes the best value of block ``i`` and runs only then."""
+    a block whose sweep is ``{KEY: {best_of_block: i}}`` takes the best value of block ``i`` and runs only then.
+    ``only``: just the runs whose arguments include every one of these ``key=value`` items; a configuration that cannot
+    match is left out before its best value is looked up (that lookup composes it with ``extra``, which may hold
+    settings of the matching tasks only)."""
     scale = scale or grid_scales(name, root)[0]
     if scale not in grid_scales(name, root):
         raise ConfigError(f"{name} runs at {' or '.join(grid_scales(name, root))} scale only; use --scale {grid_scales(name, root)[0]}")
@@ -56,15 +60,23 @@ def expand(
             for task in proxy["tasks"]
             for variant in proxy["variants"]
             for norm, overrides in placements
+            if _may_match(only, [f"task={task}", f"norm={norm}", *proxy["overrides"], *variant, *overrides, *extra], _sweep(proxy)[0])
             for swept in _swept(blocks, index, task, norm, overrides, tuple(variant), extra, best_from)
         ]
     else:
         raise ConfigError(f"unknown --scale {scale!r}; valid: paper, proxy")
-    return [
+    argvs = [
         [f"task={task}", f"norm={norm}", *scale_overrides, *overrides, f"seed={seed}", *extra]
         for task, norm, overrides, scale_overrides in combos
         for seed in seeds
     ]
+    return [argv for argv in argvs if all(item in argv for item in only)]
+
+
+def _may_match(only: tuple[str, ...], args: list[str], swept_key: str | None) -> bool:
+    """Whether a configuration with ``args`` (its seed and swept value still to come) can include every ``only`` item."""
+    later = ("seed=", *((f"{swept_key}=",) if swept_key else ()))
+    return all(item in args or item.startswith(later) for item in only)
 
 
 def _proxy_blocks(name: str, root=None) -> list[dict]:
@@ -141,7 +153,7 @@ def reproduce(
     if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
         return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
 
-    argvs = [argv for argv in expand(name, scale, seeds, extra, best_from=best_from) if all(item in argv for item in only)]
+    argvs = expand(name, scale, seeds, extra, best_from=best_from, only=only)
     if not argvs:
         raise ConfigError(f"--only {' '.join(only)} matches no run of {name}; see mixbench reproduce {name} --dry-run")
     if dry_run:
