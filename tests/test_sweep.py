@@ -130,7 +130,8 @@ def test_ties_go_to_more_seeds_then_the_smaller_value():
 
 def test_one_lr_is_not_a_sweep_and_the_text_says_so():
     table, col = cells_of([lm_run("pre", 30.0, 2.0, 1e-3, seed=s) for s in range(2)])
-    assert table.sweeps[("pre", col)].sensitivity_text() == "S 0.00 (1 lr: not swept)"
+    sweep = table.sweeps[("pre", col)]
+    assert sweep.sensitivity is None and sweep.sensitivity_text() == "(1 lr: not swept)"  # no S: one lr says nothing
 
 
 def test_markdown_csv_and_latex_show_the_lr_and_sensitivity():
@@ -203,16 +204,20 @@ def test_committed_placements_have_one_lr_each():
     table = aggregate(records, best_over="optim.lr")
     assert len(table.columns) == 3
     for sweep in table.sweeps.values():
-        assert len(sweep.cells) == 1 and sweep.sensitivity_text() in ("", "S 0.00 (1 lr: not swept)")
+        assert len(sweep.cells) == 1 and sweep.sensitivity_text() in ("", "(1 lr: not swept)")
     assert {table.sweeps[("pre", c)].best for c in table.columns} == {1e-3, 4e-3}
 
 
 def test_lr_figure_lines_bands_best_and_edge_markers(tmp_path, capsys):
     from mixbench.results.lr_curves import lr_figures
 
-    vision = {**lm_run("pre", 50.0, 1.5, 4e-3), "family": "vision", "task": "vit_tiny", "model": {"name": "vit_tiny", "options": {}}}
-    vision["primary_metric"] = {"name": "val/top1", "higher_is_better": True, "value": 50.0}
-    figures = lr_figures([*SWEEP, vision])
+    vision = []
+    for lr, top1 in ((4e-3, 50.0), (1.2e-2, 55.0)):
+        run = {**lm_run("pre", top1, 1.5, lr), "family": "vision", "task": "vit_tiny", "model": {"name": "vit_tiny", "options": {}}}
+        vision.append({**run, "primary_metric": {"name": "val/top1", "higher_is_better": True, "value": top1}})
+    at_best = [{**r, "model": {**r["model"], "label": "llama_tiny[num_layers=12]"}} for r in SWEEP if r["config"]["optim"]["lr"] == 1e-3]
+    assert len(aggregate([*SWEEP, *vision, *at_best], best_over="optim.lr").columns) == 3
+    figures = lr_figures([*SWEEP, *vision, *at_best])  # the follow-up at one lr a row: a column without a figure
     assert sorted(figures) == ["lm", "vision"]
     ax = figures["lm"].axes[0]
     assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["1e-4", "3e-4", "1e-3", "3e-3", "1e-2"]

@@ -9,6 +9,7 @@ where only some seeds finished is drawn at the mean of those; the table counts t
 
 from __future__ import annotations
 
+import logging
 import re
 import textwrap
 from pathlib import Path
@@ -16,15 +17,17 @@ from pathlib import Path
 from .sweep import metric_view, value_text
 from .table import Table, aggregate
 
+log = logging.getLogger(__name__)
 EDGE_MARKERS = {"diverged": "^", "stalled": "o", "failed": "x", "pruned": "s"}
 
 
-def figure_names(table: Table) -> dict[str, str]:
-    """Column → a file-name slug: the family (``lm``, ``vision``) where it has one column, else the family and the
-    model label, then task, dataset and recipe, as far as needed to tell the columns apart."""
-    parts = {c: [table.info[c].get(k) or "" for k in ("family", "model", "task", "dataset", "recipe")] for c in table.columns}
+def figure_names(table: Table, columns: list[str] | None = None) -> dict[str, str]:
+    """Column (of ``columns``, default all) → a file-name slug: the family (``lm``, ``vision``) where it has one column,
+    else the family and the model label, then task, dataset and recipe, as far as needed to tell the columns apart."""
+    columns = table.columns if columns is None else columns
+    parts = {c: [table.info[c].get(k) or "" for k in ("family", "model", "task", "dataset", "recipe")] for c in columns}
     names: dict[str, str] = {}
-    for col in table.columns:
+    for col in columns:
         for k in range(1, 6):
             slug = _slug(parts[col][:k])
             if sum(_slug(p[:k]) == slug for p in parts.values()) == 1 or k == 5:
@@ -37,9 +40,15 @@ def _slug(parts: list[str]) -> str:
     return re.sub(r"[^0-9A-Za-z]+", "_", "_".join(p for p in parts if p)).strip("_").lower() or "results"
 
 
+def swept_columns(table: Table) -> list[str]:
+    """The columns where some row ran at more than one value of the key (a column of single values has no curve)."""
+    return [c for c in table.columns if any(len(s.cells) > 1 for (_, col), s in table.sweeps.items() if col == c)]
+
+
 def lr_figures(records: list[dict], key: str = "optim.lr", metric: str | None = None) -> dict[str, object]:
     """``{slug: matplotlib figure}``: one figure per column of the table of ``records`` over ``key`` (the x axis, log
-    scale), ``metric`` on the y axis (default: each record's primary metric; log scale where it spans over 10×)."""
+    scale), ``metric`` on the y axis (default: each record's primary metric; log scale where it spans over 10×).  A
+    column where every row ran at one value only (e.g. a follow-up at each row's best lr) gets no figure (logged)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,7 +59,10 @@ def lr_figures(records: list[dict], key: str = "optim.lr", metric: str | None = 
     table = aggregate([metric_view(r, metric) for r in records] if metric else records, baseline=None, best_over=key)
     colors = plt.get_cmap("tab20")
     figures = {}
-    for col, name in figure_names(table).items():
+    for col in table.columns:
+        if col not in swept_columns(table):
+            log.info("no figure for %s: every row ran at one %s (not swept)", col, key)
+    for col, name in figure_names(table, swept_columns(table)).items():
         fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
         sweeps = {row: table.sweeps[(row, col)] for row in table.rows if (row, col) in table.sweeps}
         handles = []

@@ -117,8 +117,9 @@ class Sweep:
     @property
     def sensitivity(self) -> float | None:
         """S of :mod:`.sensitivity` over :attr:`trained`: ℓ(η) = the mean val/loss of the finished seeds at η, ℓ₀ where
-        none finished.  None without ℓ₀, without val/loss, or when nothing finished."""
-        if self.init is None or not self.losses:
+        none finished.  None without ℓ₀, without val/loss, when nothing finished, or over one value (not a sweep: S
+        would be 0 whatever the row does, which reads as perfectly flat)."""
+        if self.init is None or not self.losses or len(self.trained) < 2:
             return None
         return lr_sensitivity([self._loss(v) for v in self.trained], self.init)
 
@@ -146,12 +147,14 @@ class Sweep:
         return " ".join(f"{outcomes.count(o)}/{len(outcomes)} {unit} {o}" for o in NOT_FINISHED if o in outcomes)
 
     def sensitivity_text(self, digits: int = 2) -> str:
-        """``S 0.42 (5 lrs, 1 stalled)``; ``(3 of 5 lrs)`` where the row was swept over fewer values than its column,
-        ``(1 lr: not swept)`` where it has one; blank without S."""
+        """``S 0.42 (5 lrs, 1 stalled)``; ``(3 of 5 lrs)`` where the row was swept over fewer values than its column;
+        ``(1 lr: not swept)`` without S where it has one; blank where S is undefined otherwise."""
         s = self.sensitivity
+        if len(self.trained) == 1 and self.init is not None and self.losses:
+            return f"(1 {self._unit(1)}: not swept)"
         if s is None:
             return ""
         n, total = len(self.trained), max(self.column_values, len(self.trained))
-        count = (f"{n} of {total} {self._unit(total)}" if n < total else f"{n} {self._unit(n)}") + (": not swept" if n == 1 else "")
+        count = f"{n} of {total} {self._unit(total)}" if n < total else f"{n} {self._unit(n)}"
         ended = [f"{k} {o}" for o in ("diverged", "stalled") if (k := sum(self.outcome(v) == o for v in self.trained))]
         return f"S {s:.{digits}f} ({', '.join([count, *ended])})"
