@@ -3,9 +3,9 @@
 # as back-to-back device calls (the machine keeps /tmp and ignored folders only while calls follow within ≈ 30 s).
 # One call a step:
 #
-#   bash bench/device/speed_calls.sh receive   # ×4, carrying .dali/part-0N, .dali/SHA256 and .whl_min (the omegaconf wheel:
-#                                          #   mkdir .whl_min && cp .whl/omegaconf-*.whl .whl_min/); a 44 MiB part leaves no
-#                                          #   room for more beside the checkout.  RUN=cpu in the first also runs
+#   bash bench/device/speed_calls.sh receive   # once a part but the last, carrying .dali/part-0N, .dali/SHA256 and .whl_min
+#                                          #   (the omegaconf wheel: mkdir .whl_min && cp .whl/omegaconf-*.whl .whl_min/); parts of
+#                                          #   PART_MB=50 (4 parts) leave room for the checkout (≈ 5 MB).  RUN=cpu in the first also runs
 #                                          #   bench/speed/vit_e2e.py --pipelines cpu (≈ 5 min)
 #   bash bench/device/speed_calls.sh dali      # carrying .dali/part-04, .dali/SHA256, .whl, .whl_fp8 (torchao), .data/textmix3,
 #                                          #   bench/speed/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py tests/test_device_pipeline.py, vit_e2e --pipelines dali
@@ -20,6 +20,11 @@
 #                                          #   llama_130m, one machine, one call (≈ 400 s)
 #   bash bench/device/speed_calls.sh profile   # after `dali` on the same machine, carrying .whl_min: vit_e2e of pre with DALI under
 #                                          #   Lightning's simple profiler and under torch.profiler with its timeline (beside its JSON)
+#   bash bench/device/speed_calls.sh regress   # after 3 receive calls (the 50 MiB parts 00-02), carrying .dali/part-03,
+#                                          #   .dali/SHA256, .whl_min and .data/base (an older tree: mkdir -p .data/base && git archive
+#                                          #   BASE mixbench tasks configs pyproject.toml <its bench/*.py> | tar x -C .data/base):
+#                                          #   vit_e2e of pre with DALI at BASE and at this checkout, in rounds base/new, new/base,
+#                                          #   each invocation with its own model alone (≈ 110 s each)
 #   bash bench/device/speed_calls.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
@@ -27,7 +32,7 @@
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?"receive | dali | peer | scale | pair | profile | fp8"}
+STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | fp8"}
 T0=$(date +%s)
 W=/tmp/speed_calls
 LIMIT_S=${LIMIT_S:-570}
@@ -53,7 +58,7 @@ else                  # the receive calls: room for the omegaconf wheel alone
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
 case $STEP in  # the steps that read images through DALI: unpack it (once a machine) and put it on the paths
-    dali | peer | scale | pair | profile) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
+    dali | peer | scale | pair | profile | regress) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
 esac
 case $STEP in
     receive)
@@ -86,13 +91,26 @@ case $STEP in
     profile)
         bench vit_e2e_profile python3 bench/speed/vit_e2e.py --pipelines dali --norms pre \
             --variants profiler.kind=simple profiler.kind=pytorch,profiler.trace=true --out "$W/vit_e2e_profile.json" ;;
+    regress)
+        [ -f .data/base/bench/vit_e2e.py ] || { echo "carry .data/base (see the header)"; exit 2; }
+        for round in 1 2; do
+            order="base new"; [ "$round" = 2 ] && order="new base"
+            for tree in $order; do
+                if [ "$tree" = base ]; then  # its own harness puts .data/base first on the runs' PYTHONPATH
+                    (cd .data/base && bench "regress_base_$round" python3 bench/vit_e2e.py --pipelines dali --norms pre \
+                        --out "$W/regress_base_$round.json")
+                else
+                    bench "regress_new_$round" python3 bench/speed/vit_e2e.py --pipelines dali --norms pre --out "$W/regress_new_$round.json"
+                fi
+            done
+        done ;;
     fp8)
         unpack_textmix
         for model in llama_350m llama_1b; do
             bench "fp8_pairs_$model" python3 bench/speed/fp8_pairs.py --models "$model" --resume \
                 --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
         done ;;
-    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | fp8"; exit 2 ;;
+    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | regress | fp8"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
 tar czf "${OUT:-$W}/speed_calls_$STEP.tgz" -C "$W" .
