@@ -69,8 +69,9 @@ def finished_record(run_dir: Path) -> dict | None:
 LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm", "profiler")  # where and how a run runs, not what it is
 
 
-def same_run_settings(theirs: dict, cfg: DictConfig, defaults) -> bool:
-    """Whether a run's saved settings ``theirs`` (its ``config.yaml``, or its record's ``config``) are exactly ``cfg``,
+def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:
+    """Whether a run's saved settings ``theirs`` (its ``config.yaml``, or its record's ``config``) are exactly ``cfg``
+    (a config, or one already converted to a resolved container),
     the run-location settings (``LOCATION_KEYS``) aside: a results folder that was moved or renamed still matches.  A
     setting added to mixbench after that run was made (absent from ``theirs``) matches while ``cfg`` holds the
     setting's default (``defaults()``: the flat settings of ``cfg``'s group choices): the older code behaved as the
@@ -79,7 +80,7 @@ def same_run_settings(theirs: dict, cfg: DictConfig, defaults) -> bool:
         return False
     theirs = json.loads(json.dumps(theirs))  # a copy: the compile upgrade below edits it
     upgrade_saved_config(theirs)  # settings whose saved form or meaning changed since
-    ours = OmegaConf.to_container(cfg, resolve=True)
+    ours = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     for config in (theirs, ours):
         for key in LOCATION_KEYS:
             config.pop(key, None)
@@ -129,10 +130,15 @@ def existing_run(cfg: DictConfig, label: str) -> Path | None:
 def finished_runs(cfg: DictConfig, label: str) -> list[dict]:
     """The finished records of ``cfg`` under its ``results_dir``, of every seed (``cfg.seed`` aside, the same
     settings), oldest first."""
-    defaults, found = run_defaults(cfg), []
+    defaults, found, ours = run_defaults(cfg), [], {}
     for folder in sorted(runs_parent(cfg, label).glob("seed*-*")):
         record = finished_record(folder)
-        if record is not None and same_run_settings(record.get("config") or {}, OmegaConf.merge(cfg, {"seed": record["seed"]}), defaults):
+        if record is None:
+            continue
+        seed = record.get("seed")
+        if seed not in ours:  # cfg at that seed, resolved once a seed (a merge copies the whole config)
+            ours[seed] = OmegaConf.to_container(OmegaConf.merge(cfg, {"seed": seed}), resolve=True)
+        if same_run_settings(record.get("config") or {}, ours[seed], defaults):
             found.append(record)
     return found
 
