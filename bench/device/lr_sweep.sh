@@ -33,6 +33,7 @@ chain() {  # the daemon: each block of the grid in turn, in /tmp/mb
     gpus=$(nvidia-smi -L | wc -l)
     block() { echo "== $* at $(date +%T)"; env "$@" GRID=lr_sensitivity GPUS="$gpus" RESULTS=.grid OUT=/tmp/lr_sweep_logs \
         bash bench/grids/placements_proxy.sh; echo "== rc=$? at $(date +%T)"; }
+    alternation() { echo "$*" | sed 's/ \+/|/g'; }  # "a b c" → "a|b|c", for a regular expression
     plan() { env DRY_RUN=1 "$@" GRID=lr_sensitivity RESULTS=.grid OUT=/tmp/lr_sweep_logs bash bench/grids/placements_proxy.sh | grep '^mixbench'; }
     if [[ ${BLOCKS:-vision lm} == *vision* ]]; then
         block FAMILIES=vision SEEDS=0, JOBS=4
@@ -44,13 +45,14 @@ chain() {  # the daemon: each block of the grid in turn, in /tmp/mb
     # whose best may still move).  SETTLED: placements whose best lr the rest of the sweep cannot move (the lrs it
     # still lacks lie beyond one already worse than their best): their best-lr runs share the sweep's block, so that
     # its last runs do not leave lanes idle (24 blocks; their 12-block runs come with the next block)
-    FILTER=$(echo "${FIRST:-}" | sed 's/ \+/|/g')
-    plan FAMILIES=lm SEEDS=0, | awk -v first="^(${FILTER:-@})$" '{o=9; f=1; for(i=1;i<=NF;i++) {
+    local first
+    first=$(alternation "${FIRST:-}")
+    plan FAMILIES=lm SEEDS=0, | awk -v first="^(${first:-@})$" '{o=9; f=1; for(i=1;i<=NF;i++) {
             if($i~/^optim.lr=/){split($i,a,"="); o=index("0.003 0.0003 0.001 0.01 0.0001", a[2])}
             if($i~/^norm=/){split($i,b,"="); if(b[2]~first) f=0}}
             print o"\t"f"\t"$0}' | sort -s -n -k1,1 -k2,2 | cut -f3- > /tmp/lr_sweep_logs/plan_lm_sweep.txt
     : > /tmp/lr_sweep_logs/plan_lm_settled.txt
-    [ -z "${SETTLED:-}" ] || plan FAMILIES=lm BEST_FROM=.grid SEEDS=0,1,2 | grep -E " norm=($(echo "$SETTLED" | sed 's/ \+/|/g')) .* model.num_layers=24 " \
+    [ -z "${SETTLED:-}" ] || plan FAMILIES=lm BEST_FROM=.grid SEEDS=0,1,2 | grep -E " norm=($(alternation "$SETTLED")) .* model.num_layers=24 " \
         > /tmp/lr_sweep_logs/plan_lm_settled.txt
     block FAMILIES=none PREPEND=/tmp/lr_sweep_logs/plan_lm_sweep.txt APPEND=/tmp/lr_sweep_logs/plan_lm_settled.txt JOBS="$lm_jobs"
     block FAMILIES=lm BEST_FROM=.grid SEEDS=0,1,2 JOBS="$lm_jobs"

@@ -58,11 +58,11 @@ def lr_figures(records: list[dict], key: str = "optim.lr", metric: str | None = 
 
     table = aggregate([metric_view(r, metric) for r in records] if metric else records, baseline=None, best_over=key)
     colors = plt.get_cmap("tab20")
-    figures = {}
+    figures, swept = {}, swept_columns(table)
     for col in table.columns:
-        if col not in swept_columns(table):
+        if col not in swept:
             log.info("no figure for %s: every row ran at one %s (not swept)", col, key)
-    for col, name in figure_names(table, swept_columns(table)).items():
+    for col, name in figure_names(table, swept).items():
         fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
         sweeps = {row: table.sweeps[(row, col)] for row in table.rows if (row, col) in table.sweeps}
         handles = []

@@ -119,9 +119,14 @@ class Sweep:
         """S of :mod:`.sensitivity` over :attr:`trained`: ℓ(η) = the mean val/loss of the finished seeds at η, ℓ₀ where
         none finished.  None without ℓ₀, without val/loss, when nothing finished, or over one value (not a sweep: S
         would be 0 whatever the row does, which reads as perfectly flat)."""
-        if self.init is None or not self.losses or len(self.trained) < 2:
+        if not self._has_losses or len(self.trained) < 2:
             return None
         return lr_sensitivity([self._loss(v) for v in self.trained], self.init)
+
+    @property
+    def _has_losses(self) -> bool:
+        """Whether S can be measured at all: ℓ₀ is known and the records hold val/loss."""
+        return self.init is not None and bool(self.losses)
 
     def _loss(self, value) -> float | None:
         """ℓ(η): the mean val/loss of the finished seeds at ``value``; None where none finished."""
@@ -150,7 +155,7 @@ class Sweep:
         """``S 0.42 (5 lrs, 1 stalled)``; ``(3 of 5 lrs)`` where the row was swept over fewer values than its column;
         ``(1 lr: not swept)`` without S where it has one; blank where S is undefined otherwise."""
         s = self.sensitivity
-        if len(self.trained) == 1 and self.init is not None and self.losses:
+        if len(self.trained) == 1 and self._has_losses:
             return f"(1 {self._unit(1)}: not swept)"
         if s is None:
             return ""
