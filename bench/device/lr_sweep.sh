@@ -13,7 +13,9 @@
 #   bash bench/device/lr_sweep.sh watch     # the same every 60 s for WATCH_S seconds (keeps the machine held)
 #
 # Settings of `start` (the chain's): BLOCKS (default "vision lm"; "lm": the LLaMA blocks only), LM_JOBS (LLaMA runs at a
-# time a GPU, default 3), FIRST and SETTLED (placements, space-separated: see chain below).
+# time a GPU, default 3), FIRST and SETTLED (placements, space-separated: see chain below), PLAN (a file of `mixbench run`
+# lines, made ahead with `DRY_RUN=1 ... bench/grids/placements_proxy.sh` and results_dir=.grid, in the git-ignored .plans/
+# (carried with the call): the LLaMA blocks run just these lines).
 #
 # Every call leaves $OUT/lr_sweep_<step>.tgz: the chain's logs and every record.json / config.yaml / metrics.csv the
 # chain finished (newer than its start).  Runs still going when the machine goes back are lost (resume=auto in a later
@@ -40,6 +42,9 @@ chain() {  # the daemon: each block of the grid in turn, in /tmp/mb
         block FAMILIES=vision BEST_FROM=.grid SEEDS=0,1,2 JOBS=4
     fi
     until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
+    if [ -n "${PLAN:-}" ]; then  # a plan made ahead: its lines only, none planned here (planning holds the GPU idle ≈ 1 min)
+        block FAMILIES=none PREPEND="$PLAN" JOBS="$lm_jobs"; echo "== chain done at $(date +%T)"; return
+    fi
     # the LLaMA sweep nearest lrs first (3e-3, 3e-4, then 1e-3, 1e-2, 1e-4), so that a lease that ends early leaves
     # every placement with the lrs on both sides of the default; within an lr the placements of FIRST first (those
     # whose best may still move).  SETTLED: placements whose best lr the rest of the sweep cannot move (the lrs it
@@ -79,7 +84,7 @@ case $STEP in
         mkdir -p "$MB/.grid/runs"
         for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do cp -r "$src"/. "$MB/.grid/runs/"; done
         touch "$MB/.started"
-        export -f chain; export MB BLOCKS LM_JOBS FIRST SETTLED
+        export -f chain; export MB BLOCKS LM_JOBS FIRST SETTLED PLAN
         (source /tmp/lr_sweep_env; setsid -f bash -c chain > /tmp/lr_sweep_logs/chain.log 2>&1 < /dev/null)
         sleep 45 ;;
     text)
