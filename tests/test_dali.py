@@ -306,8 +306,8 @@ def test_lightning_fits_and_validates_on_dali_loaders(monkeypatch, jpeg_root, tm
 
 def test_erasing_boxes_reach_the_device_through_a_pinned_upload(monkeypatch, jpeg_root):
     """The boxes of random erasing are drawn on the host each batch, all at once (no Python loop per image), and go to the
-    device as one (n, height + width) row/column mask through ``upload`` (pinned memory, a copy queued behind the running
-    step), never a pageable copy, which would make the host wait for the GPU every step; the labels need no conversion."""
+    device as one (n, 4) tensor through ``upload`` (pinned memory, a copy queued behind the running step), never a
+    pageable copy, which would make the host wait for the GPU every step; their masks are made on the device."""
     import mixbench.data.device_pipeline as device_pipeline
     from mixbench.data.dali import DaliLoader
 
@@ -323,11 +323,29 @@ def test_erasing_boxes_reach_the_device_through_a_pinned_upload(monkeypatch, jpe
     loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), 1.0)
     loader.iterator = [[{"images": torch.zeros(4, 3, 8, 8), "labels": torch.arange(4).view(4, 1)}]]  # DALI's int64 labels
     images, labels = next(iter(loader))
-    (masks,) = uploads
-    assert masks.dtype == torch.bool and masks.shape == (4, 8 + 8) and labels.tolist() == [0, 1, 2, 3]
-    boxes = masks[:, :8, None] & masks[:, None, 8:]
-    assert boxes.any(dim=(1, 2)).all()  # re_prob 1: every image loses a box, to noise, and nothing else
-    assert torch.equal(images.ne(0).all(dim=1), boxes) and torch.equal(images.ne(0).any(dim=1), boxes)
+    (boxes,) = uploads
+    assert boxes.dtype == torch.int64 and boxes.shape == (4, 4) and labels.tolist() == [0, 1, 2, 3]
+    masks = device_pipeline.box_masks(boxes, 8, 8)
+    erased = masks[:, :8, None] & masks[:, None, 8:]
+    assert erased.any(dim=(1, 2)).all()  # re_prob 1: every image loses a box, to noise, and nothing else
+    assert torch.equal(images.ne(0).all(dim=1), erased) and torch.equal(images.ne(0).any(dim=1), erased)
+
+
+@pytest.mark.parametrize("re_prob", [0.0, 1.0])
+def test_the_batch_handed_on_holds_no_dali_buffer(monkeypatch, jpeg_root, re_prob):
+    """DALI hands its outputs over by DLPack without a copy; Lightning keeps a batch through its step and prefetches the
+    next, so a yielded tensor that points into DALI's buffers keeps them from DALI's next iterations.  Images and labels
+    come out as tensors of their own (with erasing and without), with DALI's values."""
+    from mixbench.data.dali import DaliLoader
+
+    dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
+    loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), re_prob)
+    dali_images, dali_labels = torch.randn(4, 3, 8, 8), torch.arange(4).view(4, 1)
+    loader.iterator = [[{"images": dali_images, "labels": dali_labels}]]
+    images, labels = next(iter(loader))
+    assert images.untyped_storage().data_ptr() != dali_images.untyped_storage().data_ptr()
+    assert labels.untyped_storage().data_ptr() != dali_labels.untyped_storage().data_ptr()
+    assert labels.tolist() == [0, 1, 2, 3] and (re_prob > 0 or torch.equal(images, dali_images))
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@
 #   source bench/device/dali_bundle.sh env                 # on the device, once every part is there: unpacks into
 #                                                   #   /tmp/dali_site (checked against SHA256), sets PYTHONPATH and
 #                                                   #   LD_LIBRARY_PATH (nvidia/nvimgcodec, nvidia/cu13/lib), imports DALI
-# Settings: PY (the device's Python, default 3.12), PART_MB (default 44), DALI (the requirement, default that of the extra),
+# Settings: PY (the device's Python, default 3.12), PART_MB (default 33: a part beside a ≈ 30 MiB checkout), DALI (the requirement, default that of the extra),
 # DALI_BUNDLE / DALI_PARTS / DALI_SITE (the folders below).
 # One `pip install --target` of every wheel into a fresh folder: a second install into the same folder would skip the
 # shared nvidia/ namespace folder, and the decoder then fails to dlopen libnvimgcodec.so.  numpy, packaging, pyyaml,
@@ -32,7 +32,7 @@ pack() {
         --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
         --target "$work/site" "$work"/wheels/*.whl || return 1
     rm -rf "$BUNDLE" && mkdir -p "$BUNDLE" || return 1
-    tar -C "$work/site" -cf - . | xz -T0 -6 | split -b "${PART_MB:-44}M" -d -a 2 - "$BUNDLE/part-"
+    tar -C "$work/site" -cf - . | xz -T0 -6 | split -b "${PART_MB:-33}M" -d -a 2 - "$BUNDLE/part-"
     (cd "$BUNDLE" && cat part-* | sha256sum | cut -d' ' -f1 > SHA256)
     ls "$work/wheels" > "$BUNDLE/WHEELS"
     rm -rf "$work"

@@ -5,22 +5,23 @@
 #
 #   bash bench/device/speed_calls.sh receive   # once a part but the last, carrying .dali/part-0N, .dali/SHA256 and .whl_min
 #                                          #   (the omegaconf wheel: mkdir .whl_min && cp .whl/omegaconf-*.whl .whl_min/); parts of
-#                                          #   PART_MB=50 (4 parts) leave room for the checkout (≈ 5 MB).  RUN=cpu in the first also runs
+#                                          #   PART_MB=33 (6 parts) leave room for the checkout (≈ 30 MiB in disk blocks, which the
+#                                          #   device's 64 MiB counts).  RUN=cpu in the first also runs
 #                                          #   bench/speed/vit_e2e.py --pipelines cpu (≈ 5 min)
-#   bash bench/device/speed_calls.sh dali      # carrying .dali/part-04, .dali/SHA256, .whl, .whl_fp8 (torchao), .data/textmix3,
+#   bash bench/device/speed_calls.sh dali      # carrying the last part, .dali/SHA256, .whl, .whl_fp8 (torchao), .data/textmix3,
 #                                          #   bench/speed/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py tests/test_device_pipeline.py, vit_e2e --pipelines dali
 #   bash bench/device/speed_calls.sh peer      # nothing to carry: timm_peer --pipelines cpu dali (timm's train.py beside both)
-#   bash bench/device/speed_calls.sh scale     # a 4-GPU machine, after the 4 receive calls, carrying .dali/part-04, .dali/SHA256,
+#   bash bench/device/speed_calls.sh scale     # a 4-GPU machine, after the receive calls, carrying the last part, .dali/SHA256,
 #                                          #   .whl, .whl_fp8, .data/textmix3: three lanes at once, each on its own GPUs and cores:
 #                                          #   ViT-S DDP on 2 GPUs against 1 with DALI (GPUs 0-1, cores 0-31, 2 repeats); the gap
 #                                          #   between DALI runs and the model alone, one recipe part off a row (GPU 2, cores
 #                                          #   32-47); llama_1b fp8 pairs, seed 2 and a rowwise pair (GPU 3, cores 48-63)
-#   bash bench/device/speed_calls.sh pair      # a 2-GPU machine, after the 4 receive calls, carrying .dali/part-04, .dali/SHA256,
+#   bash bench/device/speed_calls.sh pair      # a 2-GPU machine, after the receive calls, carrying the last part, .dali/SHA256,
 #                                          #   .whl_min, .data/textmix3: DDP on 2 GPUs against 1 for vit_small (DALI) and
 #                                          #   llama_130m, one machine, one call (≈ 400 s)
 #   bash bench/device/speed_calls.sh profile   # after `dali` on the same machine, carrying .whl_min: vit_e2e of pre with DALI under
 #                                          #   Lightning's simple profiler and under torch.profiler with its timeline (beside its JSON)
-#   bash bench/device/speed_calls.sh regress   # after 3 receive calls (the 50 MiB parts 00-02), carrying .dali/part-03,
+#   bash bench/device/speed_calls.sh regress   # after the receive calls (parts 00-04), carrying .dali/part-05,
 #                                          #   .dali/SHA256, .whl_min and .data/base (an older tree: mkdir -p .data/base && git archive
 #                                          #   BASE mixbench tasks configs pyproject.toml <its bench/*.py> | tar x -C .data/base):
 #                                          #   vit_e2e of pre with DALI at BASE and at this checkout, in rounds base/new, new/base,

@@ -5,11 +5,11 @@ list reshuffled every epoch from ``seed``) → hardware/CUDA JPEG decode fused w
 (0.08, 1), ratio (3/4, 4/3), as timm) → resize to ``img_size`` (cubic, antialiased) → horizontal flip → DALI's
 RandAugment (``n`` and ``m`` from ``auto_augment``, e.g. ``rand-m9-mstd0.5-inc1`` → n=2, m=9) → normalize (CHW float).
 Random erasing then runs on the batch with torch, as timm's ``RandomErasing`` (pixel mode, one box; the batch's boxes
-drawn on the host at once by timm's rule, :func:`mixbench.data.device_pipeline.erase_boxes`, and sent as row/column masks
-in one pinned copy), and Mixup/CutMix in the LightningModule as for every pipeline.  The hand-over does no per-step
-conversion in Python: the labels leave DALI as int64, and DALI's iterator passes its outputs to torch by DLPack (its
-default dynamic executor; no copy).  Eval: decode → resize the short side to ``floor(img_size / crop_pct)`` (cubic,
-antialiased) → center crop → normalize.
+drawn on the host at once by timm's rule, :func:`mixbench.data.device_pipeline.erase_boxes`, sent in one pinned copy and
+turned into row/column masks on the GPU), and Mixup/CutMix in the LightningModule as for every pipeline.  The labels leave
+DALI as int64.  DALI's iterator passes its outputs to torch by DLPack (its default dynamic executor; no copy), so the
+loader hands on copies of them: a batch that Lightning holds through its step must not hold DALI's buffers.  Eval:
+decode → resize the short side to ``floor(img_size / crop_pct)`` (cubic, antialiased) → center crop → normalize.
 
 Where DALI's ops differ from timm's recipe is listed in docs/imagenet.md (DALI pipeline).  Resume: DALI's reader restarts
 its shard's order at the start of an epoch, so a run resumed mid-epoch sees a different remainder of that epoch than the
@@ -229,12 +229,20 @@ class DaliLoader:
         from .device_pipeline import box_masks, erase, erase_boxes, upload
 
         for out in self.iterator:
-            images, labels = out[0]["images"], out[0]["labels"].view(-1)
+            # DALI's outputs point into its own buffers (DLPack, no copy): the batch handed on is tensors of the loader's
+            # own, so no DALI buffer outlives this iteration (Lightning holds a batch through its step and prefetches the
+            # next one; docs/speed.md#dali-hand-over)
+            images, labels = out[0]["images"], out[0]["labels"].view(-1).clone()
+            del out
             if self.eraser is not None:
                 height, width = images.shape[-2:]
-                masks = box_masks(erase_boxes(self.eraser, len(images), height, width), height, width)
-                # pinned and queued behind the running step: a pageable copy would make the host wait for the GPU
-                images = erase(images, upload(masks, images.device))
+                # the boxes drawn on the host, (n, 4): pinned and queued behind the running step (a pageable copy would
+                # make the host wait for the GPU); their masks made on the GPU, not by the host's thread pool, which
+                # would take cores from DALI's decoding threads
+                boxes = upload(erase_boxes(self.eraser, len(images), height, width), images.device)
+                images = erase(images, box_masks(boxes, height, width))
+            else:
+                images = images.clone()
             yield images, labels
 
 
