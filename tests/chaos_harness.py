@@ -50,9 +50,9 @@ FAMILIES = {  # task → its grid's own settings (each grid: 3 placements × 2 s
     "llama_lm": ["model=llama_debug", "model.vocab_size=8192", "data.seq_len=16", "data.batch_size=4"],
     "vit_tiny": ["model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "data.batch_size=8"],
 }
-SIGNAL_KINDS = ("SIGKILL", "SIGKILL", "SIGTERM")  # drawn from: two kills for each SIGTERM
+SIGNALS = ("SIGKILL", "SIGTERM")  # planned two kills for each SIGTERM
 MOMENT_KINDS = ("step", "validation", "write")
-LANE_FAULTS = ("signal", "full disk", "second writer")  # faults of a grid process, at a moment of its training
+LANE_FAULTS = (*SIGNALS, "full disk", "second writer")  # faults of a grid process, at a moment of its training
 DISK_MB = 640  # the tmpfs results folder: every checkpoint of the grid fits
 # what the process server imports once (by name: its sys.path is the interpreter's own, without tests/)
 PRELOAD = ["mixbench.cli.app", "mixbench.training.run", "mixbench.grids.runner", "mixbench.families.lm", "mixbench.families.vision"]
@@ -170,15 +170,20 @@ def stop_problems(launch: Launch, expected: tuple[int, ...] = (0, 2, RESUMABLE_E
 
 def plan(faults: int, rng: random.Random) -> list[str]:
     """The faults to inject, in seeded random order: a tenth each second writers and truncations, a fiftieth corrupt
-    records (at least one of each), SIGKILLs and SIGTERMs for the rest, and one full disk.  The first of every kind
-    but the signals goes somewhere in the first third: the grid may complete before the last faults come, and each
+    records (at least one of each), one full disk, and signals for the rest, two SIGKILLs for each SIGTERM.  The kinds
+    are fixed here, not drawn as the grid goes (what it meets first depends on timing), and the first fault of every
+    kind but SIGKILL goes somewhere in the first third: the grid may complete before the last faults come, and each
     kind must have fired."""
     others = {"second writer": max(1, faults // 10), "truncation": max(1, faults // 10), "corrupt record": max(1, faults // 50)}
     kinds = [kind for kind, n in others.items() for _ in range(n - 1)]
-    kinds += ["signal"] * max(0, faults - 1 - len(others) - len(kinds))
+    signals = max(0, faults - 2 - len(others) - len(kinds))  # besides the one SIGTERM placed early
+    kinds += [("SIGKILL", "SIGKILL", "SIGTERM")[i % 3] for i in range(signals)]
     rng.shuffle(kinds)
-    for kind in (*others, "full disk"):
-        kinds.insert(rng.randrange(len(kinds) // 3 + 1), kind)
+    firsts = [*others, "full disk", "SIGTERM"]
+    rng.shuffle(firsts)
+    slots = sorted(rng.sample(range(max(len(firsts), faults // 3)), len(firsts)))
+    for slot, kind in zip(slots, firsts):  # in ascending order: each lands at its slot of the final list
+        kinds.insert(slot, kind)
     return kinds
 
 
@@ -272,8 +277,8 @@ class Chaos:
         self.report.problems += stop_problems(launch)
         fired = launch.fired()
         for fault in fired:
-            if fault["kind"] == "signal":
-                self.report.faults[fault["action"]] += 1
+            if fault["kind"] in SIGNALS:
+                self.report.faults[fault["kind"]] += 1
             elif fault["kind"] == "full disk":
                 self.report.faults["full disk"] += 1
                 (self.results / "ballast").unlink(missing_ok=True)  # space freed once the process stopped
@@ -304,8 +309,8 @@ class Chaos:
         steps_left = (RUNS_PER_GRID - len(self.finished(lane.task))) * self.steps
         faults_left = sum(k in LANE_FAULTS for k in self.queue) / len(FAMILIES) + 1
         span = max(1, min(2 * self.steps, round(steps_left / faults_left)))
-        if kind == "signal":
-            moment, action, path = self.rng.choice(MOMENT_KINDS), self.rng.choice(SIGNAL_KINDS), None
+        if kind in SIGNALS:
+            moment, action, path = self.rng.choice(MOMENT_KINDS), kind, None
         elif kind == "full disk":
             moment, action, path = ("step", "fill", str(self.results)) if self.real_disk else ("write", "no_space", None)
         else:

@@ -4,10 +4,11 @@ import csv
 import io
 import json
 import logging
+import random
 import threading
 
 import pytest
-from chaos_harness import Chaos, Launcher, cell_count, stop_problems
+from chaos_harness import Chaos, Launcher, cell_count, plan, stop_problems
 
 from mixbench.cli.app import main
 from mixbench.results.records import SCHEMA, load_records, write_record
@@ -25,6 +26,20 @@ def survived(report, faults: int) -> None:
 
 def test_a_grid_survives_ten_faults_and_every_record_is_exact(tmp_path):
     survived(Chaos(tmp_path, faults=12, seed=0).run(), faults=10)  # a few more planned: the grid may end before the last
+
+
+@pytest.mark.parametrize("faults", [12, 220])
+def test_the_fault_plan_fixes_every_kind_and_puts_the_first_of_each_early(faults):
+    """The kinds are planned, not drawn while the grid runs (the short grid once met no SIGTERM: its draws depended on
+    timing): the counts add up, two SIGKILLs a SIGTERM, and each kind's first fault but SIGKILL's in the first third."""
+    for seed in range(20):
+        kinds = plan(faults, random.Random(seed))
+        assert len(kinds) == faults and kinds.count("full disk") == 1
+        assert kinds.count("second writer") == kinds.count("truncation") == max(1, faults // 10)
+        assert kinds.count("corrupt record") == max(1, faults // 50)
+        assert 1.5 <= kinds.count("SIGKILL") / kinds.count("SIGTERM") <= 2.5
+        for kind in ("second writer", "truncation", "corrupt record", "full disk", "SIGTERM"):
+            assert kinds.index(kind) < max(5, faults // 3), (seed, kind, kinds)
 
 
 @pytest.mark.slow
