@@ -170,10 +170,10 @@ def stop_problems(launch: Launch, expected: tuple[int, ...] = (0, 2, RESUMABLE_E
 
 def plan(faults: int, rng: random.Random) -> list[str]:
     """The faults to inject, in seeded random order: a tenth each second writers and truncations, a fiftieth corrupt
-    records (at least one of each), one full disk, and signals for the rest, two SIGKILLs for each SIGTERM.  The kinds
-    are fixed here, not drawn as the grid goes (what it meets first depends on timing), and the first fault of every
-    kind but SIGKILL goes somewhere in the first third: the grid may complete before the last faults come, and each
-    kind must have fired."""
+    records (at least one of each), one full disk, and signals for the rest, about two SIGKILLs for each SIGTERM.  The
+    kinds are fixed here, not drawn as the grid goes (what it meets first depends on timing), and the first fault of
+    every kind but SIGKILL goes somewhere in the first third (the first five slots, for a plan shorter than 15): the grid
+    may complete before the last faults come, and each kind must have fired."""
     others = {"second writer": max(1, faults // 10), "truncation": max(1, faults // 10), "corrupt record": max(1, faults // 50)}
     kinds = [kind for kind, n in others.items() for _ in range(n - 1)]
     signals = max(0, faults - 2 - len(others) - len(kinds))  # besides the one SIGTERM placed early

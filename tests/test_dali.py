@@ -307,7 +307,7 @@ def test_lightning_fits_and_validates_on_dali_loaders(monkeypatch, jpeg_root, tm
 def test_erasing_boxes_reach_the_device_through_a_pinned_upload(monkeypatch, jpeg_root):
     """The boxes of random erasing are drawn on the host each batch, all at once (no Python loop per image), and go to the
     device as one (n, 4) tensor through ``upload`` (pinned memory, a copy queued behind the running step), never a
-    pageable copy, which would make the host wait for the GPU every step; their masks are made on the device."""
+    pageable copy, which would make the host wait for the GPU every step; the masks are made from them after the upload."""
     import mixbench.data.device_pipeline as device_pipeline
     from mixbench.data.dali import DaliLoader
 

@@ -14,8 +14,9 @@
 #
 # Settings of `start` (the chain's): BLOCKS (default "vision lm"; "lm": the LLaMA blocks only), LM_JOBS (LLaMA runs at a
 # time a GPU, default 3), FIRST and SETTLED (placements, space-separated: see chain below), PLAN (a file of `mixbench run`
-# lines, made ahead with `DRY_RUN=1 ... bench/grids/placements_proxy.sh` and results_dir=.grid, in the git-ignored .plans/
-# (carried with the call): the LLaMA blocks run just these lines).
+# lines made ahead, in the git-ignored .plans/ (carried with the call): the `^mixbench` lines of `DRY_RUN=1 ...
+# bench/grids/placements_proxy.sh` with results_dir=.grid (results/proxy/lr_sensitivity/README.md, Next runs); the LLaMA
+# blocks run just these lines).
 #
 # Every call leaves $OUT/lr_sweep_<step>.tgz: the chain's logs and every record.json / config.yaml / metrics.csv the
 # chain finished (newer than its start).  Runs still going when the machine goes back are lost (resume=auto in a later
