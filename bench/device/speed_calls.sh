@@ -24,8 +24,9 @@
 #   bash bench/device/speed_calls.sh regress   # after the receive calls (parts 00-04), carrying .dali/part-05,
 #                                          #   .dali/SHA256, .whl_min and .data/base (an older tree: mkdir -p .data/base && git archive
 #                                          #   BASE mixbench tasks configs pyproject.toml <its bench/*.py> | tar x -C .data/base):
-#                                          #   vit_e2e of pre with DALI at BASE and at this checkout, in rounds base/new, new/base,
-#                                          #   each invocation with its own model alone (≈ 110 s each)
+#                                          #   the checkout's DALI GPU tests (≈ 40 s), then vit_e2e of pre with DALI at BASE and at
+#                                          #   this checkout, in rounds base/new, new/base, each invocation with its own model alone
+#                                          #   (≈ 80-150 s each)
 #   bash bench/device/speed_calls.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
@@ -94,6 +95,7 @@ case $STEP in
             --variants profiler.kind=simple profiler.kind=pytorch,profiler.trace=true --out "$W/vit_e2e_profile.json" ;;
     regress)
         [ -f .data/base/bench/vit_e2e.py ] || { echo "carry .data/base (see the header)"; exit 2; }
+        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider  # the checkout's hand-over first
         for round in 1 2; do
             order="base new"; [ "$round" = 2 ] && order="new base"
             for tree in $order; do
