@@ -32,6 +32,8 @@
 #
 # Outputs: /tmp/speed_calls on the machine (kept across the calls), all of it as $OUT/speed_calls_<step>.tgz after each call.
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
+# CORES (e.g. 0-15): the `regress` and `profile` steps on those cores alone (taskset), as on a one-GPU machine of 16 cores
+# when they run on a larger one; PAIR_ONLY (default "vit_small llama_130m"): the rows of the `pair` step.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | fp8"}
@@ -46,7 +48,7 @@ bench() {  # bench NAME COMMAND...: run it within what is left of LIMIT_S, log t
     left=$((LIMIT_S - ($(date +%s) - T0)))
     [ "$left" -gt 30 ] || { echo "== $name: skipped, $left s left"; return 0; }
     echo "== $name (up to $left s) at $(($(date +%s) - T0)) s"
-    timeout "$left" "$@" > "$W/$name.log" 2>&1
+    timeout "$left" ${PIN:+taskset -c "$PIN"} "$@" > "$W/$name.log" 2>&1
     echo "== $name rc=$? at $(($(date +%s) - T0)) s"
     tail -15 "$W/$name.log"
 }
@@ -62,6 +64,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS
 case $STEP in  # the steps that read images through DALI: unpack it (once a machine) and put it on the paths
     dali | peer | scale | pair | profile | regress) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
 esac
+case $STEP in profile | regress) PIN=${CORES:-} ;; *) PIN= ;; esac
 case $STEP in
     receive)
         [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/speed/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
@@ -87,7 +90,7 @@ case $STEP in
         wait ;;
     pair)
         unpack_textmix
-        bench multi_gpu_pair python3 bench/speed/multi_gpu.py --gpus 0,1 --only vit_small llama_130m --vit-pipeline dali \
+        bench multi_gpu_pair python3 bench/speed/multi_gpu.py --gpus 0,1 --only ${PAIR_ONLY:-vit_small llama_130m} --vit-pipeline dali \
             --vit-steps 80 --vit-log-every 20 --vit-images 21000 --budget $((LIMIT_S - 30)) \
             --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/multi_gpu_pair.json" ;;
     profile)
