@@ -27,16 +27,21 @@
 #                                          #   the checkout's DALI GPU tests (≈ 40 s), then vit_e2e of pre with DALI at BASE and at
 #                                          #   this checkout, in rounds base/new, new/base, each invocation with its own model alone
 #                                          #   (≈ 80-150 s each)
+#   bash bench/device/speed_calls.sh variants  # after the receive calls, carrying the last part, .dali/SHA256, .whl_min: vit_e2e
+#                                          #   of pre with DALI at this checkout, one run a variant of VARIANTS (space-separated
+#                                          #   comma lists; `default` = the recipe as is; default: default cuda_graph_step=false
+#                                          #   ema.decay=null cuda_graph_step=false,ema.decay=null), which part of the step
+#                                          #   keeps DALI from running ahead (≈ 80 s a variant)
 #   bash bench/device/speed_calls.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
 # Outputs: /tmp/speed_calls on the machine (kept across the calls), all of it as $OUT/speed_calls_<step>.tgz after each call.
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
-# CORES (e.g. 0-15): the `regress` and `profile` steps on those cores alone (taskset), as on a one-GPU machine of 16 cores
+# CORES (e.g. 0-15): the `regress`, `profile` and `variants` steps on those cores alone (taskset), as on a one-GPU machine of 16 cores
 # when they run on a larger one; PAIR_ONLY (default "vit_small llama_130m"): the rows of the `pair` step.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | fp8"}
+STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | variants | fp8"}
 T0=$(date +%s)
 W=/tmp/speed_calls
 LIMIT_S=${LIMIT_S:-570}
@@ -62,9 +67,9 @@ else                  # the receive calls: room for the omegaconf wheel alone
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
 case $STEP in  # the steps that read images through DALI: unpack it (once a machine) and put it on the paths
-    dali | peer | scale | pair | profile | regress) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
+    dali | peer | scale | pair | profile | regress | variants) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
 esac
-case $STEP in profile | regress) PIN=${CORES:-} ;; *) PIN= ;; esac
+case $STEP in profile | regress | variants) PIN=${CORES:-} ;; *) PIN= ;; esac
 case $STEP in
     receive)
         [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/speed/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
@@ -110,13 +115,20 @@ case $STEP in
                 fi
             done
         done ;;
+    variants)
+        variants=()
+        for v in ${VARIANTS:-default cuda_graph_step=false ema.decay=null cuda_graph_step=false,ema.decay=null}; do
+            variants+=("${v/#default/}")
+        done
+        bench vit_e2e_variants python3 bench/speed/vit_e2e.py --pipelines dali --norms pre --variants "${variants[@]}" \
+            --out "$W/vit_e2e_variants.json" ;;
     fp8)
         unpack_textmix
         for model in llama_350m llama_1b; do
             bench "fp8_pairs_$model" python3 bench/speed/fp8_pairs.py --models "$model" --resume \
                 --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
         done ;;
-    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | regress | fp8"; exit 2 ;;
+    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | regress | variants | fp8"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
 tar czf "${OUT:-$W}/speed_calls_$STEP.tgz" -C "$W" .
