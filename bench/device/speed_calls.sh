@@ -32,16 +32,20 @@
 #                                          #   comma lists; `default` = the recipe as is; default: default cuda_graph_step=false
 #                                          #   ema.decay=null cuda_graph_step=false,ema.decay=null), which part of the step
 #                                          #   keeps DALI from running ahead (≈ 80 s a variant)
+#   bash bench/device/speed_calls.sh hybrids   # as `regress` (carrying .data/base): vit_e2e of pre with DALI on two mixed trees,
+#                                          #   in the order A B B A — A: BASE with this checkout's DALI input
+#                                          #   (mixbench/data/dali.py, device_pipeline.py), B: this checkout with BASE's — which side
+#                                          #   of the tree a regression between them is in
 #   bash bench/device/speed_calls.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
 # Outputs: /tmp/speed_calls on the machine (kept across the calls), all of it as $OUT/speed_calls_<step>.tgz after each call.
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
-# CORES (e.g. 0-15): the `regress`, `profile` and `variants` steps on those cores alone (taskset), as on a one-GPU machine of 16 cores
+# CORES (e.g. 0-15): the `regress`, `profile`, `variants` and `hybrids` steps on those cores alone (taskset), as on a one-GPU machine of 16 cores
 # when they run on a larger one; PAIR_ONLY (default "vit_small llama_130m"): the rows of the `pair` step.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | variants | fp8"}
+STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | variants | hybrids | fp8"}
 T0=$(date +%s)
 W=/tmp/speed_calls
 LIMIT_S=${LIMIT_S:-570}
@@ -67,9 +71,9 @@ else                  # the receive calls: room for the omegaconf wheel alone
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
 case $STEP in  # the steps that read images through DALI: unpack it (once a machine) and put it on the paths
-    dali | peer | scale | pair | profile | regress | variants) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
+    dali | peer | scale | pair | profile | regress | variants | hybrids) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
 esac
-case $STEP in profile | regress | variants) PIN=${CORES:-} ;; *) PIN= ;; esac
+case $STEP in profile | regress | variants | hybrids) PIN=${CORES:-} ;; *) PIN= ;; esac
 case $STEP in
     receive)
         [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/speed/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
@@ -122,13 +126,25 @@ case $STEP in
         done
         bench vit_e2e_variants python3 bench/speed/vit_e2e.py --pipelines dali --norms pre --variants "${variants[@]}" \
             --out "$W/vit_e2e_variants.json" ;;
+    hybrids)
+        [ -f .data/base/bench/vit_e2e.py ] || { echo "carry .data/base (see the header)"; exit 2; }
+        input=(mixbench/data/dali.py mixbench/data/device_pipeline.py)
+        rm -rf /tmp/hybrid_a /tmp/hybrid_b && cp -r .data/base /tmp/hybrid_a && mkdir /tmp/hybrid_b
+        cp -r mixbench tasks configs pyproject.toml bench /tmp/hybrid_b/
+        for f in "${input[@]}"; do cp "$f" "/tmp/hybrid_a/$f"; cp ".data/base/$f" "/tmp/hybrid_b/$f"; done
+        k=0
+        for tree in a b b a; do  # each tree's own harness puts that tree first on its runs' PYTHONPATH
+            k=$((k + 1))
+            harness=bench/speed/vit_e2e.py; [ "$tree" = a ] && harness=bench/vit_e2e.py
+            (cd "/tmp/hybrid_$tree" && bench "hybrid_${tree}_$k" python3 "$harness" --pipelines dali --norms pre --out "$W/hybrid_${tree}_$k.json")
+        done ;;
     fp8)
         unpack_textmix
         for model in llama_350m llama_1b; do
             bench "fp8_pairs_$model" python3 bench/speed/fp8_pairs.py --models "$model" --resume \
                 --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
         done ;;
-    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | regress | variants | fp8"; exit 2 ;;
+    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | regress | variants | hybrids | fp8"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
 tar czf "${OUT:-$W}/speed_calls_$STEP.tgz" -C "$W" .
