@@ -119,7 +119,7 @@ class FakeIterator:
 
     def __iter__(self):
         for _ in range(3):
-            yield [{"images": torch.randn(4, 3, 8, 8), "labels": torch.randint(0, 2, (4, 1), dtype=torch.int64)}]
+            yield [{"images": torch.randn(4, 3, 8, 8), "labels": torch.randint(0, 2, (4, 1), dtype=torch.int32)}]
 
 
 def setup_module_with_fake(monkeypatch, jpeg_root, **options) -> tuple[ImageFolderDataModule, FakeDali]:
@@ -150,7 +150,6 @@ def test_train_pipeline_is_built_with_the_recipe_and_this_ranks_shard(monkeypatc
         "flip",
         "rand_augment",
         "crop_mirror_normalize",
-        "cast",
     ]
     reader = calls["readers.file"]
     assert (reader["shard_id"], reader["num_shards"], reader["shuffle_after_epoch"]) == (1, 2, True)
@@ -162,7 +161,7 @@ def test_train_pipeline_is_built_with_the_recipe_and_this_ranks_shard(monkeypatc
     assert (calls["rand_augment"]["shape"], calls["rand_augment"]["max_translate_rel"]) == ((224, 224), 0.45)  # timm: 45 %
     assert calls["rand_augment"]["interp_type"] == "linear"  # DALI's warp_affine takes nearest or linear only
     assert calls["crop_mirror_normalize"]["mean"] == pytest.approx([0.485 * 255, 0.456 * 255, 0.406 * 255])
-    assert calls["cast"]["dtype"] == "INT64"  # the labels leave DALI as torch's class index type: no conversion a step
+    assert "cast" not in calls  # no CPU operator after the reader: one (a cast of the labels) halved DALI's rate on an H200
 
 
 def test_eval_pipeline_resizes_and_center_crops(monkeypatch, jpeg_root):
@@ -321,7 +320,7 @@ def test_erasing_boxes_reach_the_device_through_a_pinned_upload(monkeypatch, jpe
     dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
     monkeypatch.setattr(device_pipeline, "erase_box", None)  # the per-image draw is not used
     loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), 1.0)
-    loader.iterator = [[{"images": torch.zeros(4, 3, 8, 8), "labels": torch.arange(4).view(4, 1)}]]  # DALI's int64 labels
+    loader.iterator = [[{"images": torch.zeros(4, 3, 8, 8), "labels": torch.arange(4, dtype=torch.int32).view(4, 1)}]]  # the reader's int32
     images, labels = next(iter(loader))
     (boxes,) = uploads
     assert boxes.dtype == torch.int64 and boxes.shape == (4, 4) and labels.tolist() == [0, 1, 2, 3]
@@ -340,7 +339,7 @@ def test_the_batch_handed_on_holds_no_dali_buffer(monkeypatch, jpeg_root, re_pro
 
     dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
     loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), re_prob)
-    dali_images, dali_labels = torch.randn(4, 3, 8, 8), torch.arange(4).view(4, 1)
+    dali_images, dali_labels = torch.randn(4, 3, 8, 8), torch.arange(4, dtype=torch.int32).view(4, 1)  # the reader's int32
     loader.iterator = [[{"images": dali_images, "labels": dali_labels}]]
     images, labels = next(iter(loader))
     assert images.untyped_storage().data_ptr() != dali_images.untyped_storage().data_ptr()

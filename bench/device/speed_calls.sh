@@ -35,7 +35,8 @@
 #   bash bench/device/speed_calls.sh hybrids   # as `regress` (carrying .data/base): vit_e2e of pre with DALI on two mixed trees,
 #                                          #   in the order A B B A — A: BASE with this checkout's DALI input
 #                                          #   (mixbench/data/dali.py, device_pipeline.py), B: this checkout with BASE's — which side
-#                                          #   of the tree a regression between them is in
+#                                          #   of the tree a regression between them is in; TREES (default "a b b a") may also
+#                                          #   name `new`, this checkout as it is
 #   bash bench/device/speed_calls.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
@@ -133,10 +134,11 @@ case $STEP in
         cp -r mixbench tasks configs pyproject.toml bench /tmp/hybrid_b/
         for f in "${input[@]}"; do cp "$f" "/tmp/hybrid_a/$f"; cp ".data/base/$f" "/tmp/hybrid_b/$f"; done
         k=0
-        for tree in a b b a; do  # each tree's own harness puts that tree first on its runs' PYTHONPATH
+        for tree in ${TREES:-a b b a}; do  # each tree's own harness puts that tree first on its runs' PYTHONPATH
             k=$((k + 1))
             harness=bench/speed/vit_e2e.py; [ "$tree" = a ] && harness=bench/vit_e2e.py
-            (cd "/tmp/hybrid_$tree" && bench "hybrid_${tree}_$k" python3 "$harness" --pipelines dali --norms pre --out "$W/hybrid_${tree}_$k.json")
+            folder=/tmp/hybrid_$tree; [ "$tree" = new ] && folder=$PWD
+            (cd "$folder" && bench "hybrid_${tree}_$k" python3 "$harness" --pipelines dali --norms pre --out "$W/hybrid_${tree}_$k.json")
         done ;;
     fp8)
         unpack_textmix

@@ -24,6 +24,8 @@ import math
 import re
 from dataclasses import dataclass
 
+import torch
+
 from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -193,7 +195,7 @@ def build_pipeline(settings: DaliSettings):
                 mean=mean,
                 std=std,
             )
-        return images, fn.cast(labels, dtype=types.INT64).gpu()  # torch's class index type, converted in DALI's threads
+        return images, labels.gpu()  # the reader's int32: a CPU operator here slowed the whole pipeline (docs/speed.md#dali-hand-over)
 
     return pipeline(batch_size=settings.batch_size, num_threads=settings.num_threads, device_id=settings.device_id, seed=settings.seed)
 
@@ -232,7 +234,7 @@ class DaliLoader:
             # DALI's outputs point into its own buffers (DLPack, no copy): the batch handed on is tensors of the loader's
             # own, so no DALI buffer outlives this iteration (Lightning holds a batch through its step and prefetches the
             # next one; docs/speed.md#dali-hand-over)
-            images, labels = out[0]["images"], out[0]["labels"].view(-1).clone()
+            images, labels = out[0]["images"], out[0]["labels"].view(-1).to(torch.int64, copy=True)
             del out
             if self.eraser is not None:
                 height, width = images.shape[-2:]
