@@ -260,3 +260,15 @@ def test_vit_e2e_repeats_rotate_the_run_order_and_report_each_rows_median(tmp_pa
     assert pre["images_per_sec"] == 120.0 and pre["spread"] == [100.0, 130.0] and pre["of_model"] == 0.3
     assert [r["position"] for r in pre["runs"]] == [1, 2, 1] and mix["images_per_sec"] == 190.0
     assert "100, 130, 120" in out.with_suffix(".md").read_text()
+
+
+def test_host_contention_plan_and_summary():
+    """bench/speed/host_contention.py: rounds rotate the modes; the summary takes medians and shares of the no-draw runs."""
+    import host_contention as hc
+
+    assert hc.main(["--dry-run", "--rounds", "2"]) == 0
+    order = hc.plan(2)
+    assert order[:5] == list(hc.MODES) and order[5:] == [*hc.MODES[1:], hc.MODES[0]]
+    runs = [{"mode": m, "worker_units": u, "draw_ms": 1.0} for m in hc.MODES for u in ((100, 90, 110) if m == "none" else (50, 60, 55))]
+    rows = {r["mode"]: r for r in hc.summarize(runs)}
+    assert rows["none"]["of_no_draws"] == 1 and rows["torch"]["worker_units"] == 55 and rows["torch"]["of_no_draws"] == 0.55

@@ -206,7 +206,7 @@ def test_batched_erasing_boxes_have_timms_distribution():
     eraser = RandomErasing(0.5, mode="pixel", max_count=1, device="cpu")
     random.seed(0), torch.manual_seed(0)
     reference = torch.tensor([dp.erase_box(eraser, 40, 48) for _ in range(20_000)], dtype=torch.float64)
-    batched = dp.erase_boxes(eraser, 20_000, 40, 48)
+    batched = dp.erase_boxes(eraser, 20_000, 40, 48, np.random.default_rng(0))
     top, left, h, w = batched.T
     assert ((top + h <= 40) & (left + w <= 48) & (h < 40) & (w < 48) & (top >= 0) & (left >= 0)).all()
     ours, timms = batched[h > 0].double(), reference[reference[:, 2] > 0]
@@ -216,6 +216,32 @@ def test_batched_erasing_boxes_have_timms_distribution():
         assert (ours[:, column].quantile(quantiles) - timms[:, column].quantile(quantiles)).abs().max() <= 2
     area = (ours[:, 2] * ours[:, 3]).mean() / (40 * 48)
     assert abs(area - (timms[:, 2] * timms[:, 3]).mean() / (40 * 48)) < 0.01
+
+
+def test_batched_erasing_boxes_make_no_torch_call_on_the_host():
+    """The DALI loader draws a batch's boxes in the main process beside DALI's decoding threads, every step: by NumPy, in
+    the calling thread.  A torch CPU op there (exp, sqrt) would start torch's OpenMP threads, which took DALI's cores on
+    an H200 (docs/speed.md#dali-hand-over).  The recorder sees torch's ops: ``exp`` of a tensor is one."""
+    from timm.data.random_erasing import RandomErasing
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Recorder() as control:
+        torch.full((256, 10), 0.5, dtype=torch.float64).exp()
+    assert "aten.exp.default" in control.ops
+    eraser = RandomErasing(0.25, mode="pixel", max_count=1, device="cpu")
+    with Recorder() as recorder:
+        boxes = dp.erase_boxes(eraser, 256, 224, 224, np.random.default_rng(0))
+    # lift_fresh: torch.from_numpy's wrap of the finished array (no computation)
+    assert set(recorder.ops) <= {"aten.lift_fresh.default"} and boxes.shape == (256, 4) and boxes.dtype == torch.int64
 
 
 def _rand_augment_image_by_image(rand_augment, images, fill):

@@ -24,6 +24,7 @@ import math
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..core.errors import ConfigError
@@ -220,6 +221,7 @@ class DaliLoader:
             auto_reset=True,
         )
         self.eraser = RandomErasing(re_prob, mode="pixel", max_count=1, device="cpu") if settings.train and re_prob > 0 else None
+        self.erase_rng = np.random.default_rng([settings.seed, settings.shard_id])  # the erasing boxes' draws
         # a DataLoader's sampler pair, both None: nothing for Lightning to set an epoch on or to check for shuffling (the
         # reader reshuffles at each epoch end); without batch_sampler Lightning's check raises AttributeError
         self.sampler = self.batch_sampler = None
@@ -232,16 +234,14 @@ class DaliLoader:
 
         for out in self.iterator:
             # DALI's outputs point into its own buffers (DLPack, no copy): the batch handed on is tensors of the loader's
-            # own, so no DALI buffer outlives this iteration (Lightning holds a batch through its step and prefetches the
-            # next one; docs/speed.md#dali-hand-over)
+            # own, so Lightning, which holds a batch through its step and prefetches the next, holds no DALI buffer
             images, labels = out[0]["images"], out[0]["labels"].view(-1).to(torch.int64, copy=True)
-            del out
             if self.eraser is not None:
                 height, width = images.shape[-2:]
-                # the boxes drawn on the host, (n, 4): pinned and queued behind the running step (a pageable copy would
-                # make the host wait for the GPU); their masks made on the GPU, not by the host's thread pool, which
-                # would take cores from DALI's decoding threads
-                boxes = upload(erase_boxes(self.eraser, len(images), height, width), images.device)
+                # no torch op on the host here: torch's CPU threads would take the cores of DALI's decoding threads
+                # (docs/speed.md#dali-hand-over).  The boxes, (n, 4) drawn by NumPy, go pinned and queued behind the
+                # running step (a pageable copy would make the host wait for the GPU); their masks are made on the GPU.
+                boxes = upload(erase_boxes(self.eraser, len(images), height, width, self.erase_rng), images.device)
                 images = erase(images, box_masks(boxes, height, width))
             else:
                 images = images.clone()

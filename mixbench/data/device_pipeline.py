@@ -31,6 +31,7 @@ import random
 from dataclasses import dataclass, fields, replace
 from functools import partial
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
@@ -81,21 +82,25 @@ class TrainDraws:
         return _map_tensors(self, lambda t: upload(t, device), keep=("counts",))
 
 
-def erase_boxes(eraser, n: int, img_h: int, img_w: int, attempts: int = 10) -> torch.Tensor:
-    """timm ``RandomErasing._erase``'s box rule (one box) for ``n`` images in a few batched draws from torch's generator,
-    no Python loop per image: erase with probability p; up to ``attempts`` tries of an area U(min, max) · h · w and a
+def erase_boxes(eraser, n: int, img_h: int, img_w: int, rng: np.random.Generator, attempts: int = 10) -> torch.Tensor:
+    """timm ``RandomErasing._erase``'s box rule (one box) for ``n`` images in a few batched NumPy draws from ``rng``, no
+    Python loop per image: erase with probability p; up to ``attempts`` tries of an area U(min, max) · h · w and a
     log-aspect U(log_aspect_ratio), the first that fits; top and left uniform.  The distribution of :func:`erase_box`, not
-    its draws.  (n, 4) int64 (top, left, h, w), zeros for an image not erased."""
-    area = torch.empty(n, attempts, dtype=torch.float64).uniform_(eraser.min_area, eraser.max_area) * (img_h * img_w)
-    aspect = torch.empty(n, attempts, dtype=torch.float64).uniform_(*eraser.log_aspect_ratio).exp()
-    h, w = (area * aspect).sqrt().round().long(), (area / aspect).sqrt().round().long()
+    its draws.  (n, 4) int64 (top, left, h, w), zeros for an image not erased.
+
+    NumPy, not torch: torch's CPU exp and sqrt split even a few thousand elements over its OpenMP threads, whose spinning
+    after each step's draws took the cores of DALI's decoding threads and halved the DALI loader's rate on an H200
+    (docs/speed.md#dali-hand-over); NumPy's element-wise functions run in the calling thread."""
+    area = rng.uniform(eraser.min_area, eraser.max_area, size=(n, attempts)) * (img_h * img_w)
+    aspect = np.exp(rng.uniform(*eraser.log_aspect_ratio, size=(n, attempts)))
+    h, w = np.rint(np.sqrt(area * aspect)).astype(np.int64), np.rint(np.sqrt(area / aspect)).astype(np.int64)
     fits = (h < img_h) & (w < img_w)
-    first = fits.long().argmax(dim=1, keepdim=True)  # the first attempt that fits
-    h, w = h.gather(1, first).squeeze(1), w.gather(1, first).squeeze(1)
-    top = (torch.rand(n, dtype=torch.float64) * (img_h - h + 1)).floor().long()
-    left = (torch.rand(n, dtype=torch.float64) * (img_w - w + 1)).floor().long()
-    erased = fits.any(dim=1) & (torch.rand(n, dtype=torch.float64) <= eraser.probability)
-    return torch.stack([top, left, h, w], dim=1) * erased[:, None]
+    first = fits.argmax(axis=1)[:, None]  # the first attempt that fits
+    h, w = np.take_along_axis(h, first, 1)[:, 0], np.take_along_axis(w, first, 1)[:, 0]
+    top = np.floor(rng.random(n) * (img_h - h + 1)).astype(np.int64)
+    left = np.floor(rng.random(n) * (img_w - w + 1)).astype(np.int64)
+    erased = fits.any(axis=1) & (rng.random(n) <= eraser.probability)
+    return torch.from_numpy(np.stack([top, left, h, w], axis=1) * erased[:, None])
 
 
 def box_masks(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
