@@ -5,10 +5,11 @@ list reshuffled every epoch from ``seed``) → hardware/CUDA JPEG decode fused w
 (0.08, 1), ratio (3/4, 4/3), as timm) → resize to ``img_size`` (cubic, antialiased) → horizontal flip → DALI's
 RandAugment (``n`` and ``m`` from ``auto_augment``, e.g. ``rand-m9-mstd0.5-inc1`` → n=2, m=9) → normalize (CHW float).
 Random erasing then runs on the batch with torch, as timm's ``RandomErasing`` (pixel mode, one box; the batch's boxes
-drawn on the host at once by timm's rule, :func:`mixbench.data.device_pipeline.erase_boxes`, sent in one pinned copy and
-turned into row/column masks on the GPU), and Mixup/CutMix in the LightningModule as for every pipeline.  The labels leave
-DALI as int64.  DALI's iterator passes its outputs to torch by DLPack (its default dynamic executor; no copy), so the
-loader hands on copies of them: a batch that Lightning holds through its step must not hold DALI's buffers.  Eval:
+drawn on the host at once by timm's rule with NumPy, :func:`mixbench.data.device_pipeline.erase_boxes`, sent in one pinned
+copy and turned into row/column masks on the GPU; no torch op runs on the host, whose CPU threads would take DALI's
+cores), and Mixup/CutMix in the LightningModule as for every pipeline.  DALI's iterator passes its outputs to torch by
+DLPack (its default dynamic executor; no copy), so the loader hands on copies of them (the labels from the reader's int32
+to int64): a batch that Lightning holds through its step must not hold DALI's buffers.  Eval:
 decode → resize the short side to ``floor(img_size / crop_pct)`` (cubic, antialiased) → center crop → normalize.
 
 Where DALI's ops differ from timm's recipe is listed in docs/imagenet.md (DALI pipeline).  Resume: DALI's reader restarts
