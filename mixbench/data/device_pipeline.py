@@ -68,7 +68,8 @@ def _map_tensors(obj, fn, keep: tuple[str, ...] = ()):
 @dataclass
 class TrainDraws:
     """The random draws of one train batch: per image ``flip`` (bool), the RandAugment draws (or None) and the
-    erasing box as ``erase`` (n, height + width) bool :func:`box_masks` (all False for an image that is not erased)."""
+    erasing box as ``erase`` (n, 4) int64 (top, left, h, w; zeros for an image that is not erased), made into
+    :func:`box_masks` on the device."""
 
     flip: torch.Tensor
     rand_augment: RandAugmentDraws | None
@@ -140,7 +141,7 @@ class RecipeDraws:
         flip = torch.tensor([random.random() < self.hflip for _ in range(n)])
         rand_augment = self.rand_augment.draw(n) if self.rand_augment is not None else None
         boxes = torch.tensor([erase_box(self.eraser, self.img_size, self.img_size) for _ in range(n)], dtype=torch.long).view(n, 4)
-        return TrainDraws(flip, rand_augment, box_masks(boxes, self.img_size, self.img_size))
+        return TrainDraws(flip, rand_augment, boxes)
 
 
 @dataclass
@@ -321,7 +322,9 @@ class DeviceImagePipeline:
             return self.normalize(images), labels
         draws = (batch.draws if batch.draws is not None else self.draw(len(batch))).to(device)
         x = self.normalize(self.augment(images, draws))
-        return (erase(x, draws.erase) if self.draw.eraser.probability > 0 else x), labels
+        if self.draw.eraser.probability == 0:
+            return x, labels
+        return erase(x, box_masks(draws.erase, *x.shape[-2:])), labels  # the masks made on the batch's device
 
     def __call__(self, batch: CroppedImages | EncodedImages, device) -> tuple[torch.Tensor, torch.Tensor]:
         device = torch.device(device)
