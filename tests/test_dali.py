@@ -161,7 +161,7 @@ def test_train_pipeline_is_built_with_the_recipe_and_this_ranks_shard(monkeypatc
     assert (calls["rand_augment"]["shape"], calls["rand_augment"]["max_translate_rel"]) == ((224, 224), 0.45)  # timm: 45 %
     assert calls["rand_augment"]["interp_type"] == "linear"  # DALI's warp_affine takes nearest or linear only
     assert calls["crop_mirror_normalize"]["mean"] == pytest.approx([0.485 * 255, 0.456 * 255, 0.406 * 255])
-    assert "cast" not in calls  # no CPU operator after the reader: one (a cast of the labels) halved DALI's rate on an H200
+    assert "cast" not in calls  # the labels leave DALI as the reader's int32: no CPU operator after the reader
 
 
 def test_eval_pipeline_resizes_and_center_crops(monkeypatch, jpeg_root):
@@ -345,6 +345,64 @@ def test_the_batch_handed_on_holds_no_dali_buffer(monkeypatch, jpeg_root, re_pro
     assert images.untyped_storage().data_ptr() != dali_images.untyped_storage().data_ptr()
     assert labels.untyped_storage().data_ptr() != dali_labels.untyped_storage().data_ptr()
     assert labels.tolist() == [0, 1, 2, 3] and (re_prob > 0 or torch.equal(images, dali_images))
+
+
+@pytest.mark.parametrize("re_prob", [0.0, 1.0])
+def test_no_dali_output_outlives_the_hand_over(monkeypatch, jpeg_root, re_prob):
+    """While Lightning runs its step on a batch, the loader's generator waits at its yield: nothing of DALI's outputs
+    may stay referenced there (the batch handed on is the loader's own tensors)."""
+    import gc
+    import weakref
+
+    from mixbench.data.dali import DaliLoader
+
+    dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
+    loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), re_prob)
+    outputs = []
+
+    def dali_batch():  # a fresh output dict, referenced by nothing but the caller
+        batch = [{"images": torch.randn(4, 3, 8, 8), "labels": torch.arange(4, dtype=torch.int32).view(4, 1)}]
+        outputs.extend(weakref.ref(t) for t in batch[0].values())
+        return batch
+
+    loader.iterator = (dali_batch() for _ in range(2))
+    batches = iter(loader)
+    images, labels = next(batches)
+    gc.collect()
+    assert [ref() for ref in outputs] == [None, None] and labels.dtype == torch.int64 and images.shape == (4, 3, 8, 8)
+
+
+def test_the_hand_over_computes_nothing_on_the_host(monkeypatch, jpeg_root):
+    """DALI's decoding threads share the host with the training process: a torch op on a CPU tensor there, every step,
+    can start torch's OpenMP threads on their cores (docs/speed.md#dali-hand-over).  With DALI's outputs on the meta
+    device as a stand-in for the GPU, the only torch ops on CPU tensors in a batch's hand-over are the wrap of the
+    NumPy boxes and their upload; the recorder sees a CPU op where there is one."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from mixbench.data.dali import DaliLoader
+
+    class HostOps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            tensors = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+            if any(t.device.type == "cpu" for t in tensors):
+                self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with HostOps() as control:
+        torch.full((4,), 0.5).exp()
+    assert control.ops == ["aten.exp.default"]
+    dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
+    loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), 1.0)
+    meta = {"images": torch.empty(4, 3, 8, 8, device="meta"), "labels": torch.empty(4, 1, dtype=torch.int32, device="meta")}
+    loader.iterator = [[meta]]
+    with HostOps() as recorder:
+        images, labels = next(iter(loader))
+    assert set(recorder.ops) <= {"aten.lift_fresh.default", "aten._to_copy.default"}, recorder.ops
+    assert images.device.type == "meta" and labels.dtype == torch.int64
 
 
 @pytest.mark.gpu
