@@ -269,6 +269,7 @@ def test_host_contention_plan_and_summary():
     assert hc.main(["--dry-run", "--rounds", "2"]) == 0
     order = hc.plan(2)
     assert order[:5] == list(hc.MODES) and order[5:] == [*hc.MODES[1:], hc.MODES[0]]
-    runs = [{"mode": m, "worker_units": u, "draw_ms": 1.0} for m in hc.MODES for u in ((100, 90, 110) if m == "none" else (50, 60, 55))]
+    units = {m: (100, 90, 110) if m == "none" else (50, 60, 55) for m in hc.MODES}
+    runs = [{"mode": m, "worker_units": u, "draw_ms": 1.0, "draws_per_sec": 30.0} for m in hc.MODES for u in units[m]]
     rows = {r["mode"]: r for r in hc.summarize(runs)}
     assert rows["none"]["of_no_draws"] == 1 and rows["torch"]["worker_units"] == 55 and rows["torch"]["of_no_draws"] == 0.55

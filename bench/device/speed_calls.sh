@@ -40,12 +40,13 @@
 #   bash bench/device/speed_calls.sh stash     # carrying .data/cifar, or .data/textmix3 (one a call: with the checkout both
 #                                          #   exceed 64 MiB): kept in /tmp/speed_calls_data for the later calls on the machine
 #   bash bench/device/speed_calls.sh capture   # a 2-GPU machine, after five receive calls and two stash calls, carrying the last
-#                                          #   part, .dali/SHA256 and .whl: issue 34's rows in one call, two lanes — GPU 0, cores
-#                                          #   0-15: the DALI GPU tests, then step_capture.py vit_s (ViT-S DALI captured / not,
-#                                          #   the model alone); GPU 1, cores 16-31: vit_ti (CIFAR proxy before / GPU arrays /
-#                                          #   captured), then llama_71m; REPEATS (default 2) rounds each; the JSONs merged
-#                                          #   into step_capture_2xh200.json.  Then `pair` with PAIR_ONLY=vit_small (ViT-S on 2
-#                                          #   GPUs against 1)
+#                                          #   part, .dali/SHA256 and .whl: issue 34's ViT-S rows — the DALI GPU tests, then
+#                                          #   step_capture.py vit_s (ViT-S DALI captured / not, the model alone) on GPU 0, cores
+#                                          #   0-15, the rest of the machine idle
+#   bash bench/device/speed_calls.sh capture_proxy  # the next call, carrying .whl: vit_ti (CIFAR proxy before / GPU arrays /
+#                                          #   captured), then llama_71m, on GPU 0, cores 0-15.  Both steps: REPEATS (default 2)
+#                                          #   rounds, and the group JSONs so far merged into step_capture_2xh200.json.  Then
+#                                          #   `pair` with PAIR_ONLY=vit_small (ViT-S on 2 GPUs against 1)
 #   bash bench/device/speed_calls.sh fp8       # nothing to carry: fp8_pairs --resume for llama_350m then llama_1b, to the call's
 #                                          #   limit; again until both JSONs hold 3 pairs
 #
@@ -55,7 +56,7 @@
 # when they run on a larger one; PAIR_ONLY (default "vit_small llama_130m"): the rows of the `pair` step.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | variants | hybrids | stash | capture | fp8"}
+STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | variants | hybrids | stash | capture | capture_proxy | fp8"}
 T0=$(date +%s)
 W=/tmp/speed_calls
 LIMIT_S=${LIMIT_S:-570}
@@ -74,7 +75,9 @@ bench() {  # bench NAME COMMAND...: run it within what is left of LIMIT_S, log t
 
 [ ! -d .dali ] || bash bench/device/dali_bundle.sh receive
 STASH=/tmp/speed_calls_data  # data an earlier call carried (`stash`), put back where the benches read it
-for kept in "$STASH"/*; do [ -e "$kept" ] && [ ! -e ".data/${kept##*/}" ] && mkdir -p .data && ln -s "$kept" ".data/${kept##*/}"; done
+for kept in "$STASH"/*; do
+    [ -e "$kept" ] && [ ! -e ".data/${kept##*/}" ] && mkdir -p .data && ln -sfn "$kept" ".data/${kept##*/}"
+done
 source bench/device/carry.sh
 if [ -d .whl ]; then  # the full wheel set (datasets, optuna, omegaconf) and torchao, once carried
     WHEEL_DIRS=".whl .whl_fp8" use_wheels omegaconf datasets torchao
@@ -134,7 +137,8 @@ case $STEP in
     variants)
         variants=()
         for v in ${VARIANTS:-default cuda_graph_step=false ema.decay=null cuda_graph_step=false,ema.decay=null}; do
-            variants+=("${v/#default/}")
+            [ "$v" = default ] && v=""
+            variants+=("$v")
         done
         bench vit_e2e_variants python3 bench/speed/vit_e2e.py --pipelines dali --norms pre --variants "${variants[@]}" \
             --out "$W/vit_e2e_variants.json" ;;
@@ -156,21 +160,19 @@ case $STEP in
         for data in .data/cifar .data/textmix3; do
             [ -d "$data" ] && [ ! -L "$data" ] && rm -rf "${STASH:?}/${data##*/}" && cp -r "$data" "$STASH/" && echo "stashed $data"
         done ;;
-    capture)
+    capture | capture_proxy)
         unpack_textmix
         repeats=${REPEATS:-2}
-        (
+        groups=(vit_ti llama_71m)
+        if [ "$STEP" = capture ]; then
+            groups=(vit_s)
             bench capture_dali_tests taskset -c 0-15 python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider
-            bench capture_vit_s taskset -c 0-15 python3 bench/speed/step_capture.py --group vit_s --gpu 0 --workers 14 \
-                --repeats "$repeats" --out "$W/step_capture_vit_s.json"
-        ) &
-        (
-            bench capture_vit_ti taskset -c 16-31 python3 bench/speed/step_capture.py --group vit_ti --gpu 1 --workers 3 \
-                --repeats "$repeats" --out "$W/step_capture_vit_ti.json"
-            bench capture_llama_71m taskset -c 16-31 python3 bench/speed/step_capture.py --group llama_71m --gpu 1 \
-                --repeats "$repeats" --out "$W/step_capture_llama_71m.json"
-        ) &
-        wait
+        fi
+        for g in "${groups[@]}"; do  # DALI's threads for vit_s; the proxy grid's 3 loader workers for vit_ti's "before" row
+            workers=14; [ "$g" = vit_ti ] && workers=3
+            bench "capture_$g" taskset -c 0-15 python3 bench/speed/step_capture.py --group "$g" --gpu 0 --workers "$workers" \
+                --repeats "$repeats" --out "$W/step_capture_$g.json"
+        done
         parts=(); for g in vit_s vit_ti llama_71m; do [ -f "$W/step_capture_$g.json" ] && parts+=("$W/step_capture_$g.json"); done
         [ ${#parts[@]} -eq 0 ] || python3 bench/speed/step_capture.py --merge "$W/step_capture_2xh200.json" "${parts[@]}" ;;
     fp8)
@@ -179,7 +181,7 @@ case $STEP in
             bench "fp8_pairs_$model" python3 bench/speed/fp8_pairs.py --models "$model" --resume \
                 --text '.data/textmix3/pkgtext-train.*.json.gz' --out "$W/fp8_pairs_$model.json"
         done ;;
-    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | regress | variants | hybrids | stash | capture | fp8"; exit 2 ;;
+    *) echo "unknown step $STEP: receive | dali | peer | scale | pair | profile | regress | variants | hybrids | stash | capture | capture_proxy | fp8"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name --format=csv,noheader > "$W/card.txt" 2>/dev/null
 tar czf "${OUT:-$W}/speed_calls_$STEP.tgz" -C "$W" .

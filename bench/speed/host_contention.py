@@ -1,5 +1,5 @@
 """What a step's host-side draws cost the threads beside them: one busy worker process a core (stand-ins for DALI's
-decoding threads) counts work units while the main process, once a step (``--step-ms`` apart), draws a batch's
+decoding threads) counts work units while the main process, once a step (a pause of ``--step-ms`` after each), draws a batch's
 random-erasing boxes — with torch CPU ops (the DALI loader before the fix: ``exp`` and ``sqrt`` of a few thousand
 elements, which torch spreads over its OpenMP threads), the same with torch held to one thread, timm's per-image rule
 in a Python loop (the loader of ``fea7add``), with NumPy (the loader now, ``erase_boxes``), or not at all.
@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # each worker one thread, like one of DALI's
+if __name__ == "__main__":
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # each worker one thread, like one of DALI's (set before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -87,11 +88,19 @@ def one_run(mode: str, args) -> dict:
     units = sum(queue.get() for _ in procs)
     used = torch.get_num_threads()
     torch.set_num_threads(threads)
-    return {"mode": mode, "worker_units": units, "steps": steps, "draw_ms": 1000 * draw_s / steps, "torch_threads": used}
+    return {
+        "mode": mode,
+        "worker_units": units,
+        "steps": steps,
+        "draws_per_sec": steps / args.seconds,
+        "draw_ms": 1000 * draw_s / steps,
+        "torch_threads": used,
+    }
 
 
 def summarize(runs: list[dict]) -> list[dict]:
-    """Per mode: the median worker units (and their share of the no-draw median), median draw time, the runs."""
+    """Per mode: the median worker units (and their share of the no-draw median), median draw time and draws a second
+    (a mode whose draws are slow makes fewer of them), the runs."""
     base = statistics.median(r["worker_units"] for r in runs if r["mode"] == "none")
     rows = []
     for mode in MODES:
@@ -103,6 +112,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                 "worker_units": units,
                 "of_no_draws": units / base,
                 "draw_ms": statistics.median(r["draw_ms"] for r in mine),
+                "draws_per_sec": statistics.median(r["draws_per_sec"] for r in mine),
                 "runs": [r["worker_units"] for r in mine],
             }
         )
@@ -113,7 +123,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="busy worker processes (default: one a usable core)")
     ap.add_argument("--seconds", type=float, default=4.0, help="length of a run")
-    ap.add_argument("--step-ms", type=float, default=5.0, help="the main process's pause between draws (a step)")
+    ap.add_argument("--step-ms", type=float, default=30.0, help="the main process's pause after each draw (a step's length)")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--size", type=int, default=224, help="image side the boxes are drawn for")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of all modes, the order rotating by one")
@@ -141,7 +151,7 @@ def main(argv=None) -> int:
         log.info("%s", runs[-1])
     rows = summarize(runs)
     columns = [("draws", "mode"), ("worker units (median)", "worker_units"), ("of no draws", "of_no_draws")]
-    columns += [("draw ms", "draw_ms"), ("runs", "runs")]
+    columns += [("draw ms", "draw_ms"), ("draws/s", "draws_per_sec"), ("runs", "runs")]
     write_result(args.out, "host_contention", vars(args) | {"out": str(args.out)}, rows, markdown(columns, rows), runs=runs)
     return 0
 

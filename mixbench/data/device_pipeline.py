@@ -89,9 +89,9 @@ def erase_boxes(eraser, n: int, img_h: int, img_w: int, rng: np.random.Generator
     log-aspect U(log_aspect_ratio), the first that fits; top and left uniform.  The distribution of :func:`erase_box`, not
     its draws.  (n, 4) int64 (top, left, h, w), zeros for an image not erased.
 
-    NumPy, not torch: torch's CPU exp and sqrt split even a few thousand elements over its OpenMP threads, whose spinning
-    after each step's draws took the cores of DALI's decoding threads and halved the DALI loader's rate on an H200
-    (docs/speed.md#dali-hand-over); NumPy's element-wise functions run in the calling thread."""
+    NumPy, not torch: torch's CPU exp and sqrt split more than 2,048 elements over its OpenMP threads, which spin on
+    after each step's draws on the cores of DALI's decoding threads — the likely cause of a DALI loader twice as slow on
+    an H200 (docs/speed.md#dali-hand-over); NumPy's element-wise functions run in the calling thread."""
     area = rng.uniform(eraser.min_area, eraser.max_area, size=(n, attempts)) * (img_h * img_w)
     aspect = np.exp(rng.uniform(*eraser.log_aspect_ratio, size=(n, attempts)))
     h, w = np.rint(np.sqrt(area * aspect)).astype(np.int64), np.rint(np.sqrt(area / aspect)).astype(np.int64)
