@@ -273,3 +273,32 @@ def test_host_contention_plan_and_summary():
     runs = [{"mode": m, "worker_units": u, "draw_ms": 1.0, "draws_per_sec": 30.0} for m in hc.MODES for u in units[m]]
     rows = {r["mode"]: r for r in hc.summarize(runs)}
     assert rows["none"]["of_no_draws"] == 1 and rows["torch"]["worker_units"] == 55 and rows["torch"]["of_no_draws"] == 0.55
+
+
+def test_step_capture_keeps_the_rows_of_a_group_cut_short(monkeypatch, tmp_path):
+    """bench/speed/step_capture.py writes its JSON after every run: a device call's time limit that stops a group keeps
+    the medians of the runs so far (the Markdown table only at the end)."""
+    import step_capture
+
+    rates = iter([1000.0, 1100.0, 900.0])
+
+    class CutShort:
+        def __init__(self, *args):
+            pass
+
+        def mixbench(self, argv, gpu):
+            rate = next(rates, None)
+            if rate is None:
+                raise KeyboardInterrupt  # the call's limit
+            captured = "cuda_graph_step=true" in argv
+            return {"status": "completed", "throughput": {"perf/items_per_sec": rate}, "cuda_graph_step": {"captured": captured}}
+
+    monkeypatch.setattr(step_capture, "Runner", CutShort)
+    out = tmp_path / "llama.json"
+    with pytest.raises(KeyboardInterrupt):
+        step_capture.main(["--group", "llama_71m", "--repeats", "2", "--out", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    # rotating rounds: uncaptured, captured, then captured, uncaptured — cut after the third run
+    assert [len(r.get("runs") or [None]) for r in rows] == [1, 2]
+    assert rows[0]["images_per_sec"] == 1000.0 and rows[1]["images_per_sec"] == 1000.0 and rows[1]["rates"] == [1100.0, 900.0]
+    assert not out.with_suffix(".md").exists()

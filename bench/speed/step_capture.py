@@ -145,22 +145,30 @@ def measure(args) -> None:
         for k, i, (name, argv, kind) in rotated_rounds(settings, args.repeats):
             record = runner.mixbench(argv, args.gpu)
             runs[name].append((k, i, record, rate_of(record, kind)))
-    if args.dry_run:
-        return
+            if not args.dry_run:  # the JSON alone after every run: a call's time limit keeps the rows so far
+                write(args.out, args, summary_rows(args.group, settings, runs, alone), final=False)
+    if not args.dry_run:
+        write(args.out, args, summary_rows(args.group, settings, runs, alone))
+
+
+def summary_rows(group: str, settings: list, runs: dict[str, list], alone: dict | None) -> list[dict]:
+    """The model-alone row (vit_s), then a row per setting that has runs: medians over its runs so far."""
     reference = alone["images_per_sec"] if alone else None
     rows = [alone] if alone else []
     for name, _, _ in settings:
-        row = row_summary(name, runs[name], reference) | {"group": args.group}
-        row["cuda_graph_step"] = [record.get("cuda_graph_step") for _, _, record, _ in runs[name]][0]
-        rows.append(row)
-    write(args.out, {k: str(v) for k, v in vars(args).items()}, rows)
+        if runs[name]:
+            row = row_summary(name, runs[name], reference) | {"group": group}
+            row["cuda_graph_step"] = runs[name][0][2].get("cuda_graph_step")
+            rows.append(row)
+    return rows
 
 
 COLUMNS = [("row", "row"), ("items/s (median)", "images_per_sec"), ("runs, round by round", "rates"), ("of model alone", "of_model")]
 
 
-def write(out: Path, settings: dict, rows: list[dict]) -> None:
-    write_result(out, "step_capture", settings, rows, markdown(COLUMNS, rows))
+def write(out: Path, args, rows: list[dict], final: bool = True) -> None:
+    """The group's JSON; ``final``: its Markdown table beside it too."""
+    write_result(out, "step_capture", {k: str(v) for k, v in vars(args).items()}, rows, markdown(COLUMNS, rows) if final else None)
 
 
 def merge(out: Path, inputs: list[Path]) -> None:
