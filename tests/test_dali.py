@@ -377,31 +377,20 @@ def test_the_hand_over_computes_nothing_on_the_host(monkeypatch, jpeg_root):
     can start torch's OpenMP threads on their cores (docs/speed.md#dali-hand-over).  With DALI's outputs on the meta
     device as a stand-in for the GPU, the only torch ops on CPU tensors in a batch's hand-over are the wrap of the
     NumPy boxes and their upload; the recorder sees a CPU op where there is one."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch_ops import TorchOps
 
     from mixbench.data.dali import DaliLoader
 
-    class HostOps(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            tensors = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
-            if any(t.device.type == "cpu" for t in tensors):
-                self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    with HostOps() as control:
+    with TorchOps() as control:
         torch.full((4,), 0.5).exp()
-    assert control.ops == ["aten.exp.default"]
+    assert control.on_cpu == ["aten.exp.default"]
     dm, _ = setup_module_with_fake(monkeypatch, jpeg_root)
     loader = DaliLoader(dali_settings(dm, list(dm.train_set.samples), train=True, rank=0, world=1, device_id=0), 1.0)
     meta = {"images": torch.empty(4, 3, 8, 8, device="meta"), "labels": torch.empty(4, 1, dtype=torch.int32, device="meta")}
     loader.iterator = [[meta]]
-    with HostOps() as recorder:
+    with TorchOps() as recorder:
         images, labels = next(iter(loader))
-    assert set(recorder.ops) <= {"aten.lift_fresh.default", "aten._to_copy.default"}, recorder.ops
+    assert set(recorder.on_cpu) <= {"aten.lift_fresh.default", "aten._to_copy.default"}, recorder.on_cpu
     assert images.device.type == "meta" and labels.dtype == torch.int64
 
 

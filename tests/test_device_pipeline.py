@@ -223,25 +223,16 @@ def test_batched_erasing_boxes_make_no_torch_call_on_the_host():
     the calling thread.  A torch CPU op there (exp, sqrt) would start torch's OpenMP threads, which took DALI's cores on
     an H200 (docs/speed.md#dali-hand-over).  The recorder sees torch's ops: ``exp`` of a tensor is one."""
     from timm.data.random_erasing import RandomErasing
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch_ops import TorchOps
 
-    class Recorder(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    with Recorder() as control:
+    with TorchOps() as control:
         torch.full((256, 10), 0.5, dtype=torch.float64).exp()
-    assert "aten.exp.default" in control.ops
+    assert "aten.exp.default" in control.all
     eraser = RandomErasing(0.25, mode="pixel", max_count=1, device="cpu")
-    with Recorder() as recorder:
+    with TorchOps() as recorder:
         boxes = dp.erase_boxes(eraser, 256, 224, 224, np.random.default_rng(0))
     # lift_fresh: torch.from_numpy's wrap of the finished array (no computation)
-    assert set(recorder.ops) <= {"aten.lift_fresh.default"} and boxes.shape == (256, 4) and boxes.dtype == torch.int64
+    assert set(recorder.all) <= {"aten.lift_fresh.default"} and boxes.shape == (256, 4) and boxes.dtype == torch.int64
 
 
 def _rand_augment_image_by_image(rand_augment, images, fill):
