@@ -36,13 +36,13 @@
 #                                          #   in the order A B B A — A: BASE with this checkout's DALI input
 #                                          #   (mixbench/data/dali.py, device_pipeline.py), B: this checkout with BASE's — which side
 #                                          #   of the tree a regression between them is in; TREES (default "a b b a") may also
-#                                          #   name `new`, this checkout as it is
+#                                          #   name `new`, this checkout as it is, and `base`
 #   bash bench/device/speed_calls.sh stash     # carrying .data/cifar, or .data/textmix3 (one a call: with the checkout both
 #                                          #   exceed 64 MiB): kept in /tmp/speed_calls_data for the later calls on the machine
 #   bash bench/device/speed_calls.sh capture   # a 2-GPU machine, after five receive calls and two stash calls, carrying the last
 #                                          #   part, .dali/SHA256 and .whl: issue 34's ViT-S rows — the DALI GPU tests, then
 #                                          #   step_capture.py vit_s (ViT-S DALI captured / not, the model alone) on GPU 0, cores
-#                                          #   0-15, the rest of the machine idle
+#                                          #   0-15 (CORES), the rest of the machine idle
 #   bash bench/device/speed_calls.sh capture_proxy  # the next call, carrying .whl: vit_ti (CIFAR proxy before / GPU arrays /
 #                                          #   captured), then llama_71m, on GPU 0, cores 0-15.  Both steps: REPEATS (default 2)
 #                                          #   rounds, and the group JSONs so far merged into step_capture_2xh200.json.  Then
@@ -53,7 +53,7 @@
 # Outputs: /tmp/speed_calls on the machine (kept across the calls), all of it as $OUT/speed_calls_<step>.tgz after each call.
 # LIMIT_S (default 570): the seconds a call may use; a bench still running then is stopped (fp8_pairs keeps its pairs).
 # CORES (e.g. 0-15): the `regress`, `profile`, `variants` and `hybrids` steps on those cores alone (taskset), as on a one-GPU machine of 16 cores
-# when they run on a larger one; PAIR_ONLY (default "vit_small llama_130m"): the rows of the `pair` step.
+# when they run on a larger one (`capture`, `capture_proxy`: default 0-15); PAIR_ONLY (default "vit_small llama_130m"): the rows of the `pair` step.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEP=${1:?"receive | dali | peer | scale | pair | profile | regress | variants | hybrids | stash | capture | capture_proxy | fp8"}
@@ -73,6 +73,19 @@ bench() {  # bench NAME COMMAND...: run it within what is left of LIMIT_S, log t
     tail -15 "$W/$name.log"
 }
 
+tree_vit_e2e() {  # tree_vit_e2e TREE NAME: vit_e2e of pre with DALI on TREE — base (.data/base), new (this checkout),
+    # a / b (the hybrids) — by that tree's own harness, which puts its tree first on the runs' PYTHONPATH; $W/NAME.json
+    local folder harness=bench/speed/vit_e2e.py
+    case $1 in
+        base) folder=.data/base harness=bench/vit_e2e.py ;;
+        a) folder=/tmp/hybrid_a harness=bench/vit_e2e.py ;;  # BASE's layout
+        b) folder=/tmp/hybrid_b ;;
+        new) folder=$PWD ;;
+        *) echo "unknown tree $1: base | new | a | b"; return 2 ;;
+    esac
+    (cd "$folder" && bench "$2" python3 "$harness" --pipelines dali --norms pre --out "$W/$2.json")
+}
+
 [ ! -d .dali ] || bash bench/device/dali_bundle.sh receive
 STASH=/tmp/speed_calls_data  # data an earlier call carried (`stash`), put back where the benches read it
 for kept in "$STASH"/*; do
@@ -88,7 +101,11 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_DATASETS
 case $STEP in  # the steps that read images through DALI: unpack it (once a machine) and put it on the paths
     dali | peer | scale | pair | profile | regress | variants | hybrids | capture) source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; exit 1; } ;;
 esac
-case $STEP in profile | regress | variants | hybrids) PIN=${CORES:-} ;; *) PIN= ;; esac
+case $STEP in
+    profile | regress | variants | hybrids) PIN=${CORES:-} ;;
+    capture | capture_proxy) PIN=${CORES:-0-15} ;;  # GPU 0's lane
+    *) PIN= ;;
+esac
 case $STEP in
     receive)
         [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/speed/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
@@ -125,14 +142,7 @@ case $STEP in
         bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider  # the checkout's hand-over first
         for round in 1 2; do
             order="base new"; [ "$round" = 2 ] && order="new base"
-            for tree in $order; do
-                if [ "$tree" = base ]; then  # its own harness puts .data/base first on the runs' PYTHONPATH
-                    (cd .data/base && bench "regress_base_$round" python3 bench/vit_e2e.py --pipelines dali --norms pre \
-                        --out "$W/regress_base_$round.json")
-                else
-                    bench "regress_new_$round" python3 bench/speed/vit_e2e.py --pipelines dali --norms pre --out "$W/regress_new_$round.json"
-                fi
-            done
+            for tree in $order; do tree_vit_e2e "$tree" "regress_${tree}_$round"; done
         done ;;
     variants)
         variants=()
@@ -149,11 +159,9 @@ case $STEP in
         cp -r mixbench tasks configs pyproject.toml bench /tmp/hybrid_b/
         for f in "${input[@]}"; do cp "$f" "/tmp/hybrid_a/$f"; cp ".data/base/$f" "/tmp/hybrid_b/$f"; done
         k=0
-        for tree in ${TREES:-a b b a}; do  # each tree's own harness puts that tree first on its runs' PYTHONPATH
+        for tree in ${TREES:-a b b a}; do
             k=$((k + 1))
-            harness=bench/speed/vit_e2e.py; [ "$tree" = a ] && harness=bench/vit_e2e.py
-            folder=/tmp/hybrid_$tree; [ "$tree" = new ] && folder=$PWD
-            (cd "$folder" && bench "hybrid_${tree}_$k" python3 "$harness" --pipelines dali --norms pre --out "$W/hybrid_${tree}_$k.json")
+            tree_vit_e2e "$tree" "hybrid_${tree}_$k"
         done ;;
     stash)
         mkdir -p "$STASH"
@@ -166,11 +174,11 @@ case $STEP in
         groups=(vit_ti llama_71m)
         if [ "$STEP" = capture ]; then
             groups=(vit_s)
-            bench capture_dali_tests taskset -c 0-15 python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider
+            bench capture_dali_tests python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider
         fi
         for g in "${groups[@]}"; do  # DALI's threads for vit_s; the proxy grid's 3 loader workers for vit_ti's "before" row
             workers=14; [ "$g" = vit_ti ] && workers=3
-            bench "capture_$g" taskset -c 0-15 python3 bench/speed/step_capture.py --group "$g" --gpu 0 --workers "$workers" \
+            bench "capture_$g" python3 bench/speed/step_capture.py --group "$g" --gpu 0 --workers "$workers" \
                 --repeats "$repeats" --out "$W/step_capture_$g.json"
         done
         parts=(); for g in vit_s vit_ti llama_71m; do [ -f "$W/step_capture_$g.json" ] && parts+=("$W/step_capture_$g.json"); done
