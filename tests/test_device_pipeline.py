@@ -192,7 +192,7 @@ def test_erasing_draws_the_boxes_timm_erases_and_fills_only_them():
         mask[top : top + h, left : left + w] = True
     assert 5 < (boxes[:, 2] > 0).sum() < 27  # p = 0.5
     assert torch.equal(images.ne(0).any(dim=1), masks)  # timm's boxes, from the same `random` draws
-    erased = dp.erase(torch.full((32, 3, 40, 48), 7.0), dp.box_masks(boxes, 40, 48))
+    erased = dp.erase(torch.full((32, 3, 40, 48), 7.0), boxes)
     assert torch.equal(erased.ne(7.0).any(dim=1), masks)
 
 

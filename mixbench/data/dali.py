@@ -231,7 +231,7 @@ class DaliLoader:
         return len(self.iterator)
 
     def __iter__(self):
-        from .device_pipeline import box_masks, erase, erase_boxes, upload
+        from .device_pipeline import erase, erase_boxes, upload
 
         for out in self.iterator:
             # DALI's outputs point into its own buffers (DLPack, no copy): the batch handed on is tensors of the loader's
@@ -244,7 +244,7 @@ class DaliLoader:
                 # (docs/speed.md#dali-hand-over).  The boxes, (n, 4) drawn by NumPy, go pinned and queued behind the
                 # running step (a pageable copy would make the host wait for the GPU); their masks are made on the GPU.
                 boxes = upload(erase_boxes(self.eraser, len(images), height, width, self.erase_rng), images.device)
-                images = erase(images, box_masks(boxes, height, width))
+                images = erase(images, boxes)
             else:
                 images = images.clone()
             yield images, labels

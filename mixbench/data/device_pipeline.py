@@ -106,7 +106,7 @@ def erase_boxes(eraser, n: int, img_h: int, img_w: int, rng: np.random.Generator
 
 def box_masks(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """(n, height + width) bool on ``boxes``' device: the rows, then the columns, that each image's box (top, left, h, w)
-    covers — what :func:`erase` takes (a few hundred bytes an image to upload instead of a pixel mask)."""
+    covers, as :func:`erase` uses them (made where the boxes are: on the device, after a 32-byte upload an image)."""
     top, left, h, w = boxes.T.unsqueeze(-1)  # each (n, 1)
     rows = torch.arange(height, device=boxes.device)
     cols = torch.arange(width, device=boxes.device)
@@ -256,10 +256,11 @@ def decode_batch(encoded: list[torch.Tensor], device: torch.device) -> list[torc
     return out
 
 
-def erase(images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    """timm ``RandomErasing`` (pixel mode) on a float batch: the pixels of each image's box — its rows and columns in
-    ``masks``, (n, height + width) from :func:`box_masks` on the same device — get N(0, 1) noise (three kernels)."""
-    height = images.shape[-2]
+def erase(images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """timm ``RandomErasing`` (pixel mode) on a float batch: the pixels of each image's box — ``boxes``, (n, 4) int64
+    (top, left, h, w) on the images' device, made into row and column masks by :func:`box_masks` — get N(0, 1) noise."""
+    height, width = images.shape[-2:]
+    masks = box_masks(boxes, height, width)
     inside = masks[:, None, :height, None] & masks[:, None, None, height:]
     return torch.where(inside, torch.randn_like(images), images)
 
@@ -324,7 +325,7 @@ class DeviceImagePipeline:
         x = self.normalize(self.augment(images, draws))
         if self.draw.eraser.probability == 0:
             return x, labels
-        return erase(x, box_masks(draws.erase, *x.shape[-2:])), labels  # the masks made on the batch's device
+        return erase(x, draws.erase), labels
 
     def __call__(self, batch: CroppedImages | EncodedImages, device) -> tuple[torch.Tensor, torch.Tensor]:
         device = torch.device(device)
