@@ -147,6 +147,30 @@ def test_run_time_input_errors_are_one_line_and_keep_earlier_results(tmp_path, c
     assert {p: p.read_bytes() for p in before} == before
 
 
+def test_a_bad_data_path_is_one_line_before_any_run_folder_exists(tmp_path, caplog):
+    """Missing data files are found by the pre-flight checks: exit 2, one line naming the setting, and nothing written
+    — no run folder, no config.yaml, no failed record that a table would show as a column of its own."""
+    (tmp_path / "c4").mkdir()
+    (tmp_path / "c4" / "c4-train.00000-of-00001.json.gz").write_bytes(b"")  # a train shard without its validation shard
+    (tmp_path / "empty").mkdir()
+    cases = {
+        "c4 glob": (["task=llama_lm", "data=c4", "data.path=/nope/*.json.gz"], "no files match data path '/nope/*.json.gz'"),
+        "validation glob": ([*TINY_LM, f"data.path={tmp_path}/c4/c4-train.*.json.gz"], "c4-validation.*.json.gz"),
+        "image root": ([*TINY_VIT, "data=imagefolder", f"data.root={tmp_path / 'empty'}"], "data.root="),
+        "npz": ([*TINY_VIT, f"data.path={tmp_path / 'none.npz'}"], "none.npz"),
+    }
+    for name, (args, expected) in cases.items():
+        caplog.clear()
+        results = tmp_path / f"results-{name.replace(' ', '_')}"
+        assert main(["run", *args, f"results_dir={results}"]) == 2, name
+        (message,) = errors(caplog)
+        assert expected in message and "\n" not in message, (name, message)
+        assert not results.exists(), name
+    sweep = tmp_path / "sweep"  # a grid checks every configuration before it runs any
+    assert main(["run", "-m", *TINY_LM, "seed=0,1", f"data.path={tmp_path}/c4/c4-train.*.json.gz", f"results_dir={sweep}", "--jobs", "2"]) == 2
+    assert not sweep.exists()
+
+
 def test_a_corrupt_image_is_fatal_by_default_and_skipped_and_counted_on_request(tmp_path, caplog):
     root = make_folder(tmp_path / "folder")
     victim = sorted((root / "train").rglob("*.*"))[0]

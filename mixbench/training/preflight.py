@@ -1,8 +1,10 @@
 """Checks of a run that its config alone decides, made before a run folder or record is written: the data module's
-required settings (its constructor reads no data) and ``init_from``'s model description (family, norm placement,
-architecture options) against the run's model."""
+required settings (its constructor reads no data), that its local files exist (globs and folders looked up, nothing
+read), and ``init_from``'s model description (family, norm placement, architecture options) against the run's model."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -48,6 +50,25 @@ def check_init_from(cfg: DictConfig) -> None:
         raise WeightsError("; and ".join(problems))
 
 
+def check_data_sources(datamodule) -> None:
+    """The local files a built-in data module will read exist (``FileNotFoundError`` / ``ConfigError`` naming the
+    setting): C4-format shards (``data.path`` and its validation glob, or ``data.val_path``), image folders
+    (``data.root``), a CIFAR ``.npz`` (``data.path``).  Each check is the module's own lookup (its globs and folder
+    tests), made before it reads anything; a hub stream or the embedded data need none."""
+    from ..data.folders import ImageFolderDataModule, detect_layout
+    from ..data.images import CifarArrayDataModule
+    from ..data.text import TextDataModule, resolve_files, validation_glob
+
+    if isinstance(datamodule, TextDataModule) and datamodule.path is not None:
+        resolve_files(datamodule.path)
+        resolve_files(datamodule.val_path or validation_glob(datamodule.path))
+    elif isinstance(datamodule, ImageFolderDataModule):
+        detect_layout(datamodule.root, datamodule.train_dir, datamodule.val_dir)
+    elif isinstance(datamodule, CifarArrayDataModule) and datamodule.path != "embedded":
+        if not Path(datamodule.path).expanduser().is_file():
+            raise FileNotFoundError(f"data.path={datamodule.path!r}: no such file; give the CIFAR-10 .npz (arrays x, y, classes)")
+
+
 def preflight(cfg: DictConfig) -> None:
     """Raise the errors ``cfg`` alone decides (:class:`mixbench.core.errors.ConfigError`), before anything is written."""
 
@@ -57,7 +78,7 @@ def preflight(cfg: DictConfig) -> None:
             "(each node's process writes into the same run folder)"
         )
     accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
-    make_datamodule(cfg)
+    check_data_sources(make_datamodule(cfg))
     check_profiler(cfg.profiler, int(cfg.trainer.num_nodes))
     if cfg.init_from is not None:
         check_init_from(cfg)
