@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from mixbench.cli.app import main
 from mixbench.training.checkpointing import newest_checkpoint
-from mixbench.training.preemption import PREEMPTED_EXIT
+from mixbench.training.preemption import INTERRUPTED_EXIT, PREEMPTED_EXIT
 
 COMMON = [
     "task=llama_lm",
@@ -169,6 +169,41 @@ def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_re
     resumed = record(run_dir)
     assert resumed["status"] == "completed" and resumed["steps"] == 8 and "preempted" not in resumed
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
+
+
+def test_ctrl_c_checkpoints_the_step_exits_130_records_interrupted_and_resumes_exactly(tmp_path, uninterrupted, launcher):
+    """SIGINT is a stop like SIGTERM's: the step in flight finishes and is checkpointed, one line says so, exit 130,
+    status ``interrupted``.  A second Ctrl-C half-way through writing that checkpoint is logged and ignored: the
+    checkpoint is written whole and the resume is exact."""
+    run_dir = tmp_path / "run"
+    faults = [{"kind": "signal", "moment": "step", "step": 4, "action": "SIGINT"}, {"kind": "signal", "moment": "write", "step": 5, "action": "SIGINT"}]
+    stopped = launcher.run(["run", *COMMON, f"run_dir={run_dir}"], faults, threads=torch.get_num_threads(), timeout=300)
+    assert stopped.returncode == INTERRUPTED_EXIT, stopped.output()[-2000:]
+    assert len(stopped.fired()) == 2
+    out = stopped.output()
+    assert "interrupted (Ctrl-C) by SIGINT at step 5" in out and "Ctrl-C again: ignored" in out and "Traceback" not in out
+    done = record(run_dir)
+    assert done["status"] == "interrupted" and "preempted" not in done
+    assert done["interrupted"] == {"signal": "SIGINT", "step": 5, "checkpoint": str(run_dir / "checkpoints" / "epoch=0-step=5.ckpt"), "requeued": False}
+    assert newest_checkpoint(run_dir).name == "epoch=0-step=5.ckpt"
+    assert main(["run", *COMMON, f"run_dir={run_dir}", "resume=auto"]) == 0
+    resumed = record(run_dir)
+    assert resumed["status"] == "completed" and resumed["steps"] == 8 and "interrupted" not in resumed
+    assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
+
+
+def test_ctrl_c_outside_training_stops_at_once_with_exit_130_and_the_run_finishes_on_resume(tmp_path, launcher):
+    """In the final validation (after fit) there is no step to finish: the run stops where it is, without a new
+    checkpoint, rather than Lightning's ``exit(1)`` recorded as ``failed: SystemExit: 1``."""
+    run_dir, args = tmp_path / "run", [*COMMON, "trainer.max_steps=2", "trainer.limit_val_batches=1"]
+    assert main(["run", *args, f"run_dir={run_dir}"]) == 0
+    (run_dir / "record.json").unlink()  # killed after its last checkpoint: resume=auto only validates
+    stopped = kill_harness(launcher, "validation:SIGINT", 2, *args, f"run_dir={run_dir}", "resume=auto")
+    assert stopped.returncode == INTERRUPTED_EXIT, stopped.output()[-2000:]
+    assert "interrupted (Ctrl-C) by SIGINT at step 2: no new checkpoint" in stopped.output() and "Traceback" not in stopped.output()
+    assert record(run_dir)["status"] == "interrupted"
+    assert main(["run", *args, f"run_dir={run_dir}", "resume=auto"]) == 0
+    assert record(run_dir)["status"] == "completed"
 
 
 def test_a_sweep_signalled_in_its_last_validation_stops_at_exit_75_and_resumes_exactly(tmp_path, uninterrupted, launcher):

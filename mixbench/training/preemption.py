@@ -3,6 +3,14 @@ step in flight, write an atomic checkpoint and stop with :class:`Preempted` (``m
 :data:`PREEMPTED_EXIT`); on SIGUSR1 inside a SLURM job the job is also requeued, and its next start continues with
 ``resume=auto``.
 
+Ctrl-C (SIGINT) stops the same way — the step in flight finishes, its checkpoint is written — but as
+:class:`Interrupted`: exit status :data:`INTERRUPTED_EXIT` (130, as a shell reports a Ctrl-C) and status
+``interrupted`` in the record.  Outside the training loop (data set-up, model build, the final validation)
+:class:`InterruptHandler`, installed for the whole run, stops the run where it is, without a new checkpoint.  Once a
+run is stopping, a further Ctrl-C is logged and ignored, so that the checkpoint and the record are written whole
+(``kill -9`` still ends it at once; checkpoint writes are atomic, so the resume then starts from the newest complete
+one).
+
 Lightning's own SLURM handler (``SLURMEnvironment(auto_requeue=True)``) saves from inside the signal handler, at
 whatever point of the step the signal arrives; this callback sets a flag there and acts at the next step boundary —
 the point where ``ModelCheckpoint`` saves — so a resumed run continues exactly.  Its handlers replace Lightning's for
@@ -18,11 +26,13 @@ handler, which this callback replaces there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from lightning.fabric.plugins.environments import SLURMEnvironment
@@ -33,26 +43,78 @@ from ..core.errors import RESUMABLE_EXIT
 
 log = logging.getLogger(__name__)
 PREEMPTED_EXIT = RESUMABLE_EXIT  # 75, sysexits' EX_TEMPFAIL: stopped on request; the same command (resume=auto) continues
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+INTERRUPTED_EXIT = 130  # 128 + SIGINT: stopped by Ctrl-C; the same command with resume=auto continues
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+AGAIN = "Ctrl-C again: ignored, the run is already stopping (its checkpoint and record are being written; kill -9 ends it at once)"
 
 
 class Preempted(Exception):
-    """The run stopped on a preemption signal; ``checkpoint`` (None: stopped outside a training step) holds its state."""
+    """The run stopped on a preemption signal; ``checkpoint`` (None: stopped outside a training step) holds its state.
+    ``status``: the record's status; ``exit_status``: ``mixbench run``'s; ``note``: the record's entry that says how
+    it stopped."""
 
-    def __init__(self, signame: str, step: int, checkpoint: Path | None, requeued: bool):
+    status, exit_status, note, verb = "failed", PREEMPTED_EXIT, "preempted", "preempted"
+
+    def __init__(self, signame: str, step: int | None, checkpoint: Path | None, requeued: bool):
         where = f"checkpoint {checkpoint}" if checkpoint else "no new checkpoint (stopped outside a training step)"
         super().__init__(
-            f"preempted by {signame} at step {step}: {where}; "
+            f"{self.verb} by {signame} " + (f"at step {step}" if step is not None else "before training") + f": {where}; "
             + ("the SLURM job was requeued" if requeued else "run it again with resume=auto to continue")
         )
         self.signame, self.step, self.checkpoint, self.requeued = signame, step, checkpoint, requeued
 
 
+class Interrupted(Preempted):
+    """The run stopped on Ctrl-C (SIGINT): recorded as ``interrupted``, exit status :data:`INTERRUPTED_EXIT`."""
+
+    status, exit_status, note, verb = "interrupted", INTERRUPTED_EXIT, "interrupted", "interrupted (Ctrl-C)"
+
+
+def stop_for(signum: int | None) -> type[Preempted]:
+    """The stop a signal asks for: :class:`Interrupted` for SIGINT, :class:`Preempted` for the others."""
+    return Interrupted if signum == signal.SIGINT else Preempted
+
+
+class InterruptHandler:
+    """The SIGINT handler of a run (:func:`interrupts_stop`): the first Ctrl-C raises :class:`Interrupted` where the
+    run is (no new checkpoint; inside the training loop :class:`PreemptionCheckpoint` takes SIGINT over and stops at
+    the step's end instead), later ones are logged and ignored while the run stops.  A forked process (a DataLoader
+    worker) ignores it: the run stops its workers."""
+
+    def __init__(self, step=lambda: None):
+        self.step, self.pid, self.stopping = step, os.getpid(), False
+
+    def __call__(self, signum, frame) -> None:
+        if os.getpid() != self.pid:
+            return
+        if self.stopping:
+            log.warning(AGAIN)
+            return
+        self.stopping = True
+        raise Interrupted("SIGINT", self.step(), None, False)
+
+
+@contextlib.contextmanager
+def interrupts_stop(step=lambda: None) -> Iterator[InterruptHandler | None]:
+    """While the block runs (in the main thread; elsewhere signals cannot be handled), Ctrl-C stops the run through an
+    :class:`InterruptHandler` (``step()``: the optimizer step it stopped at); the previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    handler = InterruptHandler(step)
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def preemption_note(err: BaseException) -> dict:
-    """The record's ``preempted`` entry for an error that is a preemption (empty for any other error)."""
+    """The record's ``preempted`` (``interrupted`` for Ctrl-C) entry for an error that is such a stop (empty for any
+    other error)."""
     if isinstance(err, Preempted):
         return {
-            "preempted": {
+            err.note: {
                 "signal": err.signame,
                 "step": err.step,
                 "checkpoint": str(err.checkpoint) if err.checkpoint else None,
@@ -85,8 +147,8 @@ def silence_sigterm_broadcast(trainer) -> None:
 
 
 class PreemptionCheckpoint(Callback):
-    """Checkpoint ``<checkpoint_dir>/epoch=E-step=S.ckpt`` and raise :class:`Preempted` at the end of the optimizer step
-    a preemption signal arrived in (micro-batches of gradient accumulation run to the step's end).  With several ranks,
+    """Checkpoint ``<checkpoint_dir>/epoch=E-step=S.ckpt`` and raise :class:`Preempted` (:class:`Interrupted` for
+    SIGINT) at the end of the optimizer step a preemption signal or Ctrl-C arrived in (micro-batches of gradient accumulation run to the step's end).  With several ranks,
     a signal to any rank stops every rank at the next multiple of ``agree_every_n_steps``."""
 
     def __init__(self, checkpoint_dir: Path, agree_every_n_steps: int = 10):
@@ -96,14 +158,20 @@ class PreemptionCheckpoint(Callback):
         self.received: int | None = None
         self._previous: dict = {}
         self._step_before = -1
+        self._pid = os.getpid()
 
     def _notice(self, signum, frame) -> None:
-        self.received = signum
+        if os.getpid() != self._pid:  # a DataLoader worker forked during training: the run stops its workers
+            return
+        if self.received is None:
+            self.received = signum
+        elif signum == signal.SIGINT:
+            log.warning(AGAIN)
 
     def on_train_start(self, trainer, pl_module) -> None:
         """Replace Lightning's handlers (installed just before), which would stop in the middle of an accumulation."""
         if threading.current_thread() is threading.main_thread():
-            self._handler = self._notice
+            self._pid, self._handler = os.getpid(), self._notice
             self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
             if trainer.world_size > 1:  # Lightning's broadcast of a flag that only its replaced handler sets
                 silence_sigterm_broadcast(trainer)
@@ -123,6 +191,8 @@ class PreemptionCheckpoint(Callback):
         for signum, handler in self._previous.items():
             if signal.getsignal(signum) is self._handler:
                 signal.signal(signum, handler)
+            if isinstance(handler, InterruptHandler) and self.received is not None:
+                handler.stopping = True  # a stop is under way: a Ctrl-C during its teardown is not another stop
         self._previous = {}
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -149,5 +219,5 @@ class PreemptionCheckpoint(Callback):
         trainer.save_checkpoint(path)
         signame = signal.Signals(self.received).name if self.received else "a signal to another rank"
         requeued = self.received == signal.SIGUSR1 and SLURMEnvironment.detect() and trainer.is_global_zero and requeue_slurm_job()
-        log.warning("%s: checkpoint %s written at step %d", signame, path, trainer.global_step)
-        raise Preempted(signame, trainer.global_step, path, requeued)
+        log.info("%s: checkpoint %s written at step %d", signame, path, trainer.global_step)
+        raise stop_for(self.received)(signame, trainer.global_step, path, requeued)

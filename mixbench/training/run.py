@@ -36,7 +36,7 @@ from .config import compose, norm_spec, runs_root, upgrade_saved_config
 from .gradnorm import GradNormMonitor
 from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision, runs_on_cuda
-from .preemption import Preempted, PreemptionCheckpoint, preemption_note
+from .preemption import Preempted, PreemptionCheckpoint, interrupts_stop, preemption_note
 from .preflight import preflight
 from .profiling import make_profiler, stop_profiling
 from .run_lock import RunLock
@@ -268,8 +268,8 @@ def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = ()
     preflight(cfg)
     run_dir = run_directory(cfg, spec.label())
     try:
-        with nullcontext() if is_child_rank() else RunLock(run_dir):
-            return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra)
+        with nullcontext() if is_child_rank() else RunLock(run_dir), interrupts_stop() as interrupt:
+            return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra, interrupt)
     except Exception as err:  # a full disk met outside the run's own writes (e.g. the lock's holder file)
         full = disk_full_under(err, run_dir)
         if full is None or full is err:
@@ -281,10 +281,10 @@ RESUMABLE_STOPS = (Preempted, DiskFull)  # a run stopped before its end, to be c
 
 
 def report_stop(err: Exception) -> int:
-    """Log a resumable stop as one line (a preemption: a warning; a full disk: an error) and return its exit status,
-    :data:`RESUMABLE_EXIT`."""
+    """Log a resumable stop as one line (a preemption or Ctrl-C: a warning; a full disk: an error) and return its exit
+    status: :data:`RESUMABLE_EXIT`, or 130 for Ctrl-C (:class:`mixbench.training.preemption.Interrupted`)."""
     log.log(logging.WARNING if isinstance(err, Preempted) else logging.ERROR, "%s", err)
-    return RESUMABLE_EXIT
+    return err.exit_status if isinstance(err, Preempted) else RESUMABLE_EXIT
 
 
 def run_and_report(cfg: DictConfig, command: list[str]) -> int:
@@ -317,8 +317,10 @@ def _run_locked(
     t0: float,
     callbacks: tuple = (),
     record_extra: dict | None = None,
+    interrupt=None,
 ) -> dict:
-    """:func:`run` in its run folder, whose lock this process holds."""
+    """:func:`run` in its run folder, whose lock this process holds; ``interrupt``: the run's Ctrl-C handler
+    (:func:`mixbench.training.preemption.interrupts_stop`), told the step a Ctrl-C outside training stops at."""
     done = finished_record(run_dir) if cfg.resume == "auto" else None
     if done is not None:
         log.info("resume=auto: %s already finished (%s); nothing to do", run_dir, done["status"])
@@ -334,6 +336,8 @@ def _run_locked(
     record["command"] = command
     record.update(record_extra or {})
     trainer = None
+    if interrupt is not None:
+        interrupt.step = lambda: trainer.global_step if trainer is not None else None
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build_datamodule(cfg)
@@ -440,7 +444,8 @@ def _run_locked(
                 monitor.save(run_dir / "gradnorm.json")
     except BaseException as err:
         stop = resumable_stop(err, run_dir, trainer.global_step if trainer is not None else 0)
-        record["status"] = "failed"  # also after its status was decided (e.g. its weights found no space): not finished
+        # also after its status was decided (e.g. its weights found no space): not finished; Ctrl-C: interrupted
+        record["status"] = (stop or err).status if isinstance(stop or err, Preempted) else "failed"
         record["error"] = f"{type(stop or err).__name__}: {stop or err}"
         record.update(preemption_note(stop or err))
         if stop is not None and stop is not err:
