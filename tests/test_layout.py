@@ -67,3 +67,47 @@ def test_no_import_cycles():
         if module not in index:
             visit(module)
     assert cycles == []
+
+
+# the names a module could use to single out a model family: the registered families' and their models' kinds
+FAMILY_WORDS = {"lm", "vision", "llama", "vit", "toyseq"}
+
+
+def family_comparisons(source: str) -> list[str]:
+    """``a == "llama"``-like comparisons in ``source``: a family's name as a string compared with anything, or
+    anything whose expression mentions ``family`` compared with a string."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        strings = {o.value for o in operands if isinstance(o, ast.Constant) and isinstance(o.value, str)}
+        strings |= {
+            e.value for o in operands if isinstance(o, (ast.Tuple, ast.List, ast.Set)) for e in o.elts if isinstance(e, ast.Constant)
+        }
+        mentions_family = any("family" in ast.unparse(o) for o in operands)
+        if strings & FAMILY_WORDS or (mentions_family and strings):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_family_comparison_finder_sees_the_old_dyt_branch():
+    assert family_comparisons('if family == "llama":\n    pass') == ["line 1: family == 'llama'"]
+    assert family_comparisons('ok = cfg.task.family in ("lm",)') == ["line 1: cfg.task.family in ('lm',)"]
+    assert family_comparisons("if width == 512:\n    pass") == []
+
+
+def test_no_module_below_the_families_names_a_family():
+    """The layers below ``mixbench.families`` get what they need of a family from its spec (e.g. DyT's
+    :class:`~mixbench.layers.placements.ModelTraits`), never by comparing its name."""
+    layers = contract_layers()
+    below = [part.strip() for layer in layers[layers.index("mixbench.families") + 1 :] for part in layer.split("|")]
+    offenders = {}
+    for package in below:
+        for path in (ROOT / package.replace(".", "/")).rglob("*.py"):
+            if found := family_comparisons(path.read_text()):
+                offenders[str(path.relative_to(ROOT))] = found
+    assert below and "mixbench.layers" in below
+    assert offenders == {}

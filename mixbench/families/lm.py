@@ -9,6 +9,7 @@ from functools import partial
 from ..core.constants import IGNORE_INDEX
 from ..core.errors import ConfigError
 from ..core.families import Family, register_family
+from ..layers.placements import ModelTraits, dyt_llm_alpha0
 from ..models.llama import LLAMA_PRESETS, build_llama, llama_defaults
 from ..rlhf.checks import check_rlhf_config
 from ..training.strategy import world_size
@@ -85,12 +86,15 @@ def floor_from_reason(record: dict) -> dict | None:
     return None
 
 
+# what the placements may need of a LLaMA (DyT: the √d gain on its token embeddings, α0 from the DyT paper's LLM width table)
+LLAMA_TRAITS = ModelTraits(token_embeddings=True, dyt_alpha0=dyt_llm_alpha0)
+
 LM = register_family(
     Family(
         name="lm",
         description="LLaMA causal language models (RMSNorm, SwiGLU, RoPE); metric: validation perplexity",
         models={name: partial(llama_defaults, name) for name in LLAMA_PRESETS},
-        build=build_llama,
+        build=partial(build_llama, traits=LLAMA_TRAITS),
         lightning_module=lightning_module,
         options_from_data=options_from_data,
         data_options=data_options,

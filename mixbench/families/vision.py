@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from ..core.errors import ConfigError
 from ..core.families import Family, register_family
+from ..layers.placements import ModelTraits
 from ..models.vit import VIT_PRESETS, build_vit, vit_defaults
 
 
@@ -94,12 +95,15 @@ def analysis_loss(model, batch):
     return F.cross_entropy(model(images), targets)
 
 
+# what the placements may need of a ViT: no token embeddings, DyT's α0 = 0.5 everywhere (the DyT ViT recipe)
+VIT_TRAITS = ModelTraits()
+
 VISION = register_family(
     Family(
         name="vision",
         description="timm Vision Transformers (ViT-Ti/S); metric: validation top-1",
         models={name: partial(vit_defaults, name) for name in VIT_PRESETS},
-        build=build_vit,
+        build=partial(build_vit, traits=VIT_TRAITS),
         lightning_module=lightning_module,
         options_from_data=options_from_data,
         items=lambda batch: len(batch[1]),

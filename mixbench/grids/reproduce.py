@@ -20,6 +20,7 @@ from ..training.config import compose, norm_spec
 from ..training.run import existing_run, finished_record, finished_runs
 from .downstream import paper_comparison as downstream_comparison
 from .downstream import reproduce_downstream
+from .ladder import reproduce_ladder
 from .paper import grid, grid_scales, paper_runs
 from .rlhf import paper_comparison as rlhf_comparison
 from .rlhf import reproduce_rlhf
@@ -152,6 +153,8 @@ def reproduce(
         return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
     if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
         return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
+    if grid(name).get("kind") == "ladder":  # placements across model sizes, lrs planned round by round
+        return reproduce_ladder(name, seeds, extra, dry_run, jobs, resume, only, launcher)
 
     argvs = expand(name, scale, seeds, extra, best_from=best_from, only=only)
     if not argvs:

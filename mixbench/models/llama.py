@@ -25,6 +25,7 @@ from ..layers import (
     scaled_init_,
 )
 from ..layers.attention import causal_attention, check_attention_backend
+from ..layers.placements import ModelTraits
 
 
 @dataclass
@@ -192,10 +193,10 @@ class Llama(nn.Module):
 
     forward_computes_loss = True  # forward(input_ids, labels=...) returns the summed cross-entropy
 
-    def __init__(self, cfg: LlamaConfig, norm: NormSpec = NormSpec()):
+    def __init__(self, cfg: LlamaConfig, norm: NormSpec = NormSpec(), traits: ModelTraits = ModelTraits()):
         super().__init__()
         placement = get_placement(norm.placement)
-        norm = placement.for_model(norm, "llama", cfg.hidden_size)  # e.g. DyT's α0 for this width
+        norm = placement.for_model(norm, traits, cfg.hidden_size)  # e.g. DyT's α0 for this width (traits: the family's)
         self.cfg, self.norm_spec = cfg, norm
         self.plan = norm.plan(cfg.num_layers)
         make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False, groups=norm.groups))
@@ -316,9 +317,9 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
-def build_llama(name: str, norm: NormSpec = NormSpec(), **overrides) -> Llama:
+def build_llama(name: str, norm: NormSpec = NormSpec(), traits: ModelTraits = ModelTraits(), **overrides) -> Llama:
     cfg = llama_config(name, **overrides)
-    return Llama(cfg, norm)
+    return Llama(cfg, norm, traits)
 
 
 def llama_config(name: str, **overrides) -> LlamaConfig:

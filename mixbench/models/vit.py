@@ -35,6 +35,7 @@ from ..layers import (
     scaled_init_,
 )
 from ..layers.attention import check_attention_backend, sdpa_backend
+from ..layers.placements import ModelTraits
 
 # mixbench name -> (timm architecture, defaults in mixbench's vocabulary)
 VIT_PRESETS: dict[str, dict] = {
@@ -123,7 +124,7 @@ def vit_defaults(name: str) -> dict:
     return {**VIT_DEFAULTS, **preset}
 
 
-def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
+def build_vit(name: str, norm: NormSpec = NormSpec(), traits: ModelTraits = ModelTraits(), **overrides):
     """Create ``name`` (``vit_tiny`` | ``vit_small`` | ``vit_debug``) with the given norm placement."""
     options = vit_defaults(name)
     unknown = sorted(set(overrides) - set(options))
@@ -136,7 +137,7 @@ def build_vit(name: str, norm: NormSpec = NormSpec(), **overrides):
     check_attention_backend(backend)
     num_layers = options["num_layers"]
     placement = get_placement(norm.placement)
-    norm = placement.for_model(norm, "vit", options["hidden_size"])  # e.g. DyT's α0
+    norm = placement.for_model(norm, traits, options["hidden_size"])  # e.g. DyT's α0 (traits: the family's)
     plan = norm.plan(num_layers)
     timm_kwargs = {_TIMM_KEYS.get(k, k): v for k, v in options.items() if k not in _OWN_KEYS}
     make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "layernorm", eps=norm.eps or 1e-6, impl="timm", groups=norm.groups))

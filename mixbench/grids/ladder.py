@@ -1,0 +1,227 @@
+"""The size ladder: placements across model sizes, each at its own best learning rate (``mixbench reproduce ladder``).
+
+A ``kind: ladder`` grid (``configs/grids/ladder.yaml``) names families, each with its rungs (a task at one model size)
+and the placements to run on every rung.  The learning rates are not fixed ahead: each round reads the finished runs
+in ``results_dir`` and plans the next runs of every (rung, placement) on the rung's half-decade lr grid
+``anchor × {…, 0.1, 0.3, 1, 3, 10, …}``:
+
+1. **sweep** (seed 0): the start lr (the placement's, else the rung's) and one half-decade step on each side; then one
+   step beyond the best lr wherever the best is the highest or the lowest lr tried; where every lr tried failed
+   (stalled or diverged), one step below the lowest, until ≥ 3 failed lrs span a decade;
+2. **seeds**: 3 at the best lr (chosen by the tuned table's rule, :class:`mixbench.results.sweep.Sweep`), up to 5 where
+   they disagree (some train, some stall or diverge).
+
+A (rung, placement) is done when its best lr is bracketed (a tried lr on each side of it, worse or failed) and has its
+seeds, when it failed at every lr tried (≥ 3 of them spanning a decade), or when it has used ``max_lrs`` lrs.  A
+language-model rung's budget is ``budget.fraction`` of the paper's tokens for that size (Table 1), as optimizer steps
+of ``global_batch × seq_len`` tokens, a multiple of 4 (validation at 25 / 50 / 75 / 100 %).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+import sys
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from ..core.errors import ConfigError
+from ..results.sweep import Sweep
+from ..training.config import compose, norm_spec
+from ..training.run import finished_runs
+from .paper import grid
+from .runner import run_many
+
+log = logging.getLogger(__name__)
+
+LR_KEY = "optim.lr"
+VALIDATIONS = 4  # validations a run: at 25 / 50 / 75 / 100 % of its steps
+
+
+def lr_at(anchor: float, k: int) -> float:
+    """The k-th lr of the half-decade grid around ``anchor``: k even → anchor × 10^(k/2); k odd → 3 × that of k − 1
+    (1e-3: …, 1e-4, 3e-4, 1e-3, 3e-3, …; 4e-3: …, 1.2e-3, 4e-3, 1.2e-2, 4e-2, …)."""
+    return float(f"{anchor * 10 ** (k // 2) * (3 if k % 2 else 1):.3g}")
+
+
+def grid_index(anchor: float, lr: float) -> int:
+    """The k of :func:`lr_at` nearest ``lr`` (3 ≈ √10 puts odd steps 0.05 of a step below their half-decade)."""
+    return round(2 * math.log10(lr / anchor))
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One model size of a family: its ``task``, the lr grid's ``anchor`` and the settings every run of it takes."""
+
+    family: str
+    task: str
+    anchor: float
+    overrides: tuple[str, ...]
+    starts: tuple[tuple[str, float | None], ...]  # (placement, start lr or None: the anchor), in the grid's order
+
+    @property
+    def name(self) -> str:
+        return self.task
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one (rung, placement) needs next: its runs ((k, seed) pairs) and, when it needs none, why it is done."""
+
+    runs: tuple[tuple[int, int], ...] = ()
+    done: str = ""
+
+
+def lm_budget(budget: dict, paper_tokens: float) -> int:
+    """Optimizer steps of ``budget.fraction`` × ``paper_tokens`` at ``budget.tokens_per_step``, a multiple of
+    :data:`VALIDATIONS` (at least that many)."""
+    fraction, per_step = float(budget["fraction"]), int(budget["tokens_per_step"])
+    if not 0 < fraction <= 1 or per_step < 1:
+        raise ConfigError(f"ladder budget: fraction must be in (0, 1] and tokens_per_step ≥ 1, got {budget}")
+    return max(VALIDATIONS, VALIDATIONS * round(fraction * paper_tokens / per_step / VALIDATIONS))
+
+
+def rungs(name: str, root=None) -> list[Rung]:
+    """The rungs of ladder grid ``name``, family by family, smallest first."""
+    spec = grid(name, root)
+    out = []
+    for family in spec["families"]:
+        placements = family["placements"]
+        starts = tuple((p, None if v is None else float(v)) for p, v in placements.items())
+        for rung in family["rungs"]:
+            overrides = [*family.get("overrides", []), *rung.get("overrides", [])]
+            if "paper_tokens" in rung:
+                steps = lm_budget(family["budget"], float(rung["paper_tokens"]))
+                overrides += [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps // VALIDATIONS}"]
+            out.append(Rung(family["name"], rung["task"], float(rung["lr"]), tuple(overrides), starts))
+    return out
+
+
+def next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int) -> Step:
+    """The next runs of one (rung, placement) from its finished records by grid index (see the module's rules)."""
+    sweep_start = [k for k in (start - 1, start, start + 1) if k not in records_by_k]
+    if sweep_start:
+        return Step(tuple((k, 0) for k in sweep_start))
+    records = [r for k in sorted(records_by_k) for r in records_by_k[k]]
+    sweep = Sweep.from_records(records, LR_KEY, higher_is_better)
+    k_of = {k: records_by_k[k][0]["config"]["optim"]["lr"] for k in records_by_k}
+    tried = sorted(records_by_k)
+    if sweep.best is None:  # every lr tried failed
+        if len(tried) >= 3 and tried[-1] - tried[0] >= 2:
+            return Step(done=f"failed at every lr tried ({len(tried)} lrs spanning ≥ a decade)")
+        return _within(Step(((tried[0] - 1, 0),)), tried, max_lrs)
+    best = next(k for k in tried if k_of[k] == sweep.best)
+    if best == tried[-1]:
+        return _within(Step(((best + 1, 0),)), tried, max_lrs)
+    if best == tried[0]:
+        return _within(Step(((best - 1, 0),)), tried, max_lrs)
+    cell = sweep.cells[sweep.best]
+    have = {r["seed"] for r in records_by_k[best]}
+    mixed = cell.n and cell.n < len(have)  # some seeds at the best lr trained, some stalled or diverged
+    wanted = int(seeds["disagree"] if mixed else seeds["best"])
+    missing = tuple((best, s) for s in range(wanted) if s not in have)
+    return Step(missing) if missing else Step(done=f"best lr bracketed, {len(have)} seeds there")
+
+
+def _within(step: Step, tried: list[int], max_lrs: int) -> Step:
+    """``step``, or done where it would take the lrs tried past ``max_lrs``."""
+    return step if len(tried) < max_lrs else Step(done=f"stopped at max_lrs={max_lrs} lrs, best lr not bracketed")
+
+
+def family_settings(extras: tuple[str, ...], family: str, families: set[str]) -> tuple[str, ...]:
+    """The settings of ``extras`` for ``family``'s runs: ``FAMILY:key=value`` for that family only (prefix dropped),
+    ``key=value`` for every family."""
+    own = []
+    for item in extras:
+        prefix, sep, rest = item.partition(":")
+        if sep and "=" not in prefix:
+            if prefix not in families:
+                raise ConfigError(f"{item!r}: no ladder family {prefix!r}; prefix a setting with one of {', '.join(sorted(families))}")
+            if prefix == family:
+                own.append(rest)
+        else:
+            own.append(item)
+    return tuple(own)
+
+
+def plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), root=None) -> tuple[list[list[str]], list[str]]:
+    """The next round of ladder ``name``: the ``mixbench run`` argument lists, and one line a (rung, placement) saying
+    what it needs or why it is done.  ``extras``: settings of every run (``llama:data.path=...``: of one family's).
+    ``only``: the (rung, placement)s whose arguments include every one of these."""
+    spec = grid(name, root)
+    seeds, max_lrs = spec.get("seeds", {"best": 3, "disagree": 5}), int(spec.get("max_lrs", 7))
+    argvs, lines = [], []
+    ladder_rungs = rungs(name, root)
+    for rung in ladder_rungs:
+        extra = family_settings(extras, rung.family, {r.family for r in ladder_rungs})
+        for placement, start_lr in rung.starts:
+            base = [f"task={rung.task}", f"norm={placement}", *rung.overrides]
+            if not all(item in [*base, *extra] for item in only if not item.startswith((f"{LR_KEY}=", "seed="))):
+                continue
+            cfg = compose([*base, *extra], root)
+            by_k = _finished_by_index(cfg, rung.anchor)
+            start = grid_index(rung.anchor, start_lr if start_lr is not None else rung.anchor)
+            step = next_step(by_k, start, _higher_is_better(cfg), seeds, max_lrs)
+            runs = [[*base, f"{LR_KEY}={lr_at(rung.anchor, k)}", f"seed={seed}", *extra] for k, seed in step.runs]
+            argvs += [argv for argv in runs if all(item in argv for item in only)]
+            lrs = ", ".join(f"{lr_at(rung.anchor, k):g}×{len(rs)}" for k, rs in sorted(by_k.items())) or "none"
+            lines.append(f"{rung.task} {placement}: finished {lrs}; " + (step.done or f"next {len(runs)} run(s)"))
+    return argvs, lines
+
+
+def _finished_by_index(cfg, anchor: float) -> dict[int, list[dict]]:
+    """The finished records of ``cfg`` at any lr and seed, by their lr's grid index (the lr aside, the same settings)."""
+    label = norm_spec(cfg).label()
+    found: dict[int, list[dict]] = {}
+    lrs = {_lr_of(r) for r in _any_lr_runs(cfg, label)}
+    for lr in sorted(lrs):
+        at = cfg.copy()
+        OmegaConf.update(at, LR_KEY, lr)
+        for record in finished_runs(at, label):
+            found.setdefault(grid_index(anchor, lr), []).append(record)
+    return found
+
+
+def _higher_is_better(cfg) -> bool:
+    return bool(next(m.higher_is_better for m in cfg.task.metrics if m.primary))
+
+
+def _lr_of(record: dict) -> float:
+    return float(record["config"]["optim"]["lr"])
+
+
+def _any_lr_runs(cfg, label: str) -> list[dict]:
+    """Finished records under ``cfg``'s run folder for its (task, model, norm), whatever their settings (filtered by
+    :func:`finished_runs` afterwards, lr by lr)."""
+    from ..training.run import finished_record, runs_parent
+
+    return [r for folder in sorted(runs_parent(cfg, label).glob("seed*-*")) if (r := finished_record(folder)) is not None]
+
+
+def reproduce_ladder(
+    name: str, seeds: tuple[int, ...], extra: tuple[str, ...], dry_run: bool, jobs: int, resume: bool, only: tuple[str, ...], launcher: str
+) -> list | None:
+    """Rounds of :func:`plan` and runs until every (rung, placement) is done; ``dry_run``: print the next round's
+    ``mixbench run`` lines (stdout) and each (rung, placement)'s state (log)."""
+    if seeds != (0,):
+        raise ConfigError(f"{name} picks its own seeds (the sweep seed 0; 3 at each best lr, up to 5 where they disagree): drop --seeds")
+    outcomes, rounds = [], 0
+    while True:
+        argvs, lines = plan(name, extra, only)
+        for line in lines:
+            log.info("%s", line)
+        if dry_run:
+            sys.stdout.write("".join("mixbench run " + " ".join(shlex.quote(a) for a in argv) + "\n" for argv in argvs))
+            return None
+        if not argvs:
+            log.info("%s: every (rung, placement) is done after %d round(s)", name, rounds)
+            return outcomes
+        rounds += 1
+        log.info("%s round %d: %d run(s)", name, rounds, len(argvs))
+        ran = run_many(argvs, jobs, True, launcher)  # resume: a round cut short goes on where it stopped
+        outcomes += ran
+        if all(o.status == "failed" for o in ran):  # nothing finished: another round would plan the same runs
+            log.error("%s round %d: no run finished; stopping (see the runs' logs)", name, rounds)
+            return outcomes
