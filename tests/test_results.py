@@ -293,9 +293,11 @@ def test_records_frame_columns_and_dtypes(tmp_path):
         "higher_is_better",
         "wall_time_s",
         "run_dir",
+        "source",
         "val/loss",
         "val/top1",
     ]
+    assert set(frame["source"]) == {str(tmp_path)}  # the results folder each run was read from
     for name in ("primary_value", "wall_time_s", "val/loss", "val/top1"):
         assert pd.api.types.is_float_dtype(frame[name]), name
     assert pd.api.types.is_integer_dtype(frame["seed"]) and pd.api.types.is_integer_dtype(frame["repeat"])

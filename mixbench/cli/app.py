@@ -71,18 +71,11 @@ def budget_fractions(text: str) -> list[float]:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from ..results.records import load_records, results_folder
     from ..results.render import print_rich, render, tidy_csv
+    from ..results.sources import records_of
     from ..results.table import aggregate, budget_views
-    from ..training.config import runs_root
 
-    if args.results_dir is None:  # your own runs (none yet on a fresh checkout); the committed proxy results: results/proxy/
-        args.results_dir = str(runs_root())
-        records, problems = load_records(args.results_dir)
-    else:
-        records, problems = load_records(results_folder(args.results_dir))
-    for problem in problems:
-        log.warning("skipped unreadable record: %s", problem)
+    records, folders = records_of(args.results_dir)
     if args.best_over and (args.paper or args.format == "tidy"):
         raise ConfigError(
             f"--best-over picks one cell per norm and column; {'--paper' if args.paper else '--format tidy'} has no such cells "
@@ -98,7 +91,7 @@ def cmd_table(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         return 0
     if not records:
-        log.warning("no result records under %s; create some with `mixbench run task=...`", args.results_dir)
+        log.warning("no result records under %s; create some with `mixbench run task=...`", folders)
         return 0
     if args.at:
         records = budget_views(records, args.at)
@@ -253,16 +246,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def plot_lr(args: argparse.Namespace) -> int:
     """``mixbench plot lr``: the metric against the learning rate, one PNG per table column."""
     from ..results.lr_curves import write_lr_figures
-    from ..results.records import load_records, results_folder
-    from ..training.config import runs_root
+    from ..results.sources import records_of
 
     if args.compare:
         raise ConfigError("mixbench plot lr reads the records under --results-dir DIR; --compare belongs to plot curves")
-    records, problems = load_records(results_folder(args.results_dir or runs_root()))
-    for problem in problems:
-        log.warning("skipped unreadable record: %s", problem)
+    records, folders = records_of(args.results_dir)
     if not records:
-        raise ConfigError(f"no result records under {args.results_dir or runs_root()}: nothing to plot")
+        raise ConfigError(f"no result records under {folders}: nothing to plot")
     for path in write_lr_figures(records, args.out or "results/analysis/lr_curves.png", args.over, args.metric):
         log.info("wrote %s", path)
     return 0
@@ -466,8 +456,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     table.add_argument(
         "--results-dir",
-        help="the folder whose records (record.json, at any depth) are tabled (default: results/runs, where mixbench run "
-        "puts your runs; e.g. results/proxy/placements for a committed proxy grid)",
+        action="append",
+        metavar="DIR",
+        help="a folder whose records (record.json, at any depth) are tabled (default: results/runs, where mixbench run "
+        "puts your runs; e.g. results/proxy/placements for a committed proxy grid); give it again to table several "
+        "folders together, e.g. your runs beside the committed ones: each cell names its folders, each run counts once",
     )
     table.add_argument("--width", type=int, help="the terminal table's width in characters (default: the terminal's)")
     table.add_argument(
@@ -600,7 +593,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="curves: validation metric of the right panel; lr: the y axis (default: the runs' primary metric, e.g. val/ppl)",
     )
-    plot.add_argument("--results-dir", help="lr: the folder of records, at any depth (default: results/runs)")
+    plot.add_argument(
+        "--results-dir",
+        action="append",
+        metavar="DIR",
+        help="lr: a folder of records, at any depth (default: results/runs); again for several folders, read as one",
+    )
     plot.add_argument("--over", default="optim.lr", metavar="KEY", help="lr: the config key on the x axis (default optim.lr)")
     plot.add_argument(
         "--out",

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from . import stats
-from .records import _seed_key, _time_order, outcome, primary_value
+from .records import _finite, _seed_key, _time_order, outcome, primary_value, run_identity
 
 # ---------------------------------------------------------------- one table cell: the records of one norm × column
 
@@ -36,10 +36,12 @@ class Cell:
     seed has one outcome: that of its latest record (by ``started_at``) that did not crash — a ``failed`` record
     is a crash, not a training outcome, so it decides only when every record of the seed failed.  A seed whose
     outcome is ``completed`` contributes one sample: the mean primary metric of its completed records.  ``mean`` /
-    ``std`` are over those samples, i.e. over the finished seeds only.
+    ``std`` are over those samples, i.e. over the finished seeds only.  A seed that diverged or stalled keeps the
+    value it measured (where finite) in ``measured``, apart from the samples: :meth:`measured_mean`.
     """
 
     samples: dict = field(default_factory=dict)  # seed → value (finished seeds; repeats averaged)
+    measured: dict = field(default_factory=dict)  # seed → value of a seed that diverged or stalled (finite; repeats averaged)
     outcomes: dict = field(default_factory=dict)  # seed → completed | diverged | stalled | failed
     records: int = 0
     delta: Delta | None = None
@@ -48,7 +50,7 @@ class Cell:
     def from_records(cls, records: list[dict]) -> Cell:
         """The cell of ``records``; copies of one run (the same ``run_id``, seed and start time: a confirmation run
         reused from a grid with ``mixbench search --reuse-from``) count once."""
-        records = list({_run_key(r): r for r in records}.values())
+        records = list({run_identity(r): r for r in records}.values())
         by_seed: dict = {}
         for r in sorted(records, key=_time_order):
             by_seed.setdefault(_seed_key(r["seed"]), []).append(r)
@@ -57,8 +59,12 @@ class Cell:
             outcomes = [outcome(r) for r in recs]
             decisive = [o for o in outcomes if o != "failed"]
             cell.outcomes[seed] = decisive[-1] if decisive else "failed"
-            if cell.outcomes[seed] == "completed":
-                cell.samples[seed] = statistics.fmean(float(primary_value(r)) for r, o in zip(recs, outcomes) if o == "completed")
+            ended = cell.outcomes[seed]
+            values = [float(primary_value(r)) for r, o in zip(recs, outcomes) if o == ended and _finite(primary_value(r))]
+            if ended == "completed":
+                cell.samples[seed] = statistics.fmean(values)
+            elif ended in MEASURED and values:
+                cell.measured[seed] = statistics.fmean(values)
         return cell
 
     @property
@@ -95,6 +101,12 @@ class Cell:
     def failed(self) -> int:
         return self.count("failed")
 
+    def measured_mean(self, what: str) -> float | None:
+        """The mean value measured by the seeds that ended ``what`` (``diverged``, ``stalled``): not a sample, and not
+        in :attr:`mean`; None where none of them left a finite value."""
+        values = [v for seed, v in self.measured.items() if self.outcomes[seed] == what]
+        return statistics.fmean(values) if values else None
+
     @property
     def mean(self) -> float | None:
         return stats.mean_std(self.values)[0]
@@ -104,16 +116,28 @@ class Cell:
         return stats.mean_std(self.values)[1]
 
     def summary(self, digits: int = 2) -> str:
-        """``mean ± std (n=…)`` and the seeds that did not finish, e.g. ``30.13 ± 0.41 (n=2) 1/3 diverged``."""
+        """``mean ± std (n=…)`` and the seeds that did not finish, e.g. ``30.13 ± 0.41 (n=2) 1/3 diverged``.  A cell
+        without a finished seed shows in parentheses what its diverged or stalled seeds measured, e.g.
+        ``(1367.42) 2/2 stalled`` (``(1367.42, n=1) 2/2 stalled``: one of the two left a finite value)."""
         parts = []
         if self.values:
             s = _num(self.mean, digits) + (f" ± {_num(self.std, digits)}" if self.std is not None else "")
             n = f"n={self.n}" + (f" seed{'s' * (self.n != 1)}, {_repeats(self.repeats)}" if self.repeats else "")
             parts.append(f"{s} ({n})")
-        parts += [f"{self.count(o)}/{self.n_seeds} {o}" for o in NOT_FINISHED if self.count(o)]
+        for o in NOT_FINISHED:
+            if self.count(o):
+                parts.append(("" if self.values else self._measured_text(o, digits)) + f"{self.count(o)}/{self.n_seeds} {o}")
         if not self.values and self.repeats:
             parts.append(f"({_repeats(self.repeats)})")
         return " ".join(parts)
+
+    def _measured_text(self, what: str, digits: int) -> str:
+        """``(1367.42) `` for :meth:`summary`; ``, n=k`` where only k of the seeds that ended ``what`` left a value."""
+        value = self.measured_mean(what)
+        if value is None:
+            return ""
+        k = sum(self.outcomes[seed] == what for seed in self.measured)
+        return f"({_num(value, digits)}{f', n={k}' if k < self.count(what) else ''}) "
 
     def delta_text(self, digits: int = 2) -> str:
         """``Δ −0.52 [−0.90, −0.14]*`` (``*``: the interval excludes 0); ``Δ −0.52`` without an interval."""
@@ -130,13 +154,7 @@ class Cell:
 
 
 NOT_FINISHED = ("diverged", "stalled", "failed", "pruned")
-
-
-def _run_key(record: dict):
-    """One run's identity across copies of its record (a run folder's name alone is not unique: run_dir= is free)."""
-    if record.get("run_id") and record.get("started_at"):
-        return (record["run_id"], str(record["seed"]), record["started_at"])
-    return id(record)
+MEASURED = ("diverged", "stalled")  # outcomes whose value a cell keeps (a crash left none; a pruned trial is a search's)
 
 
 def _num(x: float, digits: int) -> str:

@@ -22,6 +22,7 @@ RUN_FIELDS = (
     "higher_is_better",
     "wall_time_s",
     "run_dir",
+    "source",
 )
 
 
@@ -57,6 +58,7 @@ def _run_fields(record: dict, repeat: int) -> dict:
         "higher_is_better": bool(pm["higher_is_better"]),
         "wall_time_s": _float(record.get("wall_time_s")),
         "run_dir": str(Path(path).parent) if path else record.get("run_dir"),
+        "source": record.get("_source"),
     }
 
 
@@ -77,7 +79,8 @@ def _typed(frame, numeric: tuple[str, ...]):
 
 def records_frame(records: list[dict]):
     """A pandas DataFrame, one row per run: :data:`RUN_FIELDS` (``repeat``: 0 for the first record of its norm,
-    column and seed, 1… for re-runs; ``run_dir``: the folder holding the record) and one float column per metric
+    column and seed, 1… for re-runs; ``run_dir``: the folder holding the record; ``source``: the results folder it was
+    read from) and one float column per metric
     of ``record["metrics"]`` (NaN where a run lacks it)."""
     import pandas as pd
 
@@ -94,7 +97,7 @@ def records_frame(records: list[dict]):
     return _typed(frame, ("primary_value", "wall_time_s", *columns.values()))
 
 
-TIDY_FIELDS = (*RUN_FIELDS[:9], "metric", "value", "primary", "higher_is_better", "wall_time_s", "run_dir")
+TIDY_FIELDS = (*RUN_FIELDS[:9], "metric", "value", "primary", "higher_is_better", "wall_time_s", "run_dir", "source")
 
 
 def tidy_frame(records: list[dict]):

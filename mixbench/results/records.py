@@ -61,8 +61,9 @@ def results_folder(results_dir: str | Path) -> Path:
     return path
 
 
-def load_records(results_dir: str | Path) -> tuple[list[dict], list[str]]:
-    """Every ``record.json`` under ``results_dir``; unreadable ones are returned as problem messages."""
+def read_records(results_dir: str | Path) -> tuple[list[dict], list[str]]:
+    """Every ``record.json`` under ``results_dir``, with ``_path`` (its file) and ``_source`` (``results_dir`` as
+    given) set but no ``_recipe`` yet; unreadable ones are returned as problem messages."""
     records, problems = [], []
     for path in sorted(Path(results_dir).rglob("record.json")):
         try:
@@ -71,8 +72,31 @@ def load_records(results_dir: str | Path) -> tuple[list[dict], list[str]]:
             problems.append(str(err))
             continue
         record["_path"] = str(path)
+        record["_source"] = str(results_dir)
         records.append(record)
+    return records, problems
+
+
+def load_records(results_dir: str | Path) -> tuple[list[dict], list[str]]:
+    """Every ``record.json`` under ``results_dir`` (:func:`read_records`), recipes annotated; unreadable ones are
+    returned as problem messages.  Several folders at once: :func:`mixbench.results.sources.load_sources`."""
+    records, problems = read_records(results_dir)
     return annotate_recipes(records), problems
+
+
+def run_identity(record: dict):
+    """One run's identity across copies of its record (a folder copied beside its original, a confirmation run reused
+    with ``mixbench search --reuse-from``, two ``--results-dir`` that overlap): its ``run_id``, seed and start time;
+    without a ``run_id``, its config, seed and start time; without a start time, the record file itself.  A run folder's
+    name alone is not unique (``run_dir=`` is free)."""
+    seed, started = json.dumps(record.get("seed"), default=str), record.get("started_at")
+    if record.get("run_id") and started:
+        return ("run", record["run_id"], seed, started)
+    if started:
+        return ("config", json.dumps(record.get("config"), sort_keys=True, default=str), seed, started)
+    if record.get("_path"):
+        return ("file", str(Path(record["_path"]).resolve()))
+    return ("object", id(record))
 
 
 # ---------------------------------------------------------------- one record → its outcome and value
@@ -133,7 +157,8 @@ def dataset_name(record: dict) -> str:
     return data.get("name", "?") if isinstance(data, dict) else str(data)
 
 
-# config settings that say where and how a run ran, not what it trained: never a reason to split a column
+# config settings that say where and how a run ran, not what it trained: never a reason to split a column, nor to keep
+# the runs of two results folders (mixbench table --results-dir A --results-dir B) apart
 NOT_RECIPE = (
     "seed",
     "run_dir",
@@ -144,6 +169,7 @@ NOT_RECIPE = (
     "slurm",
     "save_weights",
     "checkpoint",
+    "checkpoint_every_n_steps",  # the key before checkpoint.every_n_steps
     "logger",
     "logger_options",
     "grad_norm_every_n_steps",
@@ -161,6 +187,7 @@ NOT_RECIPE = (
     "data.path",
     "data.num_workers",
     "data.cache_dir",
+    "data.num_proc",
     "data.eval_batch_size",
     "data.pin_memory",
     "data.persistent_workers",
@@ -176,8 +203,22 @@ NOT_RECIPE = (
 )
 
 
+# what a run resolved at its start (record["effective"]) that its config may leave open: trainer.precision=null is
+# bf16-mixed on a GPU and 32-true on a CPU; the global batch is data.batch_size × devices × accumulation
+EFFECTIVE = ("global_batch_size", "precision")
+
+
 def _is_recipe(key: str) -> bool:
     return not any(key == k or key.startswith(k + ".") for k in NOT_RECIPE)
+
+
+def recipe_settings(record: dict, ignore: tuple[str, ...] = ()) -> dict:
+    """The settings of ``record`` that decide what it trained: its config's training settings (dotted keys; not
+    :data:`NOT_RECIPE`, not ``ignore``) and ``effective.<k>`` of :data:`EFFECTIVE` where the record has them."""
+    settings = {k: v for k, v in flat_settings(record.get("config") or {}).items() if _is_recipe(k) and k not in ignore}
+    effective = record.get("effective") if isinstance(record.get("effective"), dict) else {}
+    settings.update({f"effective.{k}": effective[k] for k in EFFECTIVE if effective.get(k) is not None})
+    return settings
 
 
 def annotate_recipes(records: list[dict], ignore: tuple[str, ...] = ()) -> list[dict]:
@@ -186,7 +227,7 @@ def annotate_recipes(records: list[dict], ignore: tuple[str, ...] = ()) -> list[
     averaged as if they were seeds of one configuration.  Settings that differ only between norms (a placement's own
     options) do not split a column; a setting a record lacks (written before it existed) is left out of its label.
     Settings in ``ignore`` never split a column (``table --best-over optim.lr`` picks among their values in a cell)."""
-    settings = [{k: v for k, v in flat_settings(r.get("config") or {}).items() if _is_recipe(k) and k not in ignore} for r in records]
+    settings = [recipe_settings(r, ignore) for r in records]
     varying: dict[str, set[str]] = {}  # base column → settings that differ inside one of its cells
     cells: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(records):

@@ -27,9 +27,26 @@ def legend(table: Table, best: str = "bold") -> str:
     text += (
         "k/n diverged (likewise stalled, pruned = a search trial its pruner stopped early, and failed = crashed) "
         "= k of the cell's n seeds ended so (a seed's latest record decides); the mean is over the finished seeds "
-        f"only. {best} = best mean of the column."
+        "only. (x) k/n stalled (likewise diverged), in a cell where no seed finished: x = the mean value those seeds "
+        f"measured, no sample and never best (x, n=j: j of them left a finite value). {best} = best mean of the column."
     )
-    return text + (_sweep_legend(table) if table.best_over else "")
+    return text + (_sweep_legend(table) if table.best_over else "") + _source_legend(table)
+
+
+def _source_legend(table: Table) -> str:
+    """The results folders of the records, each numbered where there are several (a cell's ``src 1+2``)."""
+    if len(table.sources) > 1:
+        listed = ", ".join(f"src {k} = {source}" for k, source in enumerate(table.sources, 1))
+        return f" Records from several folders: {listed}; each cell names the folders of its records, each run counted once."
+    return f" Records from {table.sources[0]}." if table.sources else ""
+
+
+def source_tag(table: Table, row: str, col: str) -> str:
+    """``src 1+2``: the numbers of the folders (:func:`_source_legend`) the cell's records came from; blank where the
+    table has records from one folder only."""
+    if len(table.sources) < 2:
+        return ""
+    return "src " + "+".join(str(table.sources.index(s) + 1) for s in table.cell_sources.get((row, col), ()))
 
 
 def _sweep_legend(table: Table) -> str:
@@ -51,14 +68,14 @@ def _header(table: Table, col: str) -> str:
 
 
 def cell_parts(table: Table, row: str, col: str) -> tuple[str, str, str]:
-    """A cell's text in parts: its summary (with ``@lr 3e-3`` under ``--best-over``), its Δ and its LR sensitivity
-    (``S 0.42 (5 lrs)``, only under ``--best-over``); blank where there is none."""
+    """A cell's text in parts: its summary (with ``@lr 3e-3`` under ``--best-over``, and ``src 1`` where the table has
+    several folders), its Δ and its LR sensitivity (``S 0.42 (5 lrs)``, only under ``--best-over``); blank where there
+    is none."""
     cell, sweep = table.cells.get((row, col)), table.sweeps.get((row, col))
     if cell is None:
         return "", "", ""
-    if sweep is None:
-        return cell.summary(), cell.delta_text(), ""
-    return sweep.summary(), cell.delta_text(), sweep.sensitivity_text()
+    summary = " ".join(t for t in ((sweep or cell).summary(), source_tag(table, row, col)) if t)
+    return summary, cell.delta_text(), sweep.sensitivity_text() if sweep else ""
 
 
 def _cell_text(table: Table, row: str, col: str, sep: str = " ") -> str:
@@ -84,6 +101,8 @@ CELL_FIELDS = (
     "diverged",
     "stalled",
     "failed",
+    "diverged_value",
+    "stalled_value",
     "baseline",
     "delta",
     "ci_low",
@@ -92,6 +111,7 @@ CELL_FIELDS = (
     "confidence",
     "significant",
     "best",
+    "source",
 )
 
 
@@ -159,6 +179,8 @@ def cell_rows(table: Table) -> list[dict]:
                     "diverged": cell.diverged,
                     "stalled": cell.stalled,
                     "failed": cell.failed,
+                    "diverged_value": cell.measured_mean("diverged"),
+                    "stalled_value": cell.measured_mean("stalled"),
                     "baseline": table.baseline_of.get(col),
                     "delta": d.diff if d else None,
                     "ci_low": d.low if d else None,
@@ -167,6 +189,7 @@ def cell_rows(table: Table) -> list[dict]:
                     "confidence": table.confidence if d and d.low is not None else None,
                     "significant": d.significant if d else None,
                     "best": table.best.get(col) == row,
+                    "source": ";".join(table.cell_sources.get((row, col), ())) or None,
                     **_sweep_fields(table, row, col),
                 }
             )

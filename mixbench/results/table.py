@@ -9,6 +9,7 @@ from ..core.errors import ConfigError
 from . import stats
 from .cell import Cell, Delta
 from .records import _finite, column_key, dataset_name, model_label, row_key, with_recipes
+from .sources import record_sources
 from .sweep import Sweep, with_setting
 
 # ---------------------------------------------------------------- the table: rows = norm, columns = task · model · dataset [scale]
@@ -28,6 +29,8 @@ class Table:
     confidence: float = 0.95
     best_over: str | None = None  # --best-over KEY: each cell is the one at its row's best value of KEY
     sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # with best_over: (row, column) → its cells by value
+    sources: tuple[str, ...] = ()  # the results folders the records came from, in the order given (record["_source"])
+    cell_sources: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # (row, column) → its records' sources
 
 
 BUDGET_TOLERANCE = 0.02  # a validation counts as "at fraction f of the budget" within ±2 % of the budget
@@ -116,6 +119,7 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
     for (_, col), sweep in sweeps.items():
         sweep.column_values = len({repr(v) for (_, c), s in sweeps.items() if c == col for v in s.cells})
     cells = {key: sweeps[key].cell if sweeps else Cell.from_records(recs) for key, recs in groups.items()}
+    sources, cell_sources = record_sources(records, groups)
     columns = sorted(metric_of)
     order = {"pre": 0, "post": 1, "mix": 2}
     rows = sorted({row for row, _ in cells}, key=lambda n: (order.get(n.split("(")[0].split("[")[0], 3), n))
@@ -138,4 +142,6 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
                 cell.delta = Delta(base_row, diff, low, high, dof)
             else:
                 cell.delta = Delta(base_row, cell.mean - base.mean)
-    return Table(columns, rows, cells, metric_of, hib, best, info, baseline, baseline_of, confidence, best_over, sweeps)
+    return Table(
+        columns, rows, cells, metric_of, hib, best, info, baseline, baseline_of, confidence, best_over, sweeps, sources, cell_sources
+    )
