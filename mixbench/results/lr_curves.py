@@ -3,8 +3,9 @@
 
 A point is the mean over the finished seeds at that lr; the band spans their minimum to maximum (it pinches to the line
 where an lr has one seed).  An lr where no seed finished is a hollow marker at the bad edge of the axis (the top when
-lower is better): ▲ diverged, ○ stalled, × crashed.  ★ marks each placement's best lr, the one the table reports.  An lr
-where only some seeds finished is drawn at the mean of those; the table counts the others.
+lower is better): ▲ diverged, ○ stalled, × crashed.  ★ marks each placement's best lr, the one the table reports (its
+rule, :data:`~.sweep.RULE`, counts stalled and diverged seeds against their lr).  An lr where only some seeds finished
+is drawn at the mean of those and labelled with the others (``1/3 stalled``): the star can sit above such a point.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from .sweep import metric_view, value_text
+from .sweep import ENDED, metric_view, value_text
 from .table import Table, aggregate
 
 log = logging.getLogger(__name__)
@@ -99,13 +100,18 @@ def lr_figures(records: list[dict], key: str = "optim.lr", metric: str | None = 
 
 
 def _draw_row(ax, sweep, higher_is_better: bool, color, offset: float) -> None:
-    """One placement: its line over the lrs where a seed finished, the min–max band, the best lr starred, and a hollow
-    marker at the bad edge of the axis (shifted by ``offset`` decades, so that rows at one lr stay apart) elsewhere."""
+    """One placement: its line over the lrs where a seed finished (labelled with the seeds that stalled or diverged
+    there), the min–max band, the best lr starred, and a hollow marker at the bad edge of the axis (shifted by
+    ``offset`` decades, so that rows at one lr stay apart) elsewhere."""
     points = [(float(v), c.mean, min(c.values), max(c.values)) for v, c in sweep.cells.items() if c.n]
     if points:
         xs, means, lows, highs = zip(*points)
         ax.plot(xs, means, marker="o", markersize=4, color=color)
         ax.fill_between(xs, lows, highs, color=color, alpha=0.2, linewidth=0)
+    for value, cell in sweep.cells.items():
+        ended = [f"{cell.count(o)}/{cell.n_seeds} {o}" for o in ENDED if cell.count(o)]
+        if cell.n and ended:
+            ax.annotate(", ".join(ended), (float(value), cell.mean), xytext=(4, 4), textcoords="offset points", fontsize=7, color=color)
     if sweep.best is not None:
         ax.plot([float(sweep.best)], [sweep.cell.mean], marker="*", markersize=12, color=color, linestyle="")
     edge = 0.03 if higher_is_better else 0.97

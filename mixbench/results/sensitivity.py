@@ -3,9 +3,10 @@ and the loss at initialisation it needs.
 
     S = mean over the swept values η of [min(ℓ(η), ℓ₀) − ℓ*],   ℓ* = min over η of min(ℓ(η), ℓ₀),
 
-ℓ(η) is the validation loss (``val/loss``) at η, ℓ₀ the loss at initialisation; a value at which the run diverged or
-stalled counts as ℓ₀.  S is 0 for a method whose loss is the same at every η and grows as the curve of loss against η
-rises away from its minimum (in nats: the mean excess loss over the sweep).
+ℓ(η) is the validation loss (``val/loss``) at η, ℓ₀ the loss at initialisation.  As in the paper, a loss is used as
+measured, capped at ℓ₀, whatever the run's outcome (a run that stalled keeps the loss it ended at); only a loss that
+is not finite (NaN, inf, none recorded) counts as ℓ₀.  S is 0 for a method whose loss is the same at every η and
+grows as the curve of loss against η rises away from its minimum (in nats: the mean excess loss over the sweep).
 """
 
 from __future__ import annotations
@@ -49,12 +50,14 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 1
 
 
-def lr_sensitivity(losses: list[float | None], init: float) -> float | None:
-    """S over the swept values: ``losses`` holds ℓ(η) for each η (None: no seed finished at η, counted as ℓ₀ = ``init``).
-    None when no value finished (ℓ* undefined: a sweep where nothing trained has no sensitivity to report)."""
-    capped = [init if loss is None else min(loss, init) for loss in losses]
-    finished = [c for c, loss in zip(capped, losses) if loss is not None]
-    if not finished:
-        return None
-    best = min(finished)
-    return statistics.fmean(c - best for c in capped)
+def capped(loss, init: float) -> float:
+    """One measured loss as S counts it: ``min(loss, ℓ₀)``, and ℓ₀ (``init``) where ``loss`` is not finite."""
+    return min(float(loss), init) if _finite(loss) else init
+
+
+def lr_sensitivity(losses: list, init: float) -> float:
+    """S over the swept values: ``losses`` holds ℓ(η) for each η, each counted as :func:`capped` (a loss that is not
+    finite as ℓ₀ = ``init``)."""
+    counted = [capped(loss, init) for loss in losses]
+    best = min(counted)
+    return statistics.fmean(c - best for c in counted)

@@ -2,12 +2,15 @@
 best learning rate, with its LR sensitivity (:mod:`.sensitivity`).
 
 The records of one norm × base column (the column without the setting in its recipe) are split by the setting's value
-into one :class:`~.cell.Cell` each.  The best value is the one whose cell has the best mean over its finished seeds
-(respecting the metric's direction); a value with no finished seed cannot be best.  Ties: the value with more finished
-seeds, then the smaller value.  Where the sweep has one seed at most values and more at the best, each value is judged
-by the mean of the seeds it has, and the table then shows the chosen cell with all its seeds.  Picking the best of
-several noisy means favours a value that was lucky (winner's curse): the chosen cell is optimistic, most when the
-choice rests on one seed per value; re-running the chosen value with fresh seeds and tabling those alone removes it.
+into one :class:`~.cell.Cell` each.  The best value counts every seed that trained (:data:`RULE`): first the smallest
+share of seeds that stalled or diverged, then the best mean over its finished seeds (respecting the metric's
+direction), then more finished seeds, then the smaller value; a value with no finished seed cannot be best.  So a value
+where 1 of 3 seeds stalled loses to one where the seeds it has all finished, however good its other two seeds were.
+Crashed seeds (``failed``, ``pruned``) say nothing about the value and are not counted.  Where the sweep has one seed at
+most values and more at the best, each value is judged by the seeds it has, and the table then shows the chosen cell
+with all its seeds.  Picking the best of several noisy means favours a value that was lucky (winner's curse): the
+chosen cell is optimistic, most when the choice rests on one seed per value; re-running the chosen value with fresh
+seeds and tabling those alone removes it.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from dataclasses import dataclass, field
 from ..core.errors import ConfigError
 from ..core.settings import flat_settings
 from .cell import NOT_FINISHED, Cell
-from .records import _finite, _is_recipe, annotate_recipes, outcome
-from .sensitivity import LOSS, init_loss, lr_sensitivity
+from .records import _finite, _is_recipe, _seed_key, annotate_recipes, outcome
+from .sensitivity import LOSS, capped, init_loss, lr_sensitivity
 
 log = logging.getLogger("mixbench")
-TRAINED = ("completed", "diverged", "stalled")  # a value's outcome that says something about it (not a crash or a pruned trial)
+ENDED = ("diverged", "stalled")  # seeds that trained and did not finish: they count against their value
+TRAINED = ("completed", *ENDED)  # a seed's outcome that says something about its value (not a crash or a pruned trial)
+RULE = (
+    "the value with the smallest share of its seeds stalled or diverged, crashed seeds not counted; then the best mean "
+    "over its finished seeds; then more finished seeds; then the smaller value"
+)
 
 
 def setting(record: dict, key: str):
@@ -43,6 +51,20 @@ def with_setting(records: list[dict], key: str) -> list[dict]:
     if len(having) < len(records):
         log.warning("--best-over %s: left out %d record(s) whose config does not set it", key, len(records) - len(having))
     return annotate_recipes(having, ignore=(key,))
+
+
+def legend(key: str) -> str:
+    """What a ``--best-over KEY`` cell says, for the table's legend: how its value was picked and what S is."""
+    name = key.rsplit(".", 1)[-1]
+    return (
+        f"--best-over {key}: each cell is its row's best {name}, shown with all its seeds (@{name}), picked as "
+        f"{RULE.replace('value', name)}. Δ compares it with the baseline row at the baseline's own best {name}. Picked among noisy "
+        f"means, the best is optimistic (winner's curse), most where each {name} has one seed. k/n {name}s stalled: no "
+        f"{name} of the row had a finished seed. S = LR sensitivity (Wortsman et al. 2023, §2.2) over the row's {name}s η "
+        "where some seed trained: mean of ℓ(η) − ℓ*, ℓ(η) = mean over the seeds that trained (finished, stalled or "
+        "diverged) of val/loss as measured, capped at ℓ₀ (ℓ₀ where not finite), ℓ₀ = loss at init (ln vocab / ln "
+        "classes), ℓ* = min ℓ(η); lower = flatter; (k of n): swept over fewer values than the column."
+    )
 
 
 def value_text(value) -> str:
@@ -71,14 +93,42 @@ def metric_view(record: dict, name: str) -> dict:
     return {**record, "primary_metric": {"name": name, "higher_is_better": bool(specs.get(name, False))}}
 
 
+def ended_share(cell: Cell) -> float | None:
+    """The share of ``cell``'s seeds that trained (:data:`TRAINED`) and stalled or diverged; None where none trained."""
+    trained = sum(cell.count(o) for o in TRAINED)
+    return sum(cell.count(o) for o in ENDED) / trained if trained else None
+
+
+def best_value(cells: dict, higher_is_better: bool):
+    """The value of ``cells`` (value → :class:`Cell`, in order) picked by :data:`RULE`; None where no seed finished."""
+    scored = [(ended_share(c), -c.mean if higher_is_better else c.mean, -c.n, _order(v), v) for v, c in cells.items() if c.n]
+    return min(scored, key=lambda s: s[:4])[4] if scored else None
+
+
+def loss_at(records: list[dict], init: float) -> float | None:
+    """ℓ(η) of the records at one value: the mean over its seeds that trained (finished, stalled or diverged) of each
+    seed's val/loss, :func:`~.sensitivity.capped` at ℓ₀ (``init``; ℓ₀ where it is not finite).  A seed's outcome is
+    decided as in :class:`Cell` and its repeats with that outcome are averaged.  None where no seed trained."""
+    decided = Cell.from_records(records).outcomes
+
+    def view(r: dict) -> dict:
+        if outcome(r) != decided[_seed_key(r["seed"])] or outcome(r) not in TRAINED:
+            return {**r, "status": "failed"}  # a repeat the seed's outcome overrules, or a crash: not counted
+        loss = capped(_metrics(r).get(LOSS), init)
+        return {**r, "status": "completed", "metrics": {LOSS: loss}, "primary_metric": {"name": LOSS, "higher_is_better": False}}
+
+    samples = Cell.from_records([view(r) for r in records]).values
+    return statistics.fmean(samples) if samples else None
+
+
 @dataclass
 class Sweep:
     """The cells of one norm × base column, one per value of ``key`` (in order), the best value and ℓ₀."""
 
     key: str
     cells: dict = field(default_factory=dict)  # value → Cell of the primary metric
-    losses: dict = field(default_factory=dict)  # value → Cell of val/loss (empty: some finished record has no val/loss)
-    best: object = None  # the chosen value; None when no value has a finished seed
+    losses: dict = field(default_factory=dict)  # value → ℓ(η) (:func:`loss_at`); empty: no ℓ₀, or a finished record has no val/loss
+    best: object = None  # the chosen value (:func:`best_value`); None when no value has a finished seed
     init: float | None = None  # ℓ₀, mean over the records
     column_values: int = 0  # values of key in the whole column (set by the table)
 
@@ -92,12 +142,11 @@ class Sweep:
             value_of.setdefault(repr(value), value)
         values = sorted(value_of.values(), key=_order)
         cells = {v: Cell.from_records(groups[repr(v)]) for v in values}
-        complete = all(_finite(_metrics(r).get(LOSS)) for r in records if outcome(r) == "completed")
-        losses = {v: Cell.from_records([metric_view(r, LOSS) for r in groups[repr(v)]]) for v in values} if complete else {}
-        scored = [(c.mean, c.n, v) for v, c in cells.items() if c.mean is not None]
-        best = min(scored, key=lambda s: (-s[0] if higher_is_better else s[0], -s[1], _order(s[2])))[2] if scored else None
         inits = [x for x in map(init_loss, records) if x is not None]
-        return cls(key, cells, losses, best, statistics.fmean(inits) if inits else None)
+        init = statistics.fmean(inits) if inits else None
+        complete = init is not None and all(_finite(_metrics(r).get(LOSS)) for r in records if outcome(r) == "completed")
+        losses = {v: loss_at(groups[repr(v)], init) for v in values} if complete else {}
+        return cls(key, cells, losses, best_value(cells, higher_is_better), init)
 
     @property
     def cell(self) -> Cell:
@@ -105,38 +154,40 @@ class Sweep:
         return self.cells[self.best] if self.best is not None else Cell()
 
     def outcome(self, value) -> str:
-        """``completed`` where a seed at ``value`` finished, else the most common outcome of its seeds."""
+        """``completed`` where a seed at ``value`` finished; else the most common outcome among its seeds that trained
+        (diverged or stalled), so that one stalled seed beside crashed ones makes the value stalled; else (every seed
+        crashed or was pruned) the most common of those."""
         cell = self.cells[value]
-        return "completed" if cell.n else max(NOT_FINISHED, key=lambda o: (cell.count(o), -NOT_FINISHED.index(o)))
+        if cell.n:
+            return "completed"
+        counted = [o for o in ENDED if cell.count(o)] or NOT_FINISHED
+        return max(counted, key=lambda o: (cell.count(o), -NOT_FINISHED.index(o)))
 
     @property
     def trained(self) -> list:
-        """The values S is taken over: those whose seeds finished, diverged or stalled (not those that only crashed)."""
+        """The values S is taken over: those where some seed finished, diverged or stalled (not those that only crashed)."""
         return [v for v in self.cells if self.outcome(v) in TRAINED]
 
     @property
     def sensitivity(self) -> float | None:
-        """S of :mod:`.sensitivity` over :attr:`trained`: ℓ(η) = the mean val/loss of the finished seeds at η, ℓ₀ where
-        none finished.  None without ℓ₀, without val/loss, when nothing finished, or over one value (not a sweep: S
-        would be 0 whatever the row does, which reads as perfectly flat)."""
-        if not self._has_losses or len(self.trained) < 2:
+        """S of :mod:`.sensitivity` over :attr:`trained`, ℓ(η) from :func:`loss_at`.  None without ℓ₀, without val/loss,
+        when no seed finished at any value (a row where nothing trained has no optimum to be flat around), or over one
+        value (not a sweep: S would be 0 whatever the row does, which reads as perfectly flat)."""
+        if not self._has_losses or self.best is None or len(self.trained) < 2:
             return None
-        return lr_sensitivity([self._loss(v) for v in self.trained], self.init)
+        return lr_sensitivity([self.losses[v] for v in self.trained], self.init)
 
     @property
     def _has_losses(self) -> bool:
         """Whether S can be measured at all: ℓ₀ is known and the records hold val/loss."""
         return self.init is not None and bool(self.losses)
 
-    def _loss(self, value) -> float | None:
-        """ℓ(η): the mean val/loss of the finished seeds at ``value``; None where none finished."""
-        return self.losses[value].mean if self.losses and self.outcome(value) == "completed" else None
-
     @property
     def best_loss(self) -> float | None:
-        """ℓ*: the lowest ℓ(η) (capped at ℓ₀)."""
-        finished = [loss for loss in map(self._loss, self.trained) if loss is not None]
-        return min([*finished, self.init]) if finished and self.init is not None else None
+        """ℓ*: the lowest ℓ(η) over :attr:`trained` (each capped at ℓ₀); None where no seed finished at any value."""
+        if not self._has_losses or self.best is None:
+            return None
+        return min(self.losses[v] for v in self.trained)
 
     def _unit(self, n: int) -> str:
         name = self.key.rsplit(".", 1)[-1]

@@ -86,6 +86,20 @@ def find_baseline(baseline: str | None, rows: list[str]) -> str | None:
     return matches[0] if matches else None
 
 
+def one_metric_per_column(records: list[dict]) -> None:
+    """A :class:`ConfigError` where the records of one column have different primary metrics (its cells would average
+    them as one number)."""
+    names: dict[str, set[str]] = {}
+    for r in records:
+        names.setdefault(column_key(r), set()).add(r["primary_metric"]["name"])
+    for col, found in names.items():
+        if len(found) > 1:
+            raise ConfigError(
+                f"column {col} mixes primary metrics {', '.join(sorted(found))}; "
+                "table the records of each metric from a folder of their own"
+            )
+
+
 def aggregate(records: list[dict], baseline: str | None = "pre", confidence: float = 0.95, best_over: str | None = None) -> Table:
     """Rows = norm, columns = task · model · dataset [scale]; cell = the primary metric over seeds (:class:`Cell`),
     with its difference from the ``baseline`` row of its column and Welch's ``confidence`` interval.
@@ -98,6 +112,7 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
     groups: dict[tuple[str, str], list[dict]] = {}
     metric_of, hib, info = {}, {}, {}
     records = with_recipes(records) if best_over is None else with_setting(records, best_over)
+    one_metric_per_column(records)
     for r in records:
         col = column_key(r)
         metric_of.setdefault(col, r["primary_metric"]["name"])
