@@ -3,6 +3,7 @@ finished (``(1367.42) 2/2 stalled``)."""
 
 import csv
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -122,6 +123,19 @@ def test_runs_of_two_folders_that_differ_in_a_training_setting_get_columns_that_
     assert all(table.cells[("pre", c)].n == 2 for c in table.columns)
 
 
+def test_rows_of_one_column_whose_folders_differ_in_a_setting_say_so(tmp_path, capsys):
+    """Each placement may run at its own lr in one column (a follow-up at each one's best lr); where the rows come
+    from folders that differ so, the legend and the csv name the setting and each folder's values."""
+    refs = write_all(tmp_path / "refs", [lm_run(n, 30.0, 0, folder="refs") for n in ("pre", "post")])
+    mine = write_all(tmp_path / "mine", [lm_run("halfpre", 31.0, 0, lr=3e-3)])
+    assert main(["table", "--results-dir", str(mine), "--results-dir", str(refs), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 3 and {r["source_differs"] for r in rows} == {"optim.lr: src 1 0.003 | src 2 0.001"}
+    table = aggregate(load_sources([mine, refs])[0])
+    assert "differ in a training setting (no cell pools them): " in render(table, "md").splitlines()[-1]
+    assert aggregate(load_sources([refs, write_all(tmp_path / "same", [lm_run("halfpre", 31.0, 0)])])[0]).source_notes == {}
+
+
 def test_what_a_run_resolved_at_its_start_sets_it_apart_where_the_config_leaves_it_open(tmp_path):
     """trainer.precision=null is bf16-mixed on a GPU and 32-true on a CPU: two folders of the same config differ."""
     gpu = [{**lm_run("pre", 30.0, s, folder="refs"), "effective": {"precision": "bf16-mixed", "global_batch_size": 8}} for s in range(2)]
@@ -193,3 +207,14 @@ def test_plot_lr_reads_several_folders(tmp_path):
     out = tmp_path / "figs" / "lr.png"
     assert main(["plot", "lr", "--results-dir", str(refs), "--results-dir", str(mine), "--out", str(out)]) == 0
     assert [p.name for p in out.parent.iterdir()] == ["lr_lm.png"]
+
+
+def test_what_reading_adds_to_a_record_is_never_written_back(tmp_path):
+    """``mixbench reclassify`` and ``search --reuse-from`` write records they read: the folder, recipe and settings a
+    table attaches stay in memory."""
+    refs = write_all(tmp_path / "refs", [lm_run("pre", 30.0, 0), lm_run("pre", 31.0, 1, lr=3e-3)])
+    records, _ = load_sources([refs])
+    aggregate(records)
+    assert {"_path", "_source", "_recipe", "_settings"} <= set(records[0])
+    again = write_record(records[0], tmp_path / "copy" / "record.json")
+    assert not [k for k in json.loads(again.read_text()) if k.startswith("_")]

@@ -3,6 +3,7 @@ says — its outcome, its primary value, and the row and column it belongs to in
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -22,8 +23,10 @@ class RecordError(MixbenchError):
 
 def write_record(record: dict, path: str | Path) -> Path:
     """Write ``record`` as JSON atomically (:func:`mixbench.core.storage.atomic_write_text`): readers never see half a
-    file, and a write that fails (a full disk: :class:`mixbench.core.errors.DiskFull`) leaves the old record as it was."""
-    text = json.dumps(record, indent=2, sort_keys=False, default=str, allow_nan=True) + "\n"
+    file, and a write that fails (a full disk: :class:`mixbench.core.errors.DiskFull`) leaves the old record as it was.
+    What reading added (``_path``, ``_source``, ``_recipe``…: top-level keys that start with ``_``) is not written."""
+    stored = {k: v for k, v in record.items() if not k.startswith("_")}
+    text = json.dumps(stored, indent=2, sort_keys=False, default=str, allow_nan=True) + "\n"
     return atomic_write_text(path, text)
 
 
@@ -208,17 +211,22 @@ NOT_RECIPE = (
 EFFECTIVE = ("global_batch_size", "precision")
 
 
+@functools.lru_cache(maxsize=4096)  # the same few hundred keys in every record
 def _is_recipe(key: str) -> bool:
     return not any(key == k or key.startswith(k + ".") for k in NOT_RECIPE)
 
 
 def recipe_settings(record: dict, ignore: tuple[str, ...] = ()) -> dict:
     """The settings of ``record`` that decide what it trained: its config's training settings (dotted keys; not
-    :data:`NOT_RECIPE`, not ``ignore``) and ``effective.<k>`` of :data:`EFFECTIVE` where the record has them."""
-    settings = {k: v for k, v in flat_settings(record.get("config") or {}).items() if _is_recipe(k) and k not in ignore}
-    effective = record.get("effective") if isinstance(record.get("effective"), dict) else {}
-    settings.update({f"effective.{k}": effective[k] for k in EFFECTIVE if effective.get(k) is not None})
-    return settings
+    :data:`NOT_RECIPE`, not ``ignore``) and ``effective.<k>`` of :data:`EFFECTIVE` where the record has them.  Kept
+    in the record (``_settings``) for the next call: a table asks several times."""
+    settings = record.get("_settings")
+    if settings is None:
+        settings = {k: v for k, v in flat_settings(record.get("config") or {}).items() if _is_recipe(k)}
+        effective = record.get("effective") if isinstance(record.get("effective"), dict) else {}
+        settings.update({f"effective.{k}": effective[k] for k in EFFECTIVE if effective.get(k) is not None})
+        record["_settings"] = settings
+    return {k: v for k, v in settings.items() if k not in ignore} if ignore else settings
 
 
 def annotate_recipes(records: list[dict], ignore: tuple[str, ...] = ()) -> list[dict]:

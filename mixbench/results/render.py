@@ -37,7 +37,11 @@ def _source_legend(table: Table) -> str:
     """The results folders of the records, each numbered where there are several (a cell's ``src 1+2``)."""
     if len(table.sources) > 1:
         listed = ", ".join(f"src {k} = {source}" for k, source in enumerate(table.sources, 1))
-        return f" Records from several folders: {listed}; each cell names the folders of its records, each run counted once."
+        text = f" Records from several folders: {listed}; each cell names the folders of its records, each run counted once."
+        notes = [f"{col}: {table.source_notes[col]}" for col in table.columns if col in table.source_notes]
+        return text + (
+            f" Rows of one column whose folders differ in a training setting (no cell pools them): {'; '.join(notes)}." if notes else ""
+        )
     return f" Records from {table.sources[0]}." if table.sources else ""
 
 
@@ -112,6 +116,7 @@ CELL_FIELDS = (
     "significant",
     "best",
     "source",
+    "source_differs",
 )
 
 
@@ -190,6 +195,7 @@ def cell_rows(table: Table) -> list[dict]:
                     "significant": d.significant if d else None,
                     "best": table.best.get(col) == row,
                     "source": ";".join(table.cell_sources.get((row, col), ())) or None,
+                    "source_differs": table.source_notes.get(col),
                     **_sweep_fields(table, row, col),
                 }
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .records import annotate_recipes, read_records, results_folder, run_identity
+from .records import annotate_recipes, column_key, read_records, recipe_settings, results_folder, run_identity
 
 log = logging.getLogger("mixbench")
 
@@ -59,11 +59,42 @@ def load_sources(folders: list[str | Path], check: bool = True) -> tuple[list[di
     return annotate_recipes(records), problems
 
 
+def source_order(records: list[dict]) -> tuple[str, ...]:
+    """The sources of ``records`` (``_source``) in the order they come; records without one are left out."""
+    return tuple(dict.fromkeys(r["_source"] for r in records if r.get("_source")))
+
+
 def record_sources(records: list[dict], groups: dict) -> tuple[tuple[str, ...], dict]:
-    """The sources of ``records`` in their order (``_source``, records without one left out) and, for each key of
-    ``groups`` (its records), the sources among its records."""
-    order = tuple(dict.fromkeys(r["_source"] for r in records if r.get("_source")))
+    """:func:`source_order` of ``records`` and, for each key of ``groups`` (its records), the sources among them."""
+    order = source_order(records)
     return order, {key: tuple(s for s in order if any(r.get("_source") == s for r in recs)) for key, recs in groups.items()}
+
+
+def source_differences(records: list[dict], ignore: tuple[str, ...] = ()) -> dict[str, str]:
+    """Column → the training settings in which its folders' records differ, e.g. ``optim.lr: src 1 0.003 | src 2
+    0.001``.  A cell never pools such records (its runs would differ inside it: the column splits, labelled); this
+    names what differs between the rows of one column, each placement at its own value (a follow-up at each
+    placement's best lr).  Only columns with records of several folders; a setting some folder's records lack is left
+    out, as in :func:`~.records.annotate_recipes`; ``ignore``: settings the table picks among (``--best-over``)."""
+    order, by_column = source_order(records), {}
+    if len(order) < 2:
+        return {}
+    for r in records:
+        if r.get("_source"):
+            by_column.setdefault(column_key(r), []).append(r)
+    notes = {}
+    for column, recs in by_column.items():
+        values: dict[str, dict[str, set[str]]] = {}  # setting → source → its values there
+        for r in recs:
+            for key, value in recipe_settings(r, ignore).items():
+                values.setdefault(key, {}).setdefault(r["_source"], set()).add(str(value))
+        differing = {k: per for k, per in sorted(values.items()) if len(per) > 1 and len({frozenset(v) for v in per.values()}) > 1}
+        if differing:
+            notes[column] = "; ".join(
+                f"{key}: " + " | ".join(f"src {order.index(s) + 1} {', '.join(sorted(per[s]))}" for s in order if s in per)
+                for key, per in differing.items()
+            )
+    return notes
 
 
 def records_of(folders: list[str] | None) -> tuple[list[dict], str]:

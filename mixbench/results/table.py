@@ -9,7 +9,7 @@ from ..core.errors import ConfigError
 from . import stats
 from .cell import Cell, Delta
 from .records import _finite, column_key, dataset_name, model_label, row_key, with_recipes
-from .sources import record_sources
+from .sources import record_sources, source_differences
 from .sweep import Sweep, with_setting
 
 # ---------------------------------------------------------------- the table: rows = norm, columns = task · model · dataset [scale]
@@ -31,6 +31,7 @@ class Table:
     sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # with best_over: (row, column) → its cells by value
     sources: tuple[str, ...] = ()  # the results folders the records came from, in the order given (record["_source"])
     cell_sources: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # (row, column) → its records' sources
+    source_notes: dict[str, str] = field(default_factory=dict)  # column → the settings its folders' rows differ in
 
 
 BUDGET_TOLERANCE = 0.02  # a validation counts as "at fraction f of the budget" within ±2 % of the budget
@@ -135,6 +136,7 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
         sweep.column_values = len({repr(v) for (_, c), s in sweeps.items() if c == col for v in s.cells})
     cells = {key: sweeps[key].cell if sweeps else Cell.from_records(recs) for key, recs in groups.items()}
     sources, cell_sources = record_sources(records, groups)
+    source_notes = source_differences(records, (best_over,) if best_over else ())
     columns = sorted(metric_of)
     order = {"pre": 0, "post": 1, "mix": 2}
     rows = sorted({row for row, _ in cells}, key=lambda n: (order.get(n.split("(")[0].split("[")[0], 3), n))
@@ -158,5 +160,19 @@ def aggregate(records: list[dict], baseline: str | None = "pre", confidence: flo
             else:
                 cell.delta = Delta(base_row, cell.mean - base.mean)
     return Table(
-        columns, rows, cells, metric_of, hib, best, info, baseline, baseline_of, confidence, best_over, sweeps, sources, cell_sources
+        columns,
+        rows,
+        cells,
+        metric_of,
+        hib,
+        best,
+        info,
+        baseline,
+        baseline_of,
+        confidence,
+        best_over,
+        sweeps,
+        sources,
+        cell_sources,
+        source_notes,
     )
