@@ -171,10 +171,11 @@ def test_preemption_signal_mid_step_checkpoints_that_step_exits_preempted_and_re
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
 
 
-def test_ctrl_c_checkpoints_the_step_exits_130_records_interrupted_and_resumes_exactly(tmp_path, uninterrupted, launcher):
+def test_ctrl_c_checkpoints_the_step_exits_130_records_interrupted_and_resumes_exactly(tmp_path, uninterrupted, launcher, recwarn):
     """SIGINT is a stop like SIGTERM's: the step in flight finishes and is checkpointed, one line says so, exit 130,
     status ``interrupted``.  A second Ctrl-C half-way through writing that checkpoint is logged and ignored: the
-    checkpoint is written whole and the resume is exact."""
+    checkpoint is written whole and the resume is exact — without Lightning's "dataloader is not resumable" warning
+    (the data module restores its position, and the result is exact)."""
     run_dir = tmp_path / "run"
     faults = [{"kind": "signal", "moment": "step", "step": 4, "action": "SIGINT"}, {"kind": "signal", "moment": "write", "step": 5, "action": "SIGINT"}]
     stopped = launcher.run(["run", *COMMON, f"run_dir={run_dir}"], faults, threads=torch.get_num_threads(), timeout=300)
@@ -190,6 +191,33 @@ def test_ctrl_c_checkpoints_the_step_exits_130_records_interrupted_and_resumes_e
     resumed = record(run_dir)
     assert resumed["status"] == "completed" and resumed["steps"] == 8 and "interrupted" not in resumed
     assert resumed["metrics"]["val/loss"] == uninterrupted["metrics"]["val/loss"]  # exactly
+    assert not [w for w in recwarn if "not resumable" in str(w.message)]
+
+
+def test_the_not_resumable_warning_is_silenced_only_where_the_data_module_resumes_exactly():
+    import warnings
+
+    from mixbench.data.samplers import ResumableOrder
+    from mixbench.training.callbacks import ExactResumeNotice
+
+    class Exact(ResumableOrder):  # the text data: no exact_resume entry
+        def describe(self):
+            return {"name": "exact"}
+
+    class Inexact(ResumableOrder):  # as DALI's pipeline describes itself
+        def describe(self):
+            return {"name": "dali", "exact_resume": False}
+
+    message = "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable. ..."
+    for datamodule, silenced in ((Exact(), True), (Inexact(), False), (object(), False)):
+        notice, trainer = ExactResumeNotice(), type("Trainer", (), {"datamodule": datamodule})()
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.simplefilter("always")
+            notice.on_train_start(trainer, None)
+            warnings.warn(message, UserWarning)
+            notice.on_train_end(trainer, None)
+            warnings.warn(message, UserWarning)  # after the fit: not silenced
+        assert len(shown) == (1 if silenced else 2), type(datamodule).__name__
 
 
 def test_ctrl_c_outside_training_stops_at_once_with_exit_130_and_the_run_finishes_on_resume(tmp_path, launcher):

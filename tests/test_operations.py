@@ -229,6 +229,44 @@ def test_sweep_expands_the_product_reports_failures_and_resumes(tmp_path, caplog
     assert statuses == ["completed", "failed"]
 
 
+@pytest.mark.parametrize("cores, jobs, workers, share", [(4, 2, 3, 2), (2, 2, 4, 1), (2, 3, 0, 1), (16, 2, 4, 8)])
+def test_jobs_give_each_run_its_share_of_the_cores(tmp_path, monkeypatch, cores, jobs, workers, share):
+    """``--jobs N``: each run process gets cores // N (at least 1) torch threads (OMP_NUM_THREADS in its environment)
+    and at most that many data workers — and a resume of the grid still finds its runs."""
+    import subprocess
+
+    import mixbench.grids.runner as runner
+
+    started = []
+
+    def fake_run(command, env=None, **kwargs):
+        started.append((command, env))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(runner, "cores", lambda: cores)
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    argvs = runner.expand_sweep([*TINY_LM, "seed=0,1", f"data.num_workers={workers}", f"results_dir={tmp_path}"])
+    outcomes = runner.run_many(argvs, jobs=jobs)
+    assert len(started) == 2 and all(o.status == "failed" for o in outcomes)  # the fake processes wrote no record
+    for command, env in started:
+        assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(share)
+        capped = [a for a in command if a.startswith("data.num_workers=")][-1]
+        assert capped == f"data.num_workers={min(workers, share)}"
+    folders = sorted(p for p in tmp_path.rglob("seed*-*") if p.is_dir())
+    for folder in folders:  # as the runs write their config.yaml (data.num_workers capped)
+        from omegaconf import OmegaConf
+
+        from mixbench.training.config import compose
+
+        seed = folder.name.split("-")[0][4:]
+        argv = [*TINY_LM, f"seed={seed}", f"data.num_workers={min(workers, share)}", f"results_dir={tmp_path}"]
+        (folder / "config.yaml").write_text(OmegaConf.to_yaml(compose(argv)))
+    started.clear()
+    monkeypatch.setattr(runner, "cores", lambda: 1)  # another machine: another cap
+    runner.run_many(argvs, jobs=jobs, resume=True)  # the same folders: data.num_workers does not tell runs apart
+    assert sorted(next(a for a in c if a.startswith("run_dir="))[8:] for c, _ in started) == [str(f) for f in folders]
+
+
 def test_replay_a_run_from_its_config(tmp_path):
     assert main(["run", *TINY_VIT, "norm=mix", "norm.alpha=0.5", f"results_dir={tmp_path}"]) == 0
     (first,) = records(tmp_path)

@@ -125,6 +125,12 @@ class ResumableOrder:
             self._resume = (state["epoch"], state["consumed"])
 
 
+def resumes_exactly(datamodule) -> bool:
+    """Whether ``datamodule`` restores its training position on resume (a :class:`ResumableOrder`) and continues exactly
+    as the uninterrupted run would — unless its description says otherwise (``exact_resume: false``, e.g. DALI)."""
+    return isinstance(datamodule, ResumableOrder) and datamodule.describe().get("exact_resume", True) is not False
+
+
 class EpochSpanningBatches(Sampler[list[int]]):
     """An endless batch sampler: the full batches of this rank's :class:`EpochShuffleSampler` order of epoch ``e``, then
     those of ``e + 1``, … with no break in between, so DataLoader workers prefetch the next epoch's first batches while

@@ -2,7 +2,8 @@
 
 Every configuration is composed (validated) before any runs.  With ``jobs=1`` they run one after another in this
 process; with ``jobs>1`` that many ``mixbench run`` subprocesses share the machine (small proxy runs leave most of a
-GPU idle), each logging to ``<run>/console.log``.  With ``resume=True`` every run gets ``resume=auto``: a
+GPU idle), each logging to ``<run>/console.log`` and each on its share of the cores (:func:`core_share`: its torch
+threads through ``OMP_NUM_THREADS``, its ``data.num_workers`` capped), so that the runs do not oversubscribe them.  With ``resume=True`` every run gets ``resume=auto``: a
 configuration whose record is finished is skipped, an interrupted one continues from its newest checkpoint.  A
 failed run is recorded and the grid goes on; :func:`summarize` says which failed.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +69,11 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
         raise ConfigError("--jobs is for the local launcher; with --launcher slurm every run is a job the cluster schedules")
     argvs = [[*argv, "resume=auto"] if resume else list(argv) for argv in argvs]
     configs = [compose(argv) for argv in argvs]  # validate every configuration before running any
+    share = core_share(jobs) if launcher == "local" and jobs > 1 else None
+    if share is not None:
+        log.info("--jobs %d on %d cores: each run gets %d (torch threads, data.num_workers at most that)", jobs, cores(), share)
+        for argv, cfg in zip(argvs, configs):
+            cap_workers(argv, cfg, share)
     for cfg in configs:
         preflight(cfg)
     if launcher == "slurm":
@@ -74,13 +81,36 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
     if jobs == 1:  # in this thread: a run's preemption handlers (SIGTERM, SIGUSR1) can be set only in the main thread
         return [run_one(i, len(argvs), argvs[i], configs[i]) for i in range(len(argvs))]
     with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(lambda i: run_one(i, len(argvs), argvs[i], configs[i], in_subprocess=jobs > 1), range(len(argvs))))
+        return list(pool.map(lambda i: _in_subprocess(i, len(argvs), argvs[i], configs[i], share), range(len(argvs))))
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a SLURM allocation or ``taskset``)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def core_share(jobs: int) -> int:
+    """The cores each of ``jobs`` runs side by side gets: :func:`cores` // ``jobs``, at least 1."""
+    return max(1, cores() // jobs)
+
+
+def cap_workers(argv: list[str], cfg, share: int) -> None:
+    """In place: a run's ``data.num_workers`` at most ``share`` (its config and the arguments its process gets)."""
+    workers = cfg.data.get("num_workers")
+    if isinstance(workers, int) and workers > share:
+        cfg.data.num_workers = share
+        argv.append(f"data.num_workers={share}")
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """This process's environment with the OpenMP / MKL thread counts (torch's intra-op threads) set to ``threads``."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 def run_one(i: int, total: int, argv: list[str], cfg, in_subprocess: bool = False) -> Outcome:
     """Run ``mixbench run <argv>`` (composed: ``cfg``), logged as run ``i + 1`` of ``total``: in this process, or as a
     subprocess writing its console output to the run folder's ``console.log`` (for runs side by side)."""
-    return (_in_subprocess if in_subprocess else _in_process)(i, total, argv, cfg)
+    return _in_subprocess(i, total, argv, cfg) if in_subprocess else _in_process(i, total, argv, cfg)
 
 
 def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
@@ -95,12 +125,16 @@ def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
         return Outcome(argv, None, None, f"{type(err).__name__}: {err}")
 
 
-def _in_subprocess(i: int, total: int, argv: list[str], cfg) -> Outcome:
+def _in_subprocess(i: int, total: int, argv: list[str], cfg, threads: int | None = None) -> Outcome:
+    """The run as a ``mixbench run`` process; ``threads``: its torch threads (:func:`thread_environment`), else as ours."""
     run_dir = run_directory(cfg, norm_spec(cfg).label())
     log.info("[%d/%d] mixbench run %s  → %s", i + 1, total, " ".join(argv), run_dir)
     with open(run_dir / "console.log", "a") as console:
         done = subprocess.run(
-            [sys.executable, "-m", "mixbench.cli", "run", *argv, f"run_dir={run_dir}"], stdout=console, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "mixbench.cli", "run", *argv, f"run_dir={run_dir}"],
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            env=thread_environment(threads) if threads is not None else None,
         )
     try:
         record = json.loads((run_dir / "record.json").read_text())

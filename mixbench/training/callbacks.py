@@ -1,14 +1,18 @@
-"""Lightning callbacks: divergence detection, the validation history, search-trial pruning, and throughput / MFU logging."""
+"""Lightning callbacks: divergence detection, the validation history, search-trial pruning, throughput / MFU logging,
+and the silencing of Lightning's "dataloader is not resumable" warning where the resume is exact."""
 
 from __future__ import annotations
 
 import math
+import re
 import time
+import warnings
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from ..data.samplers import resumes_exactly
 from ..results.table import BUDGET_TOLERANCE  # a validation this close to the end counts as the full budget (table --at)
 
 # dense bf16 tensor-core peaks (FLOP/s) by GPU name substring; H200 has the H100's tensor cores
@@ -216,3 +220,34 @@ class ThroughputMonitor(Callback):
             self._sync(trainer)
             self._val_s += time.perf_counter() - self._val_t0
         self._val_t0 = None
+
+
+# the start of the warning Lightning gives on a resume mid-epoch when the training DataLoader has no state_dict
+NOT_RESUMABLE = re.escape("You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable")
+
+
+class ExactResumeNotice(Callback):
+    """During training, ignore Lightning's "your dataloader is not resumable" warning when the data module restores its
+    position itself (:func:`mixbench.data.samplers.resumes_exactly`): Lightning looks for ``state_dict`` on the
+    DataLoader, ours is on the data module, and the resume continues exactly.  Where it does not (DALI's pipeline),
+    the warning stays.  The filter is scoped to that message and to the fit."""
+
+    def __init__(self):
+        self._scope: warnings.catch_warnings | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if resumes_exactly(trainer.datamodule):
+            self._scope = warnings.catch_warnings()
+            self._scope.__enter__()
+            warnings.filterwarnings("ignore", message=NOT_RESUMABLE)
+
+    def _leave(self) -> None:
+        if self._scope is not None:
+            self._scope.__exit__(None, None, None)
+            self._scope = None
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._leave()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._leave()

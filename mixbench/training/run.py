@@ -29,7 +29,7 @@ from ..models import model_defaults
 from ..results.provenance import git_commit, hardware, package_versions
 from ..results.records import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, build_run_model, model_options
-from .callbacks import DivergenceMonitor, ThroughputMonitor, ValidationHistory
+from .callbacks import DivergenceMonitor, ExactResumeNotice, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .compile import CudaGraphStepMarker, compile_model, uses_cudagraphs
 from .config import compose, norm_spec, runs_root, upgrade_saved_config
@@ -67,12 +67,14 @@ def finished_record(run_dir: Path) -> dict | None:
 
 
 LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm", "profiler")  # where and how a run runs, not what it is
+RESOURCE_KEYS = ("data.num_workers",)  # what a run may use, not what it computes (capped by a grid's --jobs)
 
 
 def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:
     """Whether a run's saved settings ``theirs`` (its ``config.yaml``, or its record's ``config``) are exactly ``cfg``
     (a config, or one already converted to a resolved container),
-    the run-location settings (``LOCATION_KEYS``) aside: a results folder that was moved or renamed still matches.  A
+    the run-location settings (``LOCATION_KEYS``) and resources (``RESOURCE_KEYS``) aside: a results folder that was moved
+    or renamed still matches, and so does a run that a grid's ``--jobs`` gave fewer data workers.  A
     setting added to mixbench after that run was made (absent from ``theirs``) matches while ``cfg`` holds the
     setting's default (``defaults()``: the flat settings of ``cfg``'s group choices): the older code behaved as the
     default does.  Empty settings match nothing."""
@@ -84,7 +86,9 @@ def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:
     for config in (theirs, ours):
         for key in LOCATION_KEYS:
             config.pop(key, None)
-    theirs, ours = flat_settings(theirs), flat_settings(ours)
+    theirs, ours = (
+        {key: value for key, value in flat_settings(config).items() if key not in RESOURCE_KEYS} for config in (theirs, ours)
+    )
     if any(key not in ours or ours[key] != value for key, value in theirs.items()):
         return False
     added = [key for key in ours if key not in theirs]
@@ -201,6 +205,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
         *callbacks,
         LearningRateMonitor(logging_interval="step"),
         RNGStateCallback(),
+        ExactResumeNotice(),
         PreemptionCheckpoint(run_dir / CHECKPOINT_DIR, cfg.checkpoint.preempt_agree_every_n_steps),
     ]
     if kwargs.get("enable_progress_bar", True):
@@ -379,7 +384,7 @@ def _run_locked(
         trainer = build_trainer(
             cfg, run_dir, [divergence, throughput, history, *extra, *markers, *callbacks], block_class=type(model.blocks[0])
         )
-        trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)  # AtomicCheckpointIO: + allowlist
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         stop_profiling(trainer)  # the report covers fit; the evaluation below is not profiled
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
