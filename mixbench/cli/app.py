@@ -618,6 +618,9 @@ def build_parser() -> argparse.ArgumentParser:
     recl.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
     recl.set_defaults(func=cmd_reclassify)
     add_eval_commands(sub)
+    from .status import add_status_command  # light: pure Python and rich
+
+    add_status_command(sub)
     lst = sub.add_parser(
         "list",
         help="show tasks, norms, models and datasets",

@@ -1,0 +1,146 @@
+"""``mixbench status [DIR] [--watch [SECONDS]]``: what the runs of a grid or sweep under a results folder are doing,
+read from their files (:mod:`mixbench.results.progress`).  It writes nothing, and imports neither torch nor Lightning."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import datetime
+from pathlib import Path
+
+from ..core.errors import ConfigError
+
+STYLES = {"running": "green", "starting": "green", "stopped": "yellow", "interrupted": "yellow", "failed": "red",
+          "diverged": "red", "stalled": "magenta", "unreadable": "red"}  # fmt: skip
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``12m``, ``3h05m``, ``2d04h``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours < 24 else f"{hours // 24}d{hours % 24:02d}h"
+
+
+def _step(run) -> str:
+    if run.step is None and run.total is None:
+        return "–"
+    total = "?" if run.total is None else f"{'' if run.exact_total else '≈'}{run.total:,}"
+    return f"{'?' if run.step is None else f'{run.step:,}'}/{total}"
+
+
+def summary(progress) -> str:
+    """``7 runs: 2 running · 3 finished · ...; running: 1,234 steps left, all done in 12m (about 19:02)``."""
+    counts = progress.counts()
+    if not counts:
+        return "no runs"
+    line = f"{len(progress.runs)} run{'s' if len(progress.runs) != 1 else ''}: " + " · ".join(f"{n} {state}" for state, n in counts.items())
+    if "running" not in counts:
+        return line + "; nothing running"
+    left, eta = progress.remaining_steps(), progress.eta_s()
+    parts = [f"{left:,} steps left" if left is not None else "steps left unknown"]
+    if eta is not None:
+        done = datetime.fromtimestamp(progress.taken_at + eta).strftime("%H:%M")
+        parts.append(f"all done in {duration(eta)} (about {done})")
+    unknown = sum(r.state == "running" and r.eta_s is None for r in progress.runs)
+    if unknown:
+        parts.append(f"{unknown} without an ETA yet")
+    return line + "; running: " + ", ".join(parts)
+
+
+def view(progress):
+    """The rich renderable of a :class:`~mixbench.results.progress.FolderProgress`: a heading with the totals, then
+    one row per run."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    taken = datetime.fromtimestamp(progress.taken_at).strftime("%H:%M:%S")
+    heading = f"[bold]{escape(str(progress.root))}[/bold] at {taken}: {escape(summary(progress))}"
+    if not progress.runs:
+        return Group(heading)
+    table = Table(box=None, pad_edge=False)
+    for column in ("run", "state", "step", "steps/s", "ETA", "updated"):
+        table.add_column(column, no_wrap=column != "run", overflow="fold")
+    table.add_column("note", overflow="fold")
+    for run in progress.runs:
+        name = "." if run.run_dir == progress.root else str(run.run_dir.relative_to(progress.root))
+        style = STYLES.get(run.state, "")
+        table.add_row(
+            escape(name),
+            f"[{style}]{run.state}[/{style}]" if style else run.state,
+            _step(run),
+            f"{run.rate:.3g}" if run.rate else "–",
+            duration(run.eta_s) if run.eta_s is not None else "–",
+            f"{duration(progress.taken_at - run.updated)} ago" if run.updated else "–",
+            escape(run.note),
+        )
+    return Group(heading, table)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..results.progress import folder_progress
+    from ..results.sources import default_runs_dir
+
+    root = Path(args.dir) if args.dir is not None else default_runs_dir()
+    if args.dir is not None and not root.is_dir():  # the default folder may not exist yet: no runs
+        raise ConfigError(
+            f"{root}: no such folder; give a results folder (mixbench run puts its runs in {default_runs_dir()}) or a run folder"
+        )
+    if args.watch is not None and args.watch <= 0:
+        raise ConfigError(f"--watch {args.watch:g}: give the seconds between refreshes, more than 0 (e.g. --watch 10)")
+    console = Console()
+    if args.watch is None:
+        console.print(view(folder_progress(root)))
+        return 0
+    return watch(root, args.watch, console)
+
+
+def watch(root: Path, seconds: float, console) -> int:
+    """Show the runs under ``root`` again every ``seconds`` until Ctrl-C (exit status 0): in place on a terminal, one
+    view after another elsewhere (a pipe, a file)."""
+    from rich.live import Live
+
+    from ..results.progress import folder_progress
+
+    seen: dict = {}  # observations of earlier refreshes: their rates span the whole watch
+    try:
+        if console.is_terminal:
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    live.update(view(folder_progress(root, seen)), refresh=True)
+                    time.sleep(seconds)
+        else:
+            while True:
+                console.print(view(folder_progress(root, seen)))
+                console.print()
+                time.sleep(seconds)
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_status_command(sub) -> None:
+    """Add ``status`` to the sub-command parsers ``sub`` of ``mixbench``."""
+    status = sub.add_parser(
+        "status",
+        help="what the runs of a grid or sweep are doing: state, step, rate, ETA",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="mixbench status [DIR] [--watch [SECONDS]]: each run under DIR — running, starting, stopped "
+        "(resume=auto continues it), interrupted, failed, diverged, stalled, pruned or finished — with a running "
+        "run's step / budget, steps/s and ETA, and the totals.  Read from the runs' files (record, lock, checkpoints, "
+        "logs/metrics.csv); nothing is written.  Runs a grid has not started yet have no folder and are not counted.",
+        epilog="examples:\n"
+        "  mixbench status                                  # every run under results/runs\n"
+        "  mixbench status results/runs/llama_lm --watch 10  # refresh every 10 s until Ctrl-C\n",
+    )
+    status.add_argument("dir", nargs="?", metavar="DIR", help="a results folder, at any depth, or one run folder (default: results/runs)")
+    status.add_argument(
+        "--watch", nargs="?", const=5.0, type=float, metavar="SECONDS", help="refresh every SECONDS (default 5) until Ctrl-C"
+    )
+    status.set_defaults(func=cmd_status)

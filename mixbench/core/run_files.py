@@ -1,0 +1,15 @@
+"""The names of the files a run writes into its folder, for the readers that may not import the writers (``mixbench
+status`` reads them from the results layer, below ``mixbench.training``); ``tests/test_status_command.py`` checks that
+they are the writers' names."""
+
+from __future__ import annotations
+
+import re
+
+RECORD_FILE = "record.json"  # the run's result record (training/run.py), replaced atomically
+CONFIG_FILE = "config.yaml"  # the composed config, written atomically as each attempt starts
+LOCK_FILE, HOLDER_FILE = ".run.lock", ".run.holder"  # training/run_lock.py: the flock, and its holder's host / pid / since
+CHECKPOINT_DIR = "checkpoints"  # training/checkpointing.py: epoch=E-step=S.ckpt and last.ckpt
+CHECKPOINT_STEP = re.compile(r"step=(\d+)")  # the optimizer step in a checkpoint's name
+METRICS_FILE = "logs/metrics.csv"  # Lightning's CSV logger (training/loggers.py), appended every 100 logged steps
+CONSOLE_FILE = "console.log"  # a grid's run in a subprocess (grids/runner.py, --jobs N): its console output
