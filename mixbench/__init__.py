@@ -8,22 +8,26 @@ Python API::
     cfg = mixbench.compose(task="vit_tiny", norm="mix")   # the config of `mixbench run task=vit_tiny norm=mix`
     record = mixbench.run(cfg)                            # one run → its result record
     df = mixbench.load_records("results")                 # every record, one DataFrame row per run
+
+Importing the package imports neither torch nor Lightning: each name is imported from its module on first use.
 """
 
-from .api import compose, load_records, run
-from .core.constants import VERSION as __version__
-from .layers import NormSpec, layer_plan, list_placements, register_placement
-from .models import build_model, list_models
+from __future__ import annotations
 
-__all__ = [
-    "NormSpec",
-    "build_model",
-    "compose",
-    "layer_plan",
-    "list_models",
-    "list_placements",
-    "load_records",
-    "register_placement",
-    "run",
-    "__version__",
-]
+from .core.constants import VERSION as __version__
+from .core.lazy import lazy_attributes
+
+_PUBLIC = {  # name → the module that defines it
+    "NormSpec": ".layers",
+    "build_model": ".models",
+    "compose": ".api",
+    "layer_plan": ".layers",
+    "list_models": ".models",
+    "list_placements": ".layers",
+    "load_records": ".api",
+    "register_placement": ".layers",
+    "run": ".api",
+}
+
+__all__ = [*sorted(_PUBLIC), "__version__"]
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import logging
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..core.constants import VERSION
@@ -17,6 +18,8 @@ from .eval import add_eval_commands
 
 log = logging.getLogger("mixbench")
 LAUNCHERS = ("local", "slurm")  # --launcher: mixbench.grids.runner.run_many
+# commands that build configs or models: the project's own code (placements, data loaders, families) is imported first
+PLUGIN_COMMANDS = ("run", "reproduce", "search", "analyze", "eval", "export", "list")
 
 
 def stops_resumably(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -275,12 +278,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from ..core.configs import load_group
     from ..core.families import get_family, list_families
-    from ..core.project import project_roots
+    from ..core.project import config_choices, project_roots
     from ..core.tasks import discover_tasks
     from ..data import list_datamodules
-    from ..layers import get_placement
-    from ..training.config import group_choices, load_group
+    from ..layers.placements import get_placement
 
     console = Console()
     tasks = Table(title="tasks (task=...)")
@@ -293,7 +296,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     norms = Table(title="norms (norm=...)")
     for col in ("norm", "placement", "what it computes"):
         norms.add_column(col)
-    for choice in group_choices("norm"):
+    for choice in config_choices("norm"):
         settings = load_group("norm", choice)
         placement = settings.get("placement", "pre")
         kind = f" (kind={settings.kind})" if settings.get("kind") else ""
@@ -302,7 +305,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name in list_families():
         family = get_family(name)
         console.print(f"[bold]models[/] of family [bold]{name}[/] ({family.description}): " + ", ".join(family.models))
-    console.print("[bold]datasets[/] (data=...): " + ", ".join(group_choices("data")))
+    console.print("[bold]datasets[/] (data=...): " + ", ".join(config_choices("data")))
     console.print("[bold]data loaders[/] (data.loader=...): " + ", ".join(list_datamodules()))
     console.print("[dim]configs and tasks from: " + ", ".join(map(str, project_roots())) + "[/]")
     return 0
@@ -311,16 +314,45 @@ def cmd_list(args: argparse.Namespace) -> int:
 Raw = argparse.RawDescriptionHelpFormatter
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose epilog may be a function, called when the help is shown: building the parser of every
+    command imports nothing that a command's help needs (``mixbench --help`` answers at once)."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
+class LazyChoices(Sequence):
+    """The choices of an option, the sequence ``"module:attr"``, imported when argparse first checks a value or shows the
+    option's help.  Set them on the action after ``add_argument`` (which would otherwise list them at once)."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    @functools.cached_property
+    def values(self) -> tuple:
+        module, attr = self.target.split(":")
+        return tuple(getattr(importlib.import_module(module), attr))
+
+    def __getitem__(self, index):
+        return self.values[index]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
 def run_epilog() -> str:
     """The choices of every group, and examples (shown by ``mixbench run --help``)."""
     try:
         from ..core.families import list_models
+        from ..core.project import config_choices
         from ..core.tasks import discover_tasks
-        from ..training.config import group_choices
 
         choices = (
-            f"choices:\n  task:  {', '.join(discover_tasks())}\n  norm:  {', '.join(group_choices('norm'))}\n"
-            f"  model: {', '.join(list_models())}\n  data:  {', '.join(group_choices('data'))}\n"
+            f"choices:\n  task:  {', '.join(discover_tasks())}\n  norm:  {', '.join(config_choices('norm'))}\n"
+            f"  model: {', '.join(list_models())}\n  data:  {', '.join(config_choices('data'))}\n"
         )
     except Exception as err:  # help must still print when the project folder is broken
         choices = f"(choices unavailable: {err})\n"
@@ -348,8 +380,6 @@ def reproduce_epilog() -> str:
 
 
 def add_search_command(sub) -> None:
-    from ..grids.search_space import PRUNERS, SPACES
-
     srch = sub.add_parser(
         "search",
         help="search per-block norm plans (Optuna, multi-fidelity), confirm the best with fresh seeds",
@@ -364,13 +394,13 @@ def add_search_command(sub) -> None:
     )
     srch.add_argument("overrides", nargs="*", metavar="key=value", help="settings of every trial, as for mixbench run")
     srch.add_argument("--study", help="the study's name: <results-dir>/search/NAME/ (an existing study resumes)")
-    srch.add_argument(
+    space = srch.add_argument(
         "--space",
-        choices=SPACES,
         default="alpha",
         help="alpha: Mix-LN's num_post k in 0..L; plan: k post, then pre, the last j of a --kinds kind; "
         "blocks: every per-block list over --kinds (small L)",
     )
+    space.choices = LazyChoices("mixbench.grids.search_space:SPACES")
     srch.add_argument("--kinds", help="comma-separated block placements, e.g. sandwich,lns,peri (plan) or pre,post (blocks)")
     srch.add_argument("--trials", type=int, default=20, help="trials this process runs (default 20)")
     srch.add_argument(
@@ -379,7 +409,8 @@ def add_search_command(sub) -> None:
         help="stop once the study holds this many finished trials (all processes "
         "together; a re-run after an interruption tops the study up to it)",
     )
-    srch.add_argument("--pruner", choices=PRUNERS, default="halving", help="successive halving (default), Hyperband or none")
+    pruner = srch.add_argument("--pruner", default="halving", help="successive halving (default), Hyperband or none")
+    pruner.choices = LazyChoices("mixbench.grids.search_space:PRUNERS")
     srch.add_argument("--min-steps", type=int, help="the first rung in optimizer steps (e.g. the first validation step)")
     srch.add_argument("--reduction-factor", type=int, default=3, help="rungs grow and survivors shrink by this factor (default 3)")
     srch.add_argument(
@@ -411,13 +442,14 @@ def add_search_command(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mixbench", description="Where should the normalization sit in a transformer block?")
+    parser = Parser(prog="mixbench", description="Where should the normalization sit in a transformer block?")
     parser.add_argument("--version", action="version", version=f"mixbench {VERSION}")
     parser.add_argument(
         "--project",
         metavar="DIR",
-        help="a project folder whose configs/ and tasks/ override and extend the shipped ones "
-        "(default: the working directory when it has configs/ or tasks/)",
+        help="a project folder whose configs/ and tasks/ override and extend the shipped ones, and whose code (its tasks' "
+        "task.py, its plugins.py) registers placements for every command (default: the working directory when it has "
+        "configs/, tasks/ or plugins.py)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
@@ -425,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train + evaluate one configuration, write one result record",
         formatter_class=Raw,
         description="mixbench run task=NAME [norm=NAME] [model=NAME] [data=NAME] [key=value ...]",
-        epilog=run_epilog(),
+        epilog=run_epilog,
     )
     run.add_argument("overrides", nargs="*", metavar="key=value")
     run.add_argument("--print-config", action="store_true", help="print the composed config and exit")
@@ -501,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one of the paper's grids (table1-table6)",
         formatter_class=Raw,
         description="mixbench reproduce TABLE [--scale paper|proxy] [--dry-run] [--seeds N] [key=value ...]",
-        epilog=reproduce_epilog(),
+        epilog=reproduce_epilog,
     )
     rep.add_argument("table")
     rep.add_argument("overrides", nargs="*", metavar="key=value", help="applied to every run, e.g. data.path=... results_dir=...")
@@ -631,19 +663,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def settings_of(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """The command's key=value settings with the ``extra`` arguments argparse left, which must all be key=value: an
+    unknown ``--option`` that names a setting fails with the ``key=value`` to write instead (one line, exit 2)."""
+    options = [e for e in extra if e.startswith("-")]
+    if options:
+        from .flags import option_hint
+
+        hint = option_hint(options[0], args.command_line, args.overrides)
+        if hint:
+            raise ConfigError(hint)
+    if options or any("=" not in e for e in extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return [*args.overrides, *extra]
+
+
 def main(argv: list[str] | None = None) -> int:
     configure_logging()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)  # key=value overrides may follow --options
     args.command_line = list(argv if argv is not None else sys.argv[1:])
-    if extra and (not hasattr(args, "overrides") or any("=" not in e for e in extra)):
+    if extra and not hasattr(args, "overrides"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if extra:
-        args.overrides = [*args.overrides, *extra]
     try:
         from ..core.project import select_project
 
         select_project(args.project)
+        if extra:
+            args.overrides = settings_of(parser, args, extra)
+        if args.command in PLUGIN_COMMANDS:
+            from ..core.tasks import load_project_plugins
+
+            load_project_plugins()
         return args.func(args)
     except USER_ERRORS as err:
         log.error("%s", one_line(err))

@@ -4,7 +4,8 @@ The shipped configs and tasks are package data (``mixbench._bundled``, found thr
 ``importlib.resources``; in an editable install, the checkout's own ``configs/`` and ``tasks/``).  A
 project folder — ``--project DIR``, else the working directory when it has ``configs/`` or ``tasks/`` —
 comes first: its files override shipped ones of the same name and its tasks, norms and datasets extend
-them.
+them.  Its code — every ``tasks/<name>/task.py`` and an optional ``plugins.py`` at its top — may register placements,
+data loaders and families for every command run from it (:func:`mixbench.core.tasks.load_project_plugins`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib.resources
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (mixbench/core/project.py → ../..)
+PLUGIN_MODULE = "plugins.py"  # a project's own plugin module, beside its configs/ and tasks/
 _selected: Path | None = None  # set by `mixbench --project DIR`
 
 
@@ -33,7 +35,7 @@ def select_project(path: str | Path | None) -> None:
 
 
 def _is_project(path: Path) -> bool:
-    return (path / "configs").is_dir() or (path / "tasks").is_dir()
+    return (path / "configs").is_dir() or (path / "tasks").is_dir() or (path / PLUGIN_MODULE).is_file()
 
 
 def project_roots(root: str | Path | None = None) -> list[Path]:
@@ -47,6 +49,13 @@ def project_roots(root: str | Path | None = None) -> list[Path]:
     else:
         first = _selected or (Path.cwd().resolve() if _is_project(Path.cwd()) else None)
     return [first, bundled] if first is not None and first != bundled else [bundled]
+
+
+def project_folder(root: str | Path | None = None) -> Path | None:
+    """The project folder in use (``root``, the selected project or the working directory), None when there is none
+    beyond the shipped configs and tasks."""
+    roots = project_roots(root)
+    return roots[0] if len(roots) > 1 else None
 
 
 def config_file(*parts: str, root: str | Path | None = None) -> Path | None:

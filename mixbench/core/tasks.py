@@ -12,13 +12,15 @@ model), ``data`` (default ``configs/data/<choice>.yaml``), optional ``norm`` (de
 ``base: <task>`` inherits every key of another task (this file's keys win; ``recipe`` is merged key by key).
 
 Tasks are looked up along the project search path (:func:`mixbench.core.project.project_roots`): a project's
-task of the same name as a shipped one replaces it.
+task of the same name as a shipped one replaces it.  What a project's code registers (its tasks' ``task.py``, its
+``plugins.py``) is known to every command run from it, whatever the task: :func:`load_project_plugins`.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import importlib.util
 import sys
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from omegaconf import OmegaConf
 
 from .errors import ConfigError
 from .families import list_families
-from .project import project_roots
+from .project import PLUGIN_MODULE, project_folder, project_roots
 
 
 class TaskError(ConfigError):
@@ -60,14 +62,17 @@ class TaskSpec:
 
     def load_plugin(self) -> None:
         """Import the task's ``task.py`` (if any) under the module name ``mixbench_tasks.<name>``."""
-        code = self.path / "task.py"
-        module_name = f"mixbench_tasks.{self.name}"
-        if not code.is_file() or module_name in sys.modules:
-            return
-        spec = importlib.util.spec_from_file_location(module_name, code)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        _import_file(self.path / "task.py", f"mixbench_tasks.{self.name}")
+
+
+def _import_file(code: Path, module_name: str) -> None:
+    """Import the Python file ``code`` as ``module_name``, once per process (nothing if the file does not exist)."""
+    if not code.is_file() or module_name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(module_name, code)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
 
 
 def _parse_task(path: Path, raw: dict) -> TaskSpec:
@@ -149,3 +154,28 @@ def get_task(name: str, root: str | Path | None = None) -> TaskSpec:
         hint = difflib.get_close_matches(name, tasks, n=1)
         raise TaskError(f"unknown task {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(tasks)}")
     return tasks[name]
+
+
+def load_project_plugins(root: str | Path | None = None) -> Path | None:
+    """Import the code of the project folder in use — the ``task.py`` of each of its tasks, then its ``plugins.py`` —
+    so that the placements, data loaders and families it registers are known whatever task a command runs (each file
+    once per process).  The shipped tasks' code is not imported.  Returns the project folder (None: there is none)."""
+    project = project_folder(root)
+    if project is None:
+        return None
+    for task in discover_tasks(root).values():
+        if task.path.parent == project / "tasks":
+            task.load_plugin()
+    plugins = project / PLUGIN_MODULE
+    _import_file(plugins, "mixbench_project_plugins_" + hashlib.sha1(str(plugins).encode()).hexdigest()[:12])
+    return project
+
+
+def plugin_sources(project: Path | None) -> str:
+    """Where :func:`load_project_plugins` looked, for an error message about a name nothing registered."""
+    if project is None:
+        return (
+            "mixbench's own registrations only: no project folder (a folder with configs/, tasks/ or "
+            f"{PLUGIN_MODULE}: run from it or give mixbench --project DIR)"
+        )
+    return f"mixbench's own registrations and those of project {project} (tasks/*/task.py, {PLUGIN_MODULE})"

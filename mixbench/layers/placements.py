@@ -187,11 +187,17 @@ def block_placements() -> list[str]:
 
 
 def get_placement(name: str) -> Placement:
-    if name not in _PLACEMENTS:
-        hint = difflib.get_close_matches(name, _PLACEMENTS, n=1)
-        raise NormConfigError(
-            f"unknown norm placement {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f"; valid: {', '.join(_PLACEMENTS)}"
-        )
+    if name not in _PLACEMENTS:  # a project's own placement: registered when the project's code is imported
+        from ..core.tasks import load_project_plugins, plugin_sources
+
+        project = load_project_plugins()
+        if name not in _PLACEMENTS:
+            hint = difflib.get_close_matches(name, _PLACEMENTS, n=1)
+            raise NormConfigError(
+                f"unknown norm placement {name!r}"
+                + (f" — did you mean {hint[0]!r}?" if hint else "")
+                + f"; valid: {', '.join(_PLACEMENTS)}; looked among {plugin_sources(project)}"
+            )
     return _PLACEMENTS[name]
 
 
