@@ -41,10 +41,15 @@ def lm_run(norm, ppl, seed=0, status="completed", lr=1e-3, folder="runs", starte
             "resume": "auto" if folder == "refs" else None,
             "save_weights": folder == "refs",
             "checkpoint": {"every_n_steps": 50 if folder == "refs" else None},
-            "checkpoint_every_n_steps": None,
+            "checkpoint_every_n_steps": 100 if folder == "refs" else None,  # the key before checkpoint.every_n_steps
             "logger": "csv",
             "logger_options": {"wandb": {"project": folder}},
-            "data": {"path": f"/data/{folder}/train.bin", "num_workers": 2 if folder == "refs" else 0, "batch_size": 8},
+            "data": {
+                "path": f"/data/{folder}/train.bin",
+                "num_workers": 2 if folder == "refs" else 0,
+                "num_proc": 4 if folder == "refs" else None,
+                "batch_size": 8,
+            },
             "optim": {"lr": lr},
             **config,
         },
