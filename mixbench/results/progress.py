@@ -270,11 +270,15 @@ def _since(holder: dict | None, run_dir: Path) -> float | None:
 # ---------------------------------------------------------------- one run
 
 
+def _entry(record: dict, key: str) -> dict:
+    """``record[key]`` where it is a mapping, else empty."""
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def record_state(record: dict) -> tuple[str, str]:
     """(state, note) of a run that is not running, from its record."""
     status, error = record.get("status"), str(record.get("error") or "")
-    preempted = record.get("preempted") if isinstance(record.get("preempted"), dict) else {}
-    divergence = record.get("divergence") if isinstance(record.get("divergence"), dict) else {}
     if status in ("completed", "diverged", "stalled", "pruned"):
         try:
             decided = outcome(record)
@@ -282,13 +286,16 @@ def record_state(record: dict) -> tuple[str, str]:
             return "unreadable", f"a {status} record without its primary metric"
         if decided == "completed":
             return "finished", ""
-        return decided, str(divergence.get("reason") or ("no finite primary metric" if status == "completed" else ""))
-    stop = f"{preempted.get('signal')} at step {preempted.get('step')}; resume=auto continues it" if preempted else ""
-    if status == "interrupted" or preempted.get("signal") == "SIGINT":
-        return "interrupted", stop or error
+        return decided, str(_entry(record, "divergence").get("reason") or ("no finite metric" if status == "completed" else ""))
+    stop = _entry(record, "interrupted") or _entry(record, "preempted")  # training/preemption.py: a resumable stop
+    if stop:
+        ctrl_c = status == "interrupted" or stop.get("signal") == "SIGINT"
+        how = "Ctrl-C" if ctrl_c else f"preempted by {stop.get('signal')}"
+        where = f"at step {stop['step']}" if stop.get("step") is not None else "before training"
+        return ("interrupted" if ctrl_c else "stopped"), f"{how} {where}; resume=auto continues it"
+    if status == "interrupted":
+        return "interrupted", error
     if status == "failed":
-        if preempted:
-            return "stopped", f"preempted by {stop}"
         return ("stopped" if error.startswith("DiskFull") else "failed"), error
     return "unreadable", f"unknown status {status!r}"
 
@@ -362,13 +369,13 @@ def _not_running(run_dir: Path, files: _Files, now: float, note: str) -> RunProg
     config_time, record_time = _mtime(run_dir / CONFIG_FILE), _mtime(run_dir / RECORD_FILE)
     state, reason = record_state(record) if record is not None else (None, "")
     if state in ("finished", "diverged", "stalled", "pruned"):
-        budget = record.get("budget") if isinstance(record.get("budget"), dict) else {}
+        budget = _entry(record, "budget")
         step = _positive_int(record.get("steps")) or _positive_int(budget.get("steps"))
         total = _positive_int(budget.get("total_steps")) or files.budget[0]
         return RunProgress(run_dir, state, step, total, True, updated=files.updated, note=reason)
     if record is not None and not (config_time and record_time and config_time > record_time + ATTEMPT_GAP_S):
-        preempted = record.get("preempted") if isinstance(record.get("preempted"), dict) else {}
-        step = newest if newest is not None else _positive_int(preempted.get("step"))
+        stop = _entry(record, "interrupted") or _entry(record, "preempted")
+        step = newest if newest is not None else _positive_int(stop.get("step"))
         return RunProgress(run_dir, state, step, *files.budget, updated=files.updated, note=reason)
     if record is None and record_time is not None:
         state, reason = "unreadable", f"{RECORD_FILE} is not a JSON object"
