@@ -107,3 +107,25 @@ def test_admin_run_profiles_its_init_on_a_real_batch(tmp_path):
     assert len(omegas) == 4 and omegas[0] == 1.0 and all(w > 0 for w in omegas)
     assert omegas[1:] != pytest.approx([2**0.5, 3**0.5, 2.0], rel=0.05)  # not the fixed schedule
     assert rec["norm"]["label"] == "admin" and rec["config"]["norm"]["admin_init"] == "profile"
+
+
+@pytest.mark.parametrize(
+    "options, meant",
+    [
+        (["--max-steps", "20"], "trainer.max_steps=20"),
+        (["--lr=3e-3"], "optim.lr=3e-3"),
+        (["--num-layers", "2"], "model.num_layers=2"),  # a key of the composed config (the model's), not of defaults.yaml
+        (["--task", "vit_tiny"], "task=vit_tiny"),
+    ],
+)
+def test_an_option_that_names_a_setting_suggests_key_value(options, meant, tmp_path, caplog):
+    assert main(["run", "task=vit_tiny", *options, f"results_dir={tmp_path}"]) == 2
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert f"did you mean {meant}?" in line and "\n" not in line
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_option_that_names_no_setting_is_argparse_s_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "task=vit_tiny", "--frobnicate", "3"])
+    assert stop.value.code == 2 and "unrecognized arguments: --frobnicate" in capsys.readouterr().err

@@ -1,0 +1,114 @@
+"""Your placement everywhere: a placement a project folder registers (a task's task.py, the project's plugins.py) is
+known to every command run from that folder, on any task — the project of docs/extending.md, driven through the CLI."""
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mixbench.cli.app import main
+from mixbench.core.project import select_project
+from mixbench.layers import placements
+
+HALFPRE = '''"""My placement: Pre-LN with each sub-layer's update halved."""
+
+from mixbench.layers import BlockPlacement, register_placement
+
+
+@register_placement
+class HalfPre(BlockPlacement):
+    name, summary = "halfpre", "x + F(N(x))/2 — Pre-LN with half-size updates"
+
+    def sublayer(self, block, which, x, branch):
+        return x + 0.5 * branch(getattr(block, f"norm{which}")(x))
+'''
+TINY_LM = [
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "data.seq_len=32",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=null",
+    "trainer.limit_val_batches=1",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",
+]
+
+
+@pytest.fixture
+def registry():
+    """The placement registry and the imported plugin modules as they were before the test."""
+    saved, modules = dict(placements._PLACEMENTS), set(sys.modules)
+    yield
+    placements._PLACEMENTS.clear()
+    placements._PLACEMENTS.update(saved)
+    for name in set(sys.modules) - modules:
+        if name.startswith(("mixbench_tasks.", "mixbench_project_plugins_")):
+            del sys.modules[name]
+    select_project(None)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, registry):
+    """The issue's project: tasks/my_lm (base: llama_lm) whose task.py registers halfpre, configs/norm/halfpre.yaml;
+    the working directory."""
+    root = tmp_path / "my_project"
+    (root / "tasks" / "my_lm").mkdir(parents=True)
+    (root / "tasks" / "my_lm" / "task.yaml").write_text("name: my_lm\nbase: llama_lm\ndescription: LLaMA LM, my placement\n")
+    (root / "tasks" / "my_lm" / "task.py").write_text(HALFPRE)
+    (root / "configs" / "norm").mkdir(parents=True)
+    (root / "configs" / "norm" / "halfpre.yaml").write_text("placement: halfpre\n")
+    monkeypatch.chdir(root)
+    return root
+
+
+def test_list_from_the_project_shows_its_placement(project, capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "halfpre" in out and "x + F(N(x))/2" in out
+
+
+def test_the_project_placement_runs_on_a_stock_task_beside_the_stock_ones(project, tmp_path, capsys, caplog):
+    results = tmp_path / "results"
+    for norm in ("pre", "halfpre"):
+        assert main(["run", "task=llama_lm", f"norm={norm}", *TINY_LM, f"results_dir={results}"]) == 0
+    records = {r["norm"]["label"]: r for r in (json.loads(p.read_text()) for p in results.rglob("record.json"))}
+    assert set(records) == {"pre", "halfpre"} and {r["task"] for r in records.values()} == {"llama_lm"}
+    assert records["halfpre"]["norm"]["plan"] == ["halfpre", "halfpre"] and records["halfpre"]["status"] == "completed"
+    capsys.readouterr()
+    assert main(["table", "--results-dir", str(results), "--format", "csv"]) == 0
+    cells = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {c["norm"] for c in cells} == {"pre", "halfpre"}
+    column = ("task", "model", "dataset", "scale", "recipe", "budget", "metric")
+    assert len({tuple(c[k] for k in column) for c in cells}) == 1  # the stock task's column, shared with pre
+    run_dir = Path(records["halfpre"]["run_dir"])
+    assert main(["analyze", "grad-norm", "--run", str(run_dir), "--batches", "1"]) == 0
+    (profile,) = json.loads((run_dir / "analysis" / "grad_norm.json").read_text())
+    assert len(profile["blocks"]) == 2
+    # export knows the placement; its code is the project's, outside the bundled mixbench model code
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "hf")]) == 2
+    assert "'halfpre' comes from a plugin" in caplog.text and "unknown norm placement" not in caplog.text
+
+
+def test_a_project_plugins_module_registers_for_every_task(tmp_path, registry, capsys):
+    root = tmp_path / "lab"
+    (root / "configs" / "norm").mkdir(parents=True)
+    (root / "plugins.py").write_text(HALFPRE.replace('"halfpre"', '"quarterpre"').replace("0.5 *", "0.25 *"))
+    (root / "configs" / "norm" / "quarterpre.yaml").write_text("placement: quarterpre\n")
+    assert main(["--project", str(root), "run", "task=vit_tiny", "norm=quarterpre", "--print-config"]) == 0
+    assert "placement: quarterpre" in capsys.readouterr().out
+
+
+def test_an_unknown_placement_says_where_it_was_looked_for(project, tmp_path, monkeypatch, caplog):
+    assert main(["run", "task=llama_lm", "norm.placement=halfpro", "--print-config"]) == 2
+    line = caplog.records[-1].getMessage()
+    assert "unknown norm placement 'halfpro'" in line and "did you mean 'halfpre'" in line
+    assert f"project {project} (tasks/*/task.py, plugins.py)" in line and "\n" not in line
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", "task=llama_lm", "norm.placement=quarterpre", "--print-config"]) == 2
+    assert "no project folder" in caplog.records[-1].getMessage() and "--project DIR" in caplog.records[-1].getMessage()
