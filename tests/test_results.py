@@ -297,7 +297,7 @@ def test_records_frame_columns_and_dtypes(tmp_path):
         "val/loss",
         "val/top1",
     ]
-    assert set(frame["source"]) == {str(tmp_path)}  # the results folder each run was read from
+    assert frame["source"].isna().all()  # one results folder: not named (mixbench.results.sources names several)
     for name in ("primary_value", "wall_time_s", "val/loss", "val/top1"):
         assert pd.api.types.is_float_dtype(frame[name]), name
     assert pd.api.types.is_integer_dtype(frame["seed"]) and pd.api.types.is_integer_dtype(frame["repeat"])

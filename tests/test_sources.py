@@ -164,9 +164,9 @@ def test_the_same_run_found_twice_counts_once(tmp_path, capsys):
     assert not problems and len(records) == 3 and {r["_source"] for r in records} == {str(refs), str(copy)}
     cell = aggregate(records).cells[("pre", aggregate(records).columns[0])]
     assert (cell.n, cell.records, cell.repeats) == (2, 3, 1)
-    assert main(["table", "--results-dir", str(tmp_path), "--results-dir", str(refs), "--format", "tidy"]) == 0
+    assert main(["table", "--results-dir", str(copy), "--results-dir", str(tmp_path), "--format", "tidy"]) == 0
     rows = [r for r in csv.DictReader(io.StringIO(capsys.readouterr().out)) if r["metric"] == "val/ppl"]
-    assert len(rows) == 3 and {r["source"] for r in rows} == {str(tmp_path)}  # found first under tmp_path, each once
+    assert sorted(r["source"] for r in rows) == [str(copy)] * 3  # each run once, where found first: the copies
 
 
 def test_run_identity_is_the_run_id_seed_and_start_else_the_config_seed_and_start():
@@ -187,12 +187,20 @@ def test_a_second_folder_that_does_not_exist_is_one_error_naming_it(tmp_path, ca
     assert "nope: no such folder" in caplog.text
 
 
-def test_one_folder_names_its_source_without_tagging_each_cell(tmp_path):
+def test_a_table_of_one_folder_reads_the_same_whichever_folder_holds_the_runs(tmp_path, capsys):
+    """No source is named where there is one: the tables of a grid and of its copy are the same text."""
     refs = write_all(tmp_path / "refs", [lm_run("pre", 30.0, 0), lm_run("post", 31.0, 0)])
+    shutil.copytree(refs, tmp_path / "copy")
     table = aggregate(load_sources([refs])[0])
-    md = render(table, "md")
-    assert "src 1" not in md and md.splitlines()[-1].endswith(f"Records from {refs}.")
-    assert {r["source"] for r in cell_rows(table)} == {str(refs)}
+    assert "src 1" not in render(table, "md") and {r["source"] for r in cell_rows(table)} == {None}
+    for fmt in ("csv", "md"):
+        texts = []
+        for folder in (refs, tmp_path / "copy"):
+            assert main(["table", "--results-dir", str(folder), "--format", fmt]) == 0
+            texts.append(capsys.readouterr().out)
+        assert texts[0] == texts[1] and str(refs) not in texts[0], fmt
+    assert main(["table", "--results-dir", str(refs), "--format", "tidy"]) == 0
+    assert {r["source"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))} == {""}  # run_dir names each run
 
 
 def test_the_default_folder_is_where_mixbench_run_puts_runs(tmp_path, monkeypatch, capsys):
@@ -203,7 +211,7 @@ def test_the_default_folder_is_where_mixbench_run_puts_runs(tmp_path, monkeypatc
     write_all(tmp_path / default_runs_dir(), [lm_run("pre", 30.0, 0)])
     assert main(["table", "--format", "csv"]) == 0
     (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
-    assert row["source"] == str(default_runs_dir())
+    assert (row["norm"], float(row["mean"])) == ("pre", 30.0)
 
 
 def test_plot_lr_reads_several_folders(tmp_path):

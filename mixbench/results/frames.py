@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from .records import _seed_key, _time_order, column_key, dataset_name, load_records, model_label, primary_value, row_key, with_recipes
+from .sources import source_order
 
 RUN_FIELDS = (
     "task",
@@ -39,7 +40,7 @@ def _repeat_index(records: list[dict]) -> list[int]:
     return index
 
 
-def _run_fields(record: dict, repeat: int) -> dict:
+def _run_fields(record: dict, repeat: int, several: bool) -> dict:
     pm = record["primary_metric"]
     value = primary_value(record)
     path = record.get("_path")
@@ -58,7 +59,7 @@ def _run_fields(record: dict, repeat: int) -> dict:
         "higher_is_better": bool(pm["higher_is_better"]),
         "wall_time_s": _float(record.get("wall_time_s")),
         "run_dir": str(Path(path).parent) if path else record.get("run_dir"),
-        "source": record.get("_source"),
+        "source": record.get("_source") if several else None,
     }
 
 
@@ -80,16 +81,16 @@ def _typed(frame, numeric: tuple[str, ...]):
 def records_frame(records: list[dict]):
     """A pandas DataFrame, one row per run: :data:`RUN_FIELDS` (``repeat``: 0 for the first record of its norm,
     column and seed, 1… for re-runs; ``run_dir``: the folder holding the record; ``source``: the results folder it was
-    read from) and one float column per metric
-    of ``record["metrics"]`` (NaN where a run lacks it)."""
+    read from where several were read, else blank) and one float column per metric of ``record["metrics"]`` (NaN where
+    a run lacks it)."""
     import pandas as pd
 
-    repeats = _repeat_index(records)
+    repeats, several = _repeat_index(records), len(source_order(records)) > 1
     metric_names = sorted({m for r in records if isinstance(r["metrics"], dict) for m in r["metrics"]})
     columns = {m: (m if m not in RUN_FIELDS else f"metrics.{m}") for m in metric_names}
     rows = []
     for r, repeat in zip(records, repeats):
-        row = _run_fields(r, repeat)
+        row = _run_fields(r, repeat, several)
         metrics = r["metrics"] if isinstance(r["metrics"], dict) else {}
         row.update({columns[m]: _float(metrics.get(m)) for m in metric_names})
         rows.append(row)
@@ -106,8 +107,9 @@ def tidy_frame(records: list[dict]):
     import pandas as pd
 
     rows = []
+    several = len(source_order(records)) > 1
     for r, repeat in zip(records, _repeat_index(records)):
-        base = _run_fields(r, repeat)
+        base = _run_fields(r, repeat, several)
         primary = r["primary_metric"]["name"]
         specs = {s.get("name"): s.get("higher_is_better") for s in r.get("metric_specs") or [] if isinstance(s, dict)}
         specs[primary] = bool(r["primary_metric"]["higher_is_better"])

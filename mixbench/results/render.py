@@ -34,7 +34,8 @@ def legend(table: Table, best: str = "bold") -> str:
 
 
 def _source_legend(table: Table) -> str:
-    """The results folders of the records, each numbered where there are several (a cell's ``src 1+2``)."""
+    """The results folders of the records, numbered (a cell's ``src 1+2``), where there are several: a table of one
+    folder is the same text whichever folder holds its runs."""
     if len(table.sources) > 1:
         listed = ", ".join(f"src {k} = {source}" for k, source in enumerate(table.sources, 1))
         text = f" Records from several folders: {listed}; each cell names the folders of its records, each run counted once."
@@ -42,12 +43,12 @@ def _source_legend(table: Table) -> str:
         return text + (
             f" Rows of one column whose folders differ in a training setting (no cell pools them): {'; '.join(notes)}." if notes else ""
         )
-    return f" Records from {table.sources[0]}." if table.sources else ""
+    return ""
 
 
 def source_tag(table: Table, row: str, col: str) -> str:
     """``src 1+2``: the numbers of the folders (:func:`_source_legend`) the cell's records came from; blank where the
-    table has records from one folder only."""
+    table reads one folder."""
     if len(table.sources) < 2:
         return ""
     return "src " + "+".join(str(table.sources.index(s) + 1) for s in table.cell_sources.get((row, col), ()))
@@ -194,7 +195,7 @@ def cell_rows(table: Table) -> list[dict]:
                     "confidence": table.confidence if d and d.low is not None else None,
                     "significant": d.significant if d else None,
                     "best": table.best.get(col) == row,
-                    "source": ";".join(table.cell_sources.get((row, col), ())) or None,
+                    "source": ";".join(table.cell_sources.get((row, col), ())) if len(table.sources) > 1 else None,
                     "source_differs": table.source_notes.get(col),
                     **_sweep_fields(table, row, col),
                 }

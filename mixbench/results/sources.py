@@ -39,11 +39,13 @@ def unique_folders(folders: list[str | Path]) -> list[str]:
 
 
 def load_sources(folders: list[str | Path], check: bool = True) -> tuple[list[dict], list[str]]:
-    """Every record under each of ``folders`` (``_source``: the folder it was found under), each run once, recipes
-    annotated over all of them; unreadable records as problem messages.  ``check``: a folder that is a file or does not
-    exist is a :class:`~mixbench.core.errors.ConfigError` naming the fix (:func:`~.records.results_folder`)."""
+    """Every record under each of ``folders`` (``_source``: the folder it was found under; ``_folders``: all of them),
+    each run once, recipes annotated over all of them; unreadable records as problem messages.  ``check``: a folder
+    that is a file or does not exist is a :class:`~mixbench.core.errors.ConfigError` naming the fix
+    (:func:`~.records.results_folder`)."""
     records, problems, seen, copies = [], [], set(), 0
-    for folder in unique_folders(folders):
+    folders = tuple(unique_folders(folders))
+    for folder in folders:
         found, unreadable = read_records(results_folder(folder) if check else folder)
         problems += unreadable
         for record in found:
@@ -52,6 +54,7 @@ def load_sources(folders: list[str | Path], check: bool = True) -> tuple[list[di
                 copies += 1
                 continue
             seen.add(identity)
+            record["_folders"] = folders
             records.append(record)
         log.info("%s: %d record(s)", folder, len(found))
     if copies:
@@ -60,8 +63,9 @@ def load_sources(folders: list[str | Path], check: bool = True) -> tuple[list[di
 
 
 def source_order(records: list[dict]) -> tuple[str, ...]:
-    """The sources of ``records`` (``_source``) in the order they come; records without one are left out."""
-    return tuple(dict.fromkeys(r["_source"] for r in records if r.get("_source")))
+    """The folders ``records`` were read from: every folder given to :func:`load_sources` (``_folders``; one whose
+    runs were all found before counts too), else each record's ``_source``, in order; records without one left out."""
+    return tuple(dict.fromkeys(s for r in records if r.get("_source") for s in r.get("_folders") or (r["_source"],)))
 
 
 def record_sources(records: list[dict], groups: dict) -> tuple[tuple[str, ...], dict]:
