@@ -79,8 +79,8 @@ def cell_parts(table: Table, row: str, col: str) -> tuple[str, str, str]:
     cell, sweep = table.cells.get((row, col)), table.sweeps.get((row, col))
     if cell is None:
         return "", "", ""
-    summary = " ".join(t for t in ((sweep or cell).summary(), source_tag(table, row, col)) if t)
-    return summary, cell.delta_text(), sweep.sensitivity_text() if sweep else ""
+    summary = " ".join(t for t in ((cell if sweep is None else sweep).summary(), source_tag(table, row, col)) if t)
+    return summary, cell.delta_text(), "" if sweep is None else sweep.sensitivity_text()
 
 
 def _cell_text(table: Table, row: str, col: str, sep: str = " ") -> str:
