@@ -1,8 +1,10 @@
 """``mixbench status``: the state of every run under a results folder, read from files written as the runs write them
 (the project's own writers: its record, config, run lock, checkpoint IO and CSV logger), while they change."""
 
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,7 +21,7 @@ from omegaconf import OmegaConf
 from mixbench.cli.app import main
 from mixbench.core import run_files
 from mixbench.core.storage import atomic_write_text
-from mixbench.results.progress import STATES, folder_progress, read_metrics_log, run_progress, steps_per_epoch
+from mixbench.results.progress import STATES, folder_progress, locked_files, read_metrics_log, run_progress, steps_per_epoch
 from mixbench.results.records import write_record
 
 BUDGET = 100
@@ -119,6 +121,7 @@ def test_every_state_from_the_files_the_runs_write(grid):
         "interrupted": "interrupted",
         "killed": "stopped",  # its lock's process is gone: not running
     }
+    assert run_progress(grid / "llama_lm" / "llama_tiny" / "pre" / "killed", None).state == "stopped"  # its holder's pid: dead
     assert (runs["finished"].step, runs["finished"].total) == (BUDGET, BUDGET)
     assert (runs["stopped"].step, runs["stopped"].total) == (60, BUDGET)
     assert "preempted by SIGTERM at step 60" in runs["stopped"].note
@@ -138,11 +141,11 @@ def test_a_live_lock_is_a_running_run_with_its_rate_and_eta(grid, cfg, tmp_path)
         os.utime(checkpoints / "epoch=0-step=20.ckpt", (since - 50, since - 50))  # the attempt before: where this one began
         os.utime(checkpoints / "epoch=0-step=40.ckpt", (since + 10, since + 10))
         os.utime(run_dir / run_files.METRICS_FILE, (since + 30, since + 30))  # step 59 logged 20 s after step 40
-        run = run_progress(run_dir, now=since + 35)  # this host's /proc/locks (or the holder's pid) shows the lock
+        run = run_progress(run_dir, locked_files(), now=since + 35)  # this host's lock table shows the lock
         assert (run.state, run.step, run.total) == ("running", 59, BUDGET)
         assert run.rate == pytest.approx((59 - 40) / 20)
         assert run.eta_s == pytest.approx((BUDGET - 59) / run.rate - 5)
-        assert run_progress(run_dir, flocked=None, now=since + 35).state == "running"  # no flock table: the pid's
+        assert run_progress(run_dir, None, now=since + 35).state == "running"  # without a lock table: the holder's pid
     assert run_progress(run_dir).state == "stopped"  # released
 
 
@@ -294,6 +297,13 @@ def test_watch_refreshes_until_ctrl_c_and_exits_0(grid, capsys, monkeypatch):
     assert main(["status", str(grid), "--watch", "0.5"]) == 0
     assert sleeps == [0.5, 0.5] and capsys.readouterr().out.count("7 runs:") == 2
     assert main(["status", str(grid), "--watch", "0"]) == 2
+    from rich.console import Console
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=250)  # in place, through rich's Live
+    sleeps.clear()
+    assert status.watch(grid, 0.5, terminal) == 0 and len(sleeps) == 2
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.file.getvalue())  # without the terminal's escapes
+    assert "7 runs: 2 stopped · 1 interrupted" in shown
 
 
 def test_ctrl_c_stops_a_real_watch_with_status_0(grid):

@@ -3,7 +3,7 @@
 A run folder is one holding a record, a config, a run lock or a grid's console log (:mod:`mixbench.core.run_files`).
 Its state:
 
-* ``running``: a live process holds its lock.  On this host the kernel's flock table (``/proc/locks``) says so, or where
+* ``running``: a live process holds its lock.  On this host the kernel's lock table (``/proc/locks``) says so, or where
   there is none, whether the holder's pid is alive; a holder on another host (a shared file system) counts as running
   while the run's files changed within :data:`REMOTE_SILENCE_S`;
 * ``starting``: a grid made the folder and started its process, which has not taken the lock yet (for
@@ -216,8 +216,9 @@ def checkpoints(run_dir: Path) -> list[tuple[float, int]]:
 # ---------------------------------------------------------------- is a process holding the run's lock?
 
 
-def flocked_files() -> set[tuple[int, int, int]] | None:
-    """(device major, minor, inode) of every file flock-ed on this host (``/proc/locks``); None where there is none."""
+def locked_files() -> set[tuple[int, int, int]] | None:
+    """(device major, minor, inode) of every file a process holds a lock on, on this host (``/proc/locks``: flock, and
+    the POSIX locks that flock becomes on NFS); None where there is no such table."""
     try:
         text = Path("/proc/locks").read_text()
     except OSError:
@@ -225,7 +226,7 @@ def flocked_files() -> set[tuple[int, int, int]] | None:
     held = set()
     for line in text.splitlines():
         fields = line.split()
-        if "FLOCK" not in fields[1:3] or "->" in fields[:2]:  # "->": a process waiting for the lock, not holding it
+        if "->" in fields[:2]:  # a process waiting for the lock, not holding it
             continue
         where = next((f for f in fields if f.count(":") == 2), None)
         try:
@@ -246,16 +247,16 @@ def _pid_alive(pid) -> bool:
     return True
 
 
-def lock_held(run_dir: Path, holder: dict | None, flocked: set | None, host: str) -> bool | None:
+def lock_held(run_dir: Path, holder: dict | None, locked: set | None, host: str) -> bool | None:
     """Whether a live process holds ``run_dir``'s lock; None when its holder runs on another host (not knowable here)."""
     if holder is not None and holder.get("host") not in (None, host):
         return None
-    if flocked is not None:
+    if locked is not None:
         try:
             st = os.stat(run_dir / LOCK_FILE)
         except OSError:
             return False
-        return (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in flocked
+        return (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in locked
     return holder is not None and _pid_alive(holder.get("pid"))
 
 
@@ -391,15 +392,16 @@ def _not_running(run_dir: Path, files: _Files, now: float, note: str) -> RunProg
 
 
 def run_progress(
-    run_dir: Path, flocked: set | None = None, host: str | None = None, now: float | None = None, seen: Observations | None = None
+    run_dir: Path, locked: set | None = None, host: str | None = None, now: float | None = None, seen: Observations | None = None
 ) -> RunProgress | None:
-    """The state of the run in ``run_dir``; None when the folder is gone.  ``flocked``: :func:`flocked_files` (read
-    once for many runs); ``seen``: observations of earlier refreshes, extended with this one's."""
+    """The state of the run in ``run_dir``; None when the folder is gone.  ``locked``: :func:`locked_files` (read
+    once for many runs; None: the holder's pid decides); ``seen``: observations of earlier refreshes, extended with
+    this one's."""
     now, host = time.time() if now is None else now, host or socket.gethostname()
     files = _Files(run_dir)
     if not run_dir.is_dir():
         return None
-    live, note = lock_held(run_dir, files.holder, flocked, host), ""
+    live, note = lock_held(run_dir, files.holder, locked, host), ""
     if live is None:  # held on another host: believed while its files change
         live = files.updated is not None and now - files.updated < REMOTE_SILENCE_S
         where = files.holder.get("host")
@@ -426,6 +428,6 @@ def run_folders(root: Path) -> list[Path]:
 def folder_progress(root: str | Path, seen: Observations | None = None, now: float | None = None) -> FolderProgress:
     """:class:`FolderProgress` of every run under ``root``; ``seen``: see :func:`run_progress`."""
     root, now = Path(root), time.time() if now is None else now
-    flocked, host = flocked_files(), socket.gethostname()
-    runs = [run_progress(folder, flocked, host, now, seen) for folder in run_folders(root)]
+    locked, host = locked_files(), socket.gethostname()
+    runs = [run_progress(folder, locked, host, now, seen) for folder in run_folders(root)]
     return FolderProgress(root, [run for run in runs if run is not None], now)
