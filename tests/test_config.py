@@ -111,3 +111,50 @@ def test_data_modules_declare_their_arguments():
 
     with pytest.raises(ConfigError, match="declare every argument"):
         data_arguments(Loose)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["norm=pre", "norm.alpha=0.5"], "norm.alpha is used only by norm=mix, not by norm=pre (placement pre); drop norm.alpha="),
+        (["norm=group_ln", "norm.num_post=2"], "norm.num_post is used only by norm=mix, not by norm=group_ln"),
+        (["norm=pre", "norm.out_norm_gain=0"], "norm.out_norm_gain is used only by norm=olmo2, norm=peri, norm=reordered, norm=sandwich,"),
+        (["norm=sandwich", "norm.embed_norm=true"], "norm.embed_norm is used only by norm=peri, not by norm=sandwich"),
+        (["norm=mix", "norm.dyt_alpha_attn=0.5"], "norm.dyt_alpha_attn is used only by norm=dyt"),
+        (["norm=pre", "norm.paper_compat=true"], "norm.paper_compat is used only by norm=deepnorm (or deepnorm blocks in norm.layers)"),
+        (["norm=custom", "norm.layers=[pre,post]", "model.num_layers=2", "norm.admin_init=sqrt"], "norm.admin_init is used only by norm=admin"),
+        (["norm=mix", "norm.layers=[pre,post]", "model.num_layers=2"], "norm.layers is used only by norm=custom"),
+    ],
+)
+def test_a_norm_option_the_placement_ignores_is_an_error_naming_the_placements_that_read_it(args, message):
+    with pytest.raises(ConfigError) as err:
+        compose(["task=llama_lm", *args])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["norm=mix", "norm.alpha=0.5"],
+        ["norm=mix", "norm.num_post=1"],
+        ["norm=custom", "norm.layers=[pre,admin]", "model.num_layers=2", "norm.admin_init=sqrt"],  # an admin block reads it
+        ["norm=custom", "norm.layers=[deepnorm,pre]", "model.num_layers=2", "norm.paper_compat=true"],
+        ["norm=olmo2", "norm.out_norm_gain=0"],
+        ["norm=admin", "norm.admin_init=2.0"],
+        ["norm=pre", "norm.qk_norm=head", "norm.scaled_init=true", "norm.scaled_embed=true", "norm.kind=layernorm", "norm.final_norm=false"],
+        ["norm=group_ln"],  # its yaml sets kind and groups: only the command line counts
+    ],
+)
+def test_norm_options_the_placement_reads_and_common_ones_are_accepted(args):
+    compose(["task=llama_lm", *args])
+
+
+def test_replay_refuses_a_norm_option_its_placement_ignores(tmp_path):
+    from omegaconf import OmegaConf
+
+    from mixbench.training.config import replay
+
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(compose(["task=llama_lm", "norm=pre"])))
+    with pytest.raises(ConfigError, match="norm.alpha is used only by norm=mix"):
+        replay(tmp_path, ["norm.alpha=0.5"])
+    assert replay(tmp_path, ["norm.placement=mix", "norm.alpha=0.5"]).norm.alpha == 0.5

@@ -31,7 +31,7 @@ from ..core.families import family_of_model, get_family
 from ..core.project import config_choices, config_file
 from ..core.tasks import discover_tasks, get_task
 from ..data import get_datamodule_class
-from ..layers import NormSpec, get_placement
+from ..layers import NormSpec, block_placements, get_placement, list_placements
 from .compile import check_compile_settings, upgrade_compile
 from .loggers import logger_names
 from .optim import OPTIMIZERS
@@ -47,6 +47,17 @@ RESERVED_TRAINER_KEYS = {
     "default_root_dir": "use results_dir=DIR or run_dir=DIR",
     "enable_checkpointing": "use checkpoint.every_n_steps=N",
     "use_distributed_sampler": "set by the model family's sampler policy",
+}
+# settings of the common norm group (configs/defaults.yaml) that only some placements read: setting → those placements
+# (the model-level placement, or blocks of it in a plan).  The placements' own options (``Placement.options``, e.g.
+# Sandwich-LN's out_norm_gain) are read by the placements that declare them.  Every other norm setting (kind, eps,
+# final_norm, groups, scaled_init, scaled_embed, qk_norm) is read whatever the placement.
+PLACEMENT_SETTINGS = {
+    "alpha": ("mix",),
+    "num_post": ("mix",),
+    "layers": ("custom",),
+    "paper_compat": ("deepnorm",),
+    "admin_init": ("admin",),
 }
 # ``key=true|false`` for a group means this key of it (the group was a boolean setting once)
 BOOLEAN_SHORTHANDS = {"compile": "compile.enabled"}
@@ -183,6 +194,43 @@ def _norm_group(defaults: DictConfig, choice: str, root) -> DictConfig:
     return merge_strict(base, chosen, f"configs/norm/{choice}.yaml")
 
 
+def option_readers(option: str) -> tuple[str, ...]:
+    """The placements that read ``norm.<option>``; empty for a setting every placement reads."""
+    return PLACEMENT_SETTINGS.get(option) or tuple(name for name in list_placements() if option in get_placement(name).options)
+
+
+def given_norm_options(overrides: list[str]) -> list[str]:
+    """The norm settings that command-line overrides set (``norm.alpha=0.5`` → ``alpha``; ``+norm.x`` adds a key, not
+    counted)."""
+    keys = [arg.split("=", 1)[0] for arg in overrides]
+    return list(dict.fromkeys(key.split(".")[1] for key in keys if key.startswith("norm.") and len(key.split(".")) > 1))
+
+
+def check_norm_options(cfg: DictConfig, options: list[str], root=None) -> None:
+    """Each of ``options`` (norm settings given on the command line) must be read by the chosen placement or a block of
+    its plan (:func:`option_readers`); else one error naming the ``norm=`` choices that read it."""
+    for option in options:
+        readers = option_readers(option)
+        if not readers:
+            continue
+        placement = cfg.norm.get("placement")
+        if option in cfg.norm and placement is not None:
+            try:
+                plan = norm_spec(cfg).plan(int(cfg.model.num_layers))
+            except (ValueError, TypeError):  # a plan this config cannot make: validate() says why
+                plan = []
+            if {placement, *plan} & set(readers):
+                continue
+        choices = [f"norm={c}" for c in group_choices("norm", root) if load_group("norm", c, root).get("placement") in readers]
+        choices = choices or [f"norm.placement={name}" for name in readers]
+        blocks = [name for name in readers if name in block_placements() and option in PLACEMENT_SETTINGS]
+        also = f" (or {'/'.join(blocks)} blocks in norm.layers)" if blocks else ""
+        raise ConfigError(
+            f"norm.{option} is used only by {', '.join(choices)}{also}, not by norm={cfg.choices.norm} (placement {placement}); "
+            f"drop norm.{option}=... or choose {choices[0] if len(choices) == 1 else 'one of those'}"
+        )
+
+
 def data_arguments(loader_class) -> dict:
     """The declared arguments of a data module class with their defaults (``seed`` is set by the runner)."""
     params = inspect.signature(loader_class.__init__).parameters
@@ -237,6 +285,8 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     recipe = dict(task.recipe)  # a plain mapping: its ${...} resolve against the whole config, later
     upgrade_compile(recipe)
     cfg = merge_strict(cfg, recipe, f"{task.path / 'task.yaml'} (recipe)")
+    norm_options = given_norm_options(overrides)
+    check_norm_options(cfg, [option for option in norm_options if option not in cfg.norm], root)  # other placements' own
     for arg in overrides:
         _apply_override(cfg, arg)
     try:
@@ -244,6 +294,7 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     except OmegaConfBaseException as err:
         raise ConfigError(f"cannot resolve the config: {one_line(err)}") from None
     validate(cfg)
+    check_norm_options(cfg, norm_options, root)
     return cfg
 
 
@@ -259,9 +310,12 @@ def replay(config_path: str | Path, overrides: list[str]) -> DictConfig:
         raise ConfigError(f"--config {config_path}: give a run's config.yaml (or its run folder)")
     cfg.run_dir = None
     cfg.resume = None
+    options = given_norm_options(dotted)
+    check_norm_options(cfg, [option for option in options if option not in cfg.norm])
     for arg in dotted:
         _apply_override(cfg, arg)
     validate(cfg)
+    check_norm_options(cfg, options)
     return cfg
 
 
