@@ -13,6 +13,11 @@ class CheckpointError(MixbenchError):
     """No usable checkpoint to resume from (every one in the run folder is damaged)."""
 
 
+class UntrustedFile(MixbenchError):
+    """A checkpoint or weights file handed in would need a type outside the allowlist to load (a pickle can run code):
+    refused before any of it runs (:mod:`mixbench.training.trusted`)."""
+
+
 class DiskFull(MixbenchError):
     """A write failed for lack of space (:mod:`mixbench.core.storage`): the run stops with :data:`RESUMABLE_EXIT`, and
     once space is freed ``resume=auto`` continues it."""

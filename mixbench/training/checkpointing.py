@@ -8,7 +8,9 @@
   ``keep_last`` (ranked by step) plus ``last.ckpt``.
 * :func:`newest_checkpoint` checks each candidate (every byte against the CRC its zip archive stores) before picking
   it: a truncated or damaged file is skipped with a warning naming it; if every one is damaged it raises
-  :class:`mixbench.core.errors.CheckpointError` naming them.
+  :class:`mixbench.core.errors.CheckpointError` naming them.  The one it picks must load through the restricted
+  unpickler (:mod:`mixbench.training.trusted`), else :class:`mixbench.core.errors.UntrustedFile`; so does every
+  checkpoint Lightning reads to resume (:meth:`AtomicCheckpointIO.load_checkpoint`).
 * :class:`RNGStateCallback` stores the Python / NumPy / torch (and CUDA) generator states in each checkpoint and
   restores them when training resumes — with the model, optimizer, schedule, loop and data position that
   Lightning and the data modules already save, a resumed run continues exactly.
@@ -27,6 +29,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..core.errors import CheckpointError, ConfigError
 from ..core.storage import TMP_MARK, atomic_write
+from .trusted import check_trusted, load_trusted, restricted
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoints"
@@ -66,6 +69,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         atomic_write(path, lambda f: _write(checkpoint, f), size=lambda: checkpoint_bytes(checkpoint))
 
+    def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None) -> dict:
+        """Lightning's read of a checkpoint to resume: always through the restricted unpickler, whatever
+        ``weights_only`` Lightning passes (a file that needs another type: :class:`UntrustedFile`)."""
+        with restricted(path, f"the checkpoint {path}"):
+            return super().load_checkpoint(path, map_location, weights_only=True)
+
 
 class StepCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` (every N steps, plus ``last.ckpt``) that keeps only the newest ``keep_last`` step
@@ -97,7 +106,7 @@ def checkpoint_step(path: Path) -> int:
     match = _STEP.search(path.name)
     if match:
         return int(match.group(1))
-    return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+    return int(load_trusted(path, f"the checkpoint {path}", mmap=True)["global_step"])
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -113,7 +122,7 @@ def checkpoint_problem(path: Path) -> str | None:
 def newest_checkpoint(run_dir: Path) -> Path | None:
     """The intact checkpoint of ``run_dir`` with the most steps (leftover temporary files of an interrupted write are
     removed, damaged checkpoints skipped with a warning); None if there is none, :class:`CheckpointError` if every
-    checkpoint there is damaged."""
+    checkpoint there is damaged, :class:`mixbench.core.errors.UntrustedFile` if the one picked would need a type outside the allowlist."""
     folder = Path(run_dir) / CHECKPOINT_DIR
     if not folder.is_dir():
         return None
@@ -133,10 +142,8 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
     last_step = checkpoint_step(last) if last.is_file() and intact(last) else None
     by_step = sorted((p for p in folder.glob("*.ckpt") if _STEP.search(p.name)), key=checkpoint_step, reverse=True)
     stepped = next((p for p in by_step if (last_step is None or checkpoint_step(p) >= last_step) and intact(p)), None)
-    if stepped is not None:
-        return stepped
-    if last_step is not None:
-        return last
+    if stepped is not None or last_step is not None:
+        return check_trusted(stepped or last, f"resume=auto: the checkpoint {stepped or last}")
     if damaged:
         raise CheckpointError(
             f"every checkpoint in {folder} is damaged ({', '.join(p.name for p in damaged)}); "

@@ -8,7 +8,9 @@ models, so timm loads the file) and ``model_config.json``::
      "norm_label": "mix(α=0.25)", "plan": ["post", ..., "pre"]}
 
 (the same JSON is also stored in the safetensors header under ``mixbench``).  Records made before this
-format have ``model.pt`` (a pickled ``state_dict``) and their ``config.yaml``; both still load.
+format have ``model.pt`` (a pickled ``state_dict``) and their ``config.yaml``; both still load.  A pickled file
+(``.ckpt``, ``.pt``, ``.pth``) is read only through the restricted unpickler (:mod:`mixbench.training.trusted`): one
+that would need another type is refused (:class:`mixbench.core.errors.UntrustedFile`) before any of it runs.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from ..core.errors import ConfigError
 from ..core.storage import atomic_write_text, fsync_file, replacing
 from ..layers import NormSpec
 from ..layers.placements import plan_summary
+from .trusted import check_trusted, load_trusted
 
 log = logging.getLogger(__name__)
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "model_config.json"
 LEGACY_WEIGHTS_FILE = "model.pt"
+PICKLED = (".ckpt", ".pt", ".pth")  # torch.save files: read through mixbench.training.trusted
 
 
 class WeightsError(ConfigError):
@@ -66,8 +70,19 @@ def save_weights(model, run_dir: str | Path, description: dict) -> Path:
     return path
 
 
+def check_pickled(source: Path) -> None:
+    """Refuse (:class:`mixbench.core.errors.UntrustedFile`) the pickled file ``source`` is or a run folder's weights
+    would be read from (a legacy ``model.pt``) if it needs a type outside the allowlist; reads no tensors."""
+    if source.is_dir() and not (source / WEIGHTS_FILE).is_file():
+        source = source / LEGACY_WEIGHTS_FILE
+    if source.suffix in PICKLED and source.is_file():
+        check_trusted(source)
+
+
 def description_of(source: Path) -> dict | None:
-    """The model description of a run folder or weights file (None if it has none); reads no tensors."""
+    """The model description of a run folder or weights file (None if it has none); reads no tensors, and refuses a
+    pickled file that would need a type outside the allowlist (:func:`check_pickled`)."""
+    check_pickled(source)
     if source.is_dir():
         return _description_of_run(source)
     if source.suffix == ".safetensors":
@@ -76,7 +91,12 @@ def description_of(source: Path) -> dict | None:
         with safe_open(str(source), framework="pt") as f:
             meta = (f.metadata() or {}).get("mixbench")
         return json.loads(meta) if meta else None
-    return _description_of_run(source.parent.parent if source.parent.name == "checkpoints" else source.parent)
+    return _description_of_run(_run_of(source))
+
+
+def _run_of(weights: Path) -> Path:
+    """The run folder a weights file lies in: its folder, or two levels up for ``checkpoints/*.ckpt``."""
+    return weights.parent.parent if weights.parent.name == "checkpoints" else weights.parent
 
 
 def _description_of_run(run_dir: Path) -> dict | None:
@@ -99,10 +119,13 @@ def _existing(source: str | Path) -> Path:
 
 
 def load_description(source: str | Path) -> dict | None:
-    """The model description of ``init_from`` weights without reading the weights (None if they carry none)."""
+    """The model description of ``init_from`` weights without reading the weights (None if they carry none).  A
+    pickled file is checked by the restricted unpickler first (memory-mapped, no tensor read): one that would run code
+    is refused here, before a run folder exists."""
     from safetensors import SafetensorError, safe_open
 
     path = _existing(source)
+    check_pickled(path)
     if path.is_dir():
         return _description_of_run(path)
     if path.suffix == ".safetensors":
@@ -113,7 +136,7 @@ def load_description(source: str | Path) -> dict | None:
             raise WeightsError(f"init_from={source}: cannot read the weights ({type(err).__name__}: {err})") from None
         return json.loads(meta) if meta else None
     if path.suffix == ".ckpt":
-        return _description_of_run(path.parent.parent if path.parent.name == "checkpoints" else path.parent)
+        return _description_of_run(_run_of(path))
     return None
 
 
@@ -136,12 +159,11 @@ def load_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict | No
         if path.suffix == ".safetensors":
             return load_file(str(path)), load_description(path), path
         if path.suffix in (".pt", ".pth"):
-            return torch.load(path, map_location="cpu", weights_only=True), None, path
-        if path.suffix == ".ckpt":
-            # a Lightning checkpoint of a mixbench run (our own files: the pickle holds loop and data state too)
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+            return load_trusted(path), None, path
+        if path.suffix == ".ckpt":  # a Lightning checkpoint of a mixbench run: the model's tensors, under "model."
+            checkpoint = load_trusted(path, mmap=True)
             state = {k[len("model.") :]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-            return state, load_description(path), path
+            return state, _description_of_run(_run_of(path)), path
     except (SafetensorError, RuntimeError, KeyError, OSError, json.JSONDecodeError) as err:
         raise WeightsError(f"init_from={source}: cannot read the weights ({type(err).__name__}: {err})") from None
     raise WeightsError(f"init_from={source}: unknown weights format {path.suffix!r}; give a run folder, a .safetensors file or a .ckpt")
