@@ -325,6 +325,15 @@ def test_status_of_no_runs_yet_and_of_a_missing_folder(tmp_path, capsys, monkeyp
     assert main(["status"]) == 0
     assert "no runs" in capsys.readouterr().out
     assert main(["status", str(tmp_path / "nowhere")]) == 2
+    (tmp_path / "a_file").write_text("")
+    assert main(["status", str(tmp_path / "a_file")]) == 2
+
+    def ctrl_c(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("mixbench.cli.status.time.sleep", ctrl_c)
+    assert main(["status", str(tmp_path / "soon"), "--watch", "1"]) == 0  # --watch waits for a grid about to start
+    assert "no runs" in capsys.readouterr().out
 
 
 def test_the_file_names_are_the_writers(tmp_path):

@@ -89,7 +89,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     from ..results.sources import default_runs_dir
 
     root = Path(args.dir) if args.dir is not None else default_runs_dir()
-    if args.dir is not None and not root.is_dir():  # the default folder may not exist yet: no runs
+    # a folder that does not exist yet has no runs: the default one before the first run, any one under --watch (a
+    # grid about to start); a folder given once that does not exist is a typo
+    if root.exists() and not root.is_dir() or args.dir is not None and args.watch is None and not root.exists():
         raise ConfigError(
             f"{root}: no such folder; give a results folder (mixbench run puts its runs in {default_runs_dir()}) or a run folder"
         )
@@ -141,6 +143,11 @@ def add_status_command(sub) -> None:
     )
     status.add_argument("dir", nargs="?", metavar="DIR", help="a results folder, at any depth, or one run folder (default: results/runs)")
     status.add_argument(
-        "--watch", nargs="?", const=5.0, type=float, metavar="SECONDS", help="refresh every SECONDS (default 5) until Ctrl-C"
+        "--watch",
+        nargs="?",
+        const=5.0,
+        type=float,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 5) until Ctrl-C; waits for a DIR a grid is about to make",
     )
     status.set_defaults(func=cmd_status)
