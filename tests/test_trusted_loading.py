@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from safetensors.torch import load_file
 from test_weights import TINY_LM, TINY_VIT
 
 from mixbench.cli.app import main
 from mixbench.core.errors import UntrustedFile
 from mixbench.training.checkpointing import AtomicCheckpointIO, newest_checkpoint
 from mixbench.training.config import compose
+from mixbench.training.trained import load_trained
 from mixbench.training.trusted import refused_globals
 from mixbench.training.weights import load_description, load_weights
 
@@ -149,7 +151,7 @@ def test_export_eval_and_analyze_refuse_a_crafted_file(tmp_path, caplog):
 @pytest.mark.parametrize("args", [TINY_LM, ["task=vit_tiny", *TINY_VIT]], ids=["lm", "vit"])
 def test_our_own_checkpoints_need_nothing_outside_the_allowlist(tmp_path, args):
     """What a run checkpoints (model, optimizer, schedule, loops, data position, generator states, callbacks) is
-    tensors and plain values: the restricted unpickler loads every checkpoint, and init_from= takes one."""
+    tensors and plain values: the restricted unpickler loads every checkpoint, and the last one rebuilds the final model."""
     assert main(["run", *args, "checkpoint.every_n_steps=1", f"run_dir={tmp_path / 'run'}"]) == 0
     files = sorted((tmp_path / "run" / "checkpoints").glob("*.ckpt"))
     assert [p.name for p in files] == ["epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "last.ckpt"]
@@ -157,5 +159,23 @@ def test_our_own_checkpoints_need_nothing_outside_the_allowlist(tmp_path, args):
         assert refused_globals(file) == [], file
         checkpoint = AtomicCheckpointIO().load_checkpoint(file)
         assert checkpoint["global_step"] == (1 if "step=1" in file.name else 2) and checkpoint["callbacks"]
-    state, description, _ = load_weights(files[-1])
-    assert state and description["family"] == ("lm" if args is TINY_LM else "vision")
+    trained = load_trained(files[-1], tokenizer="embedded")  # as export and eval rebuild a model from a .ckpt
+    assert trained.description["family"] == ("lm" if args is TINY_LM else "vision")
+    final = load_file(str(tmp_path / "run" / "model.safetensors"))
+    assert all(torch.equal(v, final[k]) for k, v in trained.model.state_dict().items())
+
+
+def test_a_legacy_model_pt_of_either_torch_format_still_loads(tmp_path):
+    """Run folders of the first versions hold a pickled state_dict (model.pt), in torch's zip or older format."""
+    from mixbench import build_model
+
+    model = build_model("llama_debug", norm="post", seed=3)
+    for zipped in (True, False):
+        folder = tmp_path / f"zip={zipped}"
+        folder.mkdir()
+        torch.save(model.state_dict(), folder / "model.pt", _use_new_zipfile_serialization=zipped)
+        (folder / "config.yaml").write_text("task: {family: lm}\nmodel: {name: llama_debug, num_layers: 4}\nnorm: {placement: post}\n")
+        assert load_description(folder)["norm"] == {"placement": "post"}
+        state, _, file = load_weights(folder)
+        assert file.name == "model.pt" and state.keys() == model.state_dict().keys()
+        torch.testing.assert_close(state["head.weight"], model.head.weight, rtol=0, atol=0)
