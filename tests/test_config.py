@@ -122,7 +122,10 @@ def test_data_modules_declare_their_arguments():
         (["norm=sandwich", "norm.embed_norm=true"], "norm.embed_norm is used only by norm=peri, not by norm=sandwich"),
         (["norm=mix", "norm.dyt_alpha_attn=0.5"], "norm.dyt_alpha_attn is used only by norm=dyt"),
         (["norm=pre", "norm.paper_compat=true"], "norm.paper_compat is used only by norm=deepnorm (or deepnorm blocks in norm.layers)"),
-        (["norm=custom", "norm.layers=[pre,post]", "model.num_layers=2", "norm.admin_init=sqrt"], "norm.admin_init is used only by norm=admin"),
+        (
+            ["norm=custom", "norm.layers=[pre,post]", "model.num_layers=2", "norm.admin_init=sqrt"],
+            "norm.admin_init is used only by norm=admin",
+        ),
         (["norm=mix", "norm.layers=[pre,post]", "model.num_layers=2"], "norm.layers is used only by norm=custom"),
     ],
 )
@@ -141,7 +144,14 @@ def test_a_norm_option_the_placement_ignores_is_an_error_naming_the_placements_t
         ["norm=custom", "norm.layers=[deepnorm,pre]", "model.num_layers=2", "norm.paper_compat=true"],
         ["norm=olmo2", "norm.out_norm_gain=0"],
         ["norm=admin", "norm.admin_init=2.0"],
-        ["norm=pre", "norm.qk_norm=head", "norm.scaled_init=true", "norm.scaled_embed=true", "norm.kind=layernorm", "norm.final_norm=false"],
+        [
+            "norm=pre",
+            "norm.qk_norm=head",
+            "norm.scaled_init=true",
+            "norm.scaled_embed=true",
+            "norm.kind=layernorm",
+            "norm.final_norm=false",
+        ],
         ["norm=group_ln"],  # its yaml sets kind and groups: only the command line counts
     ],
 )

@@ -177,7 +177,10 @@ def test_ctrl_c_checkpoints_the_step_exits_130_records_interrupted_and_resumes_e
     checkpoint is written whole and the resume is exact — without Lightning's "dataloader is not resumable" warning
     (the data module restores its position, and the result is exact)."""
     run_dir = tmp_path / "run"
-    faults = [{"kind": "signal", "moment": "step", "step": 4, "action": "SIGINT"}, {"kind": "signal", "moment": "write", "step": 5, "action": "SIGINT"}]
+    faults = [
+        {"kind": "signal", "moment": "step", "step": 4, "action": "SIGINT"},
+        {"kind": "signal", "moment": "write", "step": 5, "action": "SIGINT"},
+    ]
     stopped = launcher.run(["run", *COMMON, f"run_dir={run_dir}"], faults, threads=torch.get_num_threads(), timeout=300)
     assert stopped.returncode == INTERRUPTED_EXIT, stopped.output()[-2000:]
     assert len(stopped.fired()) == 2
@@ -185,7 +188,12 @@ def test_ctrl_c_checkpoints_the_step_exits_130_records_interrupted_and_resumes_e
     assert "interrupted (Ctrl-C) by SIGINT at step 5" in out and "Ctrl-C again: ignored" in out and "Traceback" not in out
     done = record(run_dir)
     assert done["status"] == "interrupted" and "preempted" not in done
-    assert done["interrupted"] == {"signal": "SIGINT", "step": 5, "checkpoint": str(run_dir / "checkpoints" / "epoch=0-step=5.ckpt"), "requeued": False}
+    assert done["interrupted"] == {
+        "signal": "SIGINT",
+        "step": 5,
+        "checkpoint": str(run_dir / "checkpoints" / "epoch=0-step=5.ckpt"),
+        "requeued": False,
+    }
     assert newest_checkpoint(run_dir).name == "epoch=0-step=5.ckpt"
     assert main(["run", *COMMON, f"run_dir={run_dir}", "resume=auto"]) == 0
     resumed = record(run_dir)
@@ -214,9 +222,9 @@ def test_the_not_resumable_warning_is_silenced_only_where_the_data_module_resume
         with warnings.catch_warnings(record=True) as shown:
             warnings.simplefilter("always")
             notice.on_train_start(trainer, None)
-            warnings.warn(message, UserWarning)
+            warnings.warn(message, UserWarning, stacklevel=1)
             notice.on_train_end(trainer, None)
-            warnings.warn(message, UserWarning)  # after the fit: not silenced
+            warnings.warn(message, UserWarning, stacklevel=1)  # after the fit: not silenced
         assert len(shown) == (1 if silenced else 2), type(datamodule).__name__
 
 

@@ -167,7 +167,9 @@ def test_a_bad_data_path_is_one_line_before_any_run_folder_exists(tmp_path, capl
         assert expected in message and "\n" not in message, (name, message)
         assert not results.exists(), name
     sweep = tmp_path / "sweep"  # a grid checks every configuration before it runs any
-    assert main(["run", "-m", *TINY_LM, "seed=0,1", f"data.path={tmp_path}/c4/c4-train.*.json.gz", f"results_dir={sweep}", "--jobs", "2"]) == 2
+    assert (
+        main(["run", "-m", *TINY_LM, "seed=0,1", f"data.path={tmp_path}/c4/c4-train.*.json.gz", f"results_dir={sweep}", "--jobs", "2"]) == 2
+    )
     assert not sweep.exists()
 
 
@@ -233,18 +235,19 @@ def test_sweep_expands_the_product_reports_failures_and_resumes(tmp_path, caplog
 def test_jobs_give_each_run_its_share_of_the_cores(tmp_path, monkeypatch, cores, jobs, workers, share):
     """``--jobs N``: each run process gets cores // N (at least 1) torch threads (OMP_NUM_THREADS in its environment)
     and at most that many data workers — and a resume of the grid still finds its runs."""
-    import subprocess
-
     import mixbench.grids.runner as runner
 
     started = []
 
-    def fake_run(command, env=None, **kwargs):
-        started.append((command, env))
-        return subprocess.CompletedProcess(command, 0)
+    class Process:  # a run process that exits at once without a record
+        def __init__(self, command, env=None, **kwargs):
+            started.append((command, env))
+
+        def wait(self):
+            return 0
 
     monkeypatch.setattr(runner, "cores", lambda: cores)
-    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    monkeypatch.setattr(runner.subprocess, "Popen", Process)
     argvs = runner.expand_sweep([*TINY_LM, "seed=0,1", f"data.num_workers={workers}", f"results_dir={tmp_path}"])
     outcomes = runner.run_many(argvs, jobs=jobs)
     assert len(started) == 2 and all(o.status == "failed" for o in outcomes)  # the fake processes wrote no record
@@ -265,6 +268,41 @@ def test_jobs_give_each_run_its_share_of_the_cores(tmp_path, monkeypatch, cores,
     monkeypatch.setattr(runner, "cores", lambda: 1)  # another machine: another cap
     runner.run_many(argvs, jobs=jobs, resume=True)  # the same folders: data.num_workers does not tell runs apart
     assert sorted(next(a for a in c if a.startswith("run_dir="))[8:] for c, _ in started) == [str(f) for f in folders]
+
+
+def test_ctrl_c_stops_a_grid_side_by_side_running_runs_get_sigint_and_no_more_start(tmp_path, monkeypatch, caplog):
+    """``--jobs 2``, four runs: a Ctrl-C to the grid is passed to the two running run processes (each then checkpoints
+    its step and exits 130), the other two never start, and the grid stops with exit status 130 and one line."""
+    import os
+    import signal
+    import threading
+
+    import mixbench.grids.runner as runner
+
+    started, both = [], threading.Barrier(3)
+
+    class Process:  # a run process that stops when it gets SIGINT, as mixbench run does
+        def __init__(self, command, **kwargs):
+            self.signals, self.stopped = [], threading.Event()
+            started.append(self)
+
+        def send_signal(self, signum):
+            self.signals.append(signum)
+            self.stopped.set()
+
+        def wait(self):
+            both.wait(60)  # both runs started: the Ctrl-C comes
+            self.stopped.wait(60)
+            return 130
+
+    monkeypatch.setattr(runner.subprocess, "Popen", Process)
+    sweep = ["run", "-m", *TINY_LM, "seed=0,1,2,3", f"results_dir={tmp_path}", "--jobs", "2"]
+    threading.Thread(target=lambda: (both.wait(60), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+    caplog.clear()
+    assert main(sweep) == 130
+    assert len(started) == 2 and all(p.signals == [signal.SIGINT] for p in started)
+    assert "interrupted (Ctrl-C): 0 running run(s) stopped at a checkpoint, 2 not started" in caplog.text
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the grid's handler is gone
 
 
 def test_replay_a_run_from_its_config(tmp_path):

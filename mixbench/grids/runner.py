@@ -3,24 +3,30 @@
 Every configuration is composed (validated) before any runs.  With ``jobs=1`` they run one after another in this
 process; with ``jobs>1`` that many ``mixbench run`` subprocesses share the machine (small proxy runs leave most of a
 GPU idle), each logging to ``<run>/console.log`` and each on its share of the cores (:func:`core_share`: its torch
-threads through ``OMP_NUM_THREADS``, its ``data.num_workers`` capped), so that the runs do not oversubscribe them.  With ``resume=True`` every run gets ``resume=auto``: a
-configuration whose record is finished is skipped, an interrupted one continues from its newest checkpoint.  A
-failed run is recorded and the grid goes on; :func:`summarize` says which failed.
+threads through ``OMP_NUM_THREADS``, its ``data.num_workers`` capped), so that the runs do not oversubscribe them; a
+Ctrl-C stops the running ones at their next step and starts no more (:class:`Children`).  With ``resume=True`` every
+run gets ``resume=auto``: a configuration whose record is finished is skipped, an interrupted one continues from its
+newest checkpoint.  A failed run is recorded and the grid goes on; :func:`summarize` says which failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..training.config import compose, norm_spec
+from ..training.preemption import Interrupted
 from ..training.preflight import preflight
 from ..training.run import RESUMABLE_STOPS, run, run_directory
 from .launchers import Outcome, submit_many
@@ -80,8 +86,67 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
         return submit_many(argvs, configs, resume)
     if jobs == 1:  # in this thread: a run's preemption handlers (SIGTERM, SIGUSR1) can be set only in the main thread
         return [run_one(i, len(argvs), argvs[i], configs[i]) for i in range(len(argvs))]
-    with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(lambda i: _in_subprocess(i, len(argvs), argvs[i], configs[i], share), range(len(argvs))))
+    children = Children()
+    with children.on_ctrl_c(), ThreadPoolExecutor(jobs) as pool:
+        outcomes = list(pool.map(lambda i: _in_subprocess(i, len(argvs), argvs[i], configs[i], share, children), range(len(argvs))))
+    if children.stopping:
+        raise GridInterrupted(sum(o.record is not None and o.status == "interrupted" for o in outcomes), children.not_started)
+    return outcomes
+
+
+class GridInterrupted(Interrupted):
+    """Ctrl-C stopped a grid of runs side by side (exit status 130, as one run's)."""
+
+    def __init__(self, stopped: int, not_started: int):
+        Exception.__init__(
+            self,
+            f"interrupted (Ctrl-C): {stopped} running run(s) stopped at a checkpoint, {not_started} not started; "
+            "the same command with --resume continues",
+        )
+        self.signame, self.step, self.checkpoint, self.requeued = "SIGINT", None, None, False
+
+
+class Children:
+    """The run processes of a grid side by side.  On Ctrl-C (:meth:`on_ctrl_c`) no more start and each running one is
+    sent SIGINT: it checkpoints its step and exits 130 (:mod:`mixbench.training.preemption`); a further Ctrl-C is
+    passed on the same way (the runs ignore it while they stop)."""
+
+    def __init__(self):
+        self.lock, self.running, self.stopping, self.not_started = threading.Lock(), set(), False, 0
+
+    def run(self, command: list[str], **options) -> int | None:
+        """``command``'s exit status, or None when the grid is stopping and it was not started."""
+        with self.lock:
+            if self.stopping:
+                self.not_started += 1
+                return None
+            process = subprocess.Popen(command, **options)
+            self.running.add(process)
+        try:
+            return process.wait()
+        finally:
+            with self.lock:
+                self.running.discard(process)
+
+    def interrupt(self, signum=signal.SIGINT, frame=None) -> None:
+        with self.lock:  # taken by the pool's threads only, never by the main thread this handler runs in
+            if not self.stopping:
+                log.warning("Ctrl-C: the %d running run(s) stop at their next step; no more start", len(self.running))
+            self.stopping = True
+            for process in self.running:
+                process.send_signal(signal.SIGINT)
+
+    @contextlib.contextmanager
+    def on_ctrl_c(self) -> Iterator[None]:
+        """While the block runs (in the main thread; elsewhere signals cannot be handled), SIGINT calls :meth:`interrupt`."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self.interrupt)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def cores() -> int:
@@ -125,22 +190,29 @@ def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
         return Outcome(argv, None, None, f"{type(err).__name__}: {err}")
 
 
-def _in_subprocess(i: int, total: int, argv: list[str], cfg, threads: int | None = None) -> Outcome:
-    """The run as a ``mixbench run`` process; ``threads``: its torch threads (:func:`thread_environment`), else as ours."""
+def _in_subprocess(i: int, total: int, argv: list[str], cfg, threads: int | None = None, children: Children | None = None) -> Outcome:
+    """The run as a ``mixbench run`` process; ``threads``: its torch threads (:func:`thread_environment`), else as ours;
+    ``children``: the grid's processes (none started once a Ctrl-C stops the grid)."""
+    children = children or Children()
+    if children.stopping:
+        children.not_started += 1
+        return Outcome(argv, None, None, "not started: the grid was interrupted")
     run_dir = run_directory(cfg, norm_spec(cfg).label())
     log.info("[%d/%d] mixbench run %s  → %s", i + 1, total, " ".join(argv), run_dir)
     with open(run_dir / "console.log", "a") as console:
-        done = subprocess.run(
+        code = children.run(
             [sys.executable, "-m", "mixbench.cli", "run", *argv, f"run_dir={run_dir}"],
             stdout=console,
             stderr=subprocess.STDOUT,
             env=thread_environment(threads) if threads is not None else None,
         )
+    if code is None:
+        return Outcome(argv, run_dir, None, "not started: the grid was interrupted")
     try:
         record = json.loads((run_dir / "record.json").read_text())
     except (OSError, ValueError):
-        log.error("run %d exited with %d without a record; see %s", i + 1, done.returncode, run_dir / "console.log")
-        return Outcome(argv, run_dir, None, f"exit status {done.returncode}; see {run_dir / 'console.log'}")
+        log.error("run %d exited with %d without a record; see %s", i + 1, code, run_dir / "console.log")
+        return Outcome(argv, run_dir, None, f"exit status {code}; see {run_dir / 'console.log'}")
     return Outcome(argv, run_dir, record)
 
 

@@ -58,7 +58,9 @@ class Preempted(Exception):
     def __init__(self, signame: str, step: int | None, checkpoint: Path | None, requeued: bool):
         where = f"checkpoint {checkpoint}" if checkpoint else "no new checkpoint (stopped outside a training step)"
         super().__init__(
-            f"{self.verb} by {signame} " + (f"at step {step}" if step is not None else "before training") + f": {where}; "
+            f"{self.verb} by {signame} "
+            + (f"at step {step}" if step is not None else "before training")
+            + f": {where}; "
             + ("the SLURM job was requeued" if requeued else "run it again with resume=auto to continue")
         )
         self.signame, self.step, self.checkpoint, self.requeued = signame, step, checkpoint, requeued
@@ -148,8 +150,9 @@ def silence_sigterm_broadcast(trainer) -> None:
 
 class PreemptionCheckpoint(Callback):
     """Checkpoint ``<checkpoint_dir>/epoch=E-step=S.ckpt`` and raise :class:`Preempted` (:class:`Interrupted` for
-    SIGINT) at the end of the optimizer step a preemption signal or Ctrl-C arrived in (micro-batches of gradient accumulation run to the step's end).  With several ranks,
-    a signal to any rank stops every rank at the next multiple of ``agree_every_n_steps``."""
+    SIGINT) at the end of the optimizer step a preemption signal or Ctrl-C arrived in (micro-batches of gradient
+    accumulation run to the step's end).  With several ranks, a signal to any rank stops every rank at the next
+    multiple of ``agree_every_n_steps``."""
 
     def __init__(self, checkpoint_dir: Path, agree_every_n_steps: int = 10):
         if agree_every_n_steps < 1:

@@ -86,9 +86,7 @@ def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:
     for config in (theirs, ours):
         for key in LOCATION_KEYS:
             config.pop(key, None)
-    theirs, ours = (
-        {key: value for key, value in flat_settings(config).items() if key not in RESOURCE_KEYS} for config in (theirs, ours)
-    )
+    theirs, ours = ({key: value for key, value in flat_settings(config).items() if key not in RESOURCE_KEYS} for config in (theirs, ours))
     if any(key not in ours or ours[key] != value for key, value in theirs.items()):
         return False
     added = [key for key in ours if key not in theirs]
