@@ -40,7 +40,7 @@ from .preemption import Preempted, PreemptionCheckpoint, interrupts_stop, preemp
 from .preflight import preflight
 from .profiling import make_profiler, stop_profiling
 from .run_lock import RunLock
-from .status import classify
+from .status import FINISHED, classify  # FINISHED: statuses of a run that need not run again
 from .step_graph import module_obstacle, wants_capture
 from .strategy import accumulation_steps, make_strategy, world_size
 from .weights import describe_model, init_from, save_weights
@@ -52,9 +52,6 @@ def is_child_rank() -> bool:
     """True in every process of a distributed run but the first: those Lightning launches for DDP (they re-run the same
     command) and the other ranks that ``srun`` or ``torchrun`` start."""
     return any(int(os.environ.get(key, 0)) > 0 for key in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
-
-
-FINISHED = ("completed", "diverged", "stalled")  # statuses of a run that need not run again
 
 
 def finished_record(run_dir: Path) -> dict | None:

@@ -8,6 +8,10 @@
   whether the training loss had stopped improving (the mean of the run's last quarter less than ``min_gain`` nats
   below that of the quarter before) or was still falling when the budget ended;
 * ``completed``: everything else.
+
+A run that did not finish keeps the status it was recorded with: ``failed`` (a crash; a preemption or a full disk,
+with its ``preempted`` entry or error), ``interrupted`` (Ctrl-C: :class:`mixbench.training.preemption.Interrupted`),
+``pruned`` (a search trial); ``resume=auto`` continues the first two.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ def classify(
     return "stalled", f"{learning_problem}; {trend}"
 
 
+FINISHED = ("completed", "diverged", "stalled")  # statuses of a run that trained to its end (the others keep theirs)
 # how the families' learning checks begin their reasons (a diverged/stalled record with one of these did not blow up)
 LEARNING_PROBLEMS = ("never learned beyond token frequencies", "never beat chance")
 
@@ -75,7 +80,7 @@ def reclassify(record: dict) -> tuple[str, str | None]:
     re-run by the record's family on its metrics, against the floor stored in the record (``learning_floor``) or,
     for records written before floors were stored, the one the family derives from the record."""
 
-    if record["status"] not in ("completed", "diverged", "stalled"):
+    if record["status"] not in FINISHED:
         return record["status"], (record.get("divergence") or {}).get("reason")
     reason = (record.get("divergence") or {}).get("reason")
     blew_up = (
