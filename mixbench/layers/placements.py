@@ -188,15 +188,17 @@ def block_placements() -> list[str]:
 
 def get_placement(name: str) -> Placement:
     if name not in _PLACEMENTS:  # a project's own placement: registered when the project's code is imported
-        from ..core.tasks import load_project_plugins, plugin_sources
+        import importlib
 
-        project = load_project_plugins()
+        # by name: `mixbench export` bundles every module this one imports, and an exported model needs no project search
+        tasks = importlib.import_module("mixbench.core.tasks")
+        project = tasks.load_project_plugins()
         if name not in _PLACEMENTS:
             hint = difflib.get_close_matches(name, _PLACEMENTS, n=1)
             raise NormConfigError(
                 f"unknown norm placement {name!r}"
                 + (f" — did you mean {hint[0]!r}?" if hint else "")
-                + f"; valid: {', '.join(_PLACEMENTS)}; looked among {plugin_sources(project)}"
+                + f"; valid: {', '.join(_PLACEMENTS)}; looked among {tasks.plugin_sources(project)}"
             )
     return _PLACEMENTS[name]
 
