@@ -265,6 +265,7 @@ def test_rule1_the_best_lr_counts_every_seed_a_stalled_one_against_its_lr():
     table, col = cells_of(runs)
     assert table.sweeps[("deepnorm", col)].summary() == "63.48 (n=1) @lr 3e-4"
     assert "smallest share of its seeds stalled or diverged" in legend("optim.lr")  # the rule, as the legend states it
+    assert legend("optim.lr").replace("*", "\\*") in render(table, "md")  # and the rendered table states it (md escapes *)
 
 
 def test_rule2_sensitivity_uses_the_measured_loss_where_finite_capped_at_init():

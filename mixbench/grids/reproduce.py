@@ -113,8 +113,8 @@ def _swept(blocks, index, task, norm, overrides, variant, extra, best_from) -> l
 
 def best_sweep_value(base: list[str], key: str, values: list, extra: list[str]):
     """The value of ``key`` among ``values`` that ``mixbench table --best-over KEY`` picks from the finished runs of
-    ``base`` (any seed, under ``extra``'s results_dir): the best mean primary metric over its completed seeds
-    (:class:`mixbench.results.sweep.Sweep`); None when no value has a completed seed."""
+    ``base`` (any seed, under ``extra``'s results_dir), by the rule of :data:`mixbench.results.sweep.RULE` (fewest
+    stalled/diverged seeds, then the best mean over its completed seeds); None when no value has a completed seed."""
     base_cfg = compose([*base, *extra])
     records = []
     for value in values:

@@ -79,6 +79,19 @@ class BlockContext:
     make_norm: Callable[..., nn.Module]  # make_norm(dim, position=...): this block's norm factory
 
 
+@dataclass(frozen=True)
+class ModelTraits:
+    """What a placement may need to know of the model it is placed in, supplied by the model's family (the layers
+    below the families know no family by name).
+
+    token_embeddings: the model embeds tokens (DyT's learnable √d embedding gain applies; a ViT's patches do not).
+    dyt_alpha0: ``width -> (attention α0, other α0)``, the DyT authors' table for this kind of model (LLaMA:
+        :func:`dyt_llm_alpha0`), or ``None`` for DyT's 0.5 everywhere (its ViT setting)."""
+
+    token_embeddings: bool = False
+    dyt_alpha0: Callable[[int], tuple[float, float]] | None = None
+
+
 class Placement:
     """A model-level placement: which block placement each block gets, and the label in tables.
 
@@ -114,10 +127,10 @@ class Placement:
         √d, as the DyT LLaMA code's ``shared_scale``), or ``None`` for none.  ViT has no such scalar."""
         return None
 
-    def for_model(self, spec, family: str, width: int):
-        """``spec`` with this placement's family- or width-dependent defaults filled in, for a model of ``family``
-        (``llama`` | ``vit``) and hidden ``width`` (DyT's α0 and embedding gain); most placements return it as it is.
-        The models call this before they build; a run's label stays that of the unresolved spec."""
+    def for_model(self, spec, traits: ModelTraits, width: int):
+        """``spec`` with this placement's model- or width-dependent defaults filled in, for a model with ``traits``
+        (supplied by its family) and hidden ``width`` (DyT's α0 and embedding gain); most placements return it as it
+        is.  The models call this before they build; a run's label stays that of the unresolved spec."""
         return spec
 
 
@@ -589,14 +602,15 @@ class DynamicTanh(BlockPlacement):
     options = {"dyt_alpha_attn": None, "dyt_alpha_mlp": None, "dyt_alpha_final": None, "dyt_embed_gain": None}
     alpha_options: ClassVar[tuple[str, ...]] = ("dyt_alpha_attn", "dyt_alpha_mlp", "dyt_alpha_final")
 
-    def for_model(self, spec, family, width):
-        if family == "llama":
-            attn, other = dyt_llm_alpha0(width)
-            defaults = {"dyt_alpha_attn": attn, "dyt_alpha_mlp": other, "dyt_alpha_final": other, "dyt_embed_gain": True}
-        else:
-            if spec.options.get("dyt_embed_gain"):
-                raise NormConfigError("norm.dyt_embed_gain scales LLaMA's token embeddings; a ViT has none: leave it unset (null)")
-            defaults = dict.fromkeys(self.alpha_options, DYT_VIT_ALPHA0) | {"dyt_embed_gain": False}
+    def for_model(self, spec, traits, width):
+        """α0 from the family's table (``traits.dyt_alpha0``; DyT's 0.5 where it has none) and the embedding gain on
+        wherever the model embeds tokens (``traits.token_embeddings``), for every option left unset."""
+        if spec.options.get("dyt_embed_gain") and not traits.token_embeddings:
+            raise NormConfigError(
+                "norm.dyt_embed_gain scales a model's token embeddings; this model has none (a ViT): leave it unset (null)"
+            )
+        attn, other = traits.dyt_alpha0(width) if traits.dyt_alpha0 else (DYT_VIT_ALPHA0, DYT_VIT_ALPHA0)
+        defaults = {"dyt_alpha_attn": attn, "dyt_alpha_mlp": other, "dyt_alpha_final": other, "dyt_embed_gain": traits.token_embeddings}
         options = {key: defaults[key] if value is None else value for key, value in spec.options.items()}
         return dataclasses.replace(spec, options=options)
 

@@ -9,6 +9,7 @@ import math
 import re
 
 from .frames import TIDY_FIELDS, tidy_frame
+from .sweep import legend as sweep_legend
 from .table import Table
 
 
@@ -55,16 +56,7 @@ def source_tag(table: Table, row: str, col: str) -> str:
 
 
 def _sweep_legend(table: Table) -> str:
-    name = table.best_over.rsplit(".", 1)[-1]
-    return (
-        f" --best-over {table.best_over}: each cell is its row's best {name} (@{name}: the value whose mean over its "
-        "finished seeds is best; ties: more finished seeds, then the smaller value), with all the seeds at that value; "
-        f"Δ compares it with the baseline row at the baseline's own best {name}. Picked among noisy means, the best is "
-        f"optimistic (winner's curse), most where each {name} has one seed. k/n {name}s stalled: no {name} of the row "
-        f"had a finished seed. S = LR sensitivity (Wortsman et al. 2023, §2.2) over the row's {name}s η: "
-        "mean of min(ℓ(η), ℓ₀) − ℓ*, ℓ(η) = val/loss (mean over finished seeds; ℓ₀ where none finished), ℓ₀ = loss at "
-        "init (ln vocab / ln classes), ℓ* = min ℓ(η); lower = flatter; (k of n): swept over fewer values than the column."
-    )
+    return " " + sweep_legend(table.best_over)
 
 
 def _header(table: Table, col: str) -> str:

@@ -24,8 +24,8 @@ def init_loss(record: dict) -> float | None:
     """ℓ₀, the validation loss of ``record``'s model at initialisation, or None where it cannot be told:
 
     - measured: the ``val/loss`` of a validation at step 0 in ``record["validations"]`` (no run records one today);
-    - a language model trained from scratch (family ``lm``): ln V, V = ``model.options.vocab_size`` (the cross-entropy of
-      the uniform prediction over the vocabulary, which a small-σ init starts near);
+    - a language model trained from scratch (its model options have a ``vocab_size``): ln V, V = that vocabulary size
+      (the cross-entropy of the uniform prediction over the vocabulary, which a small-σ init starts near);
     - a classifier trained from scratch: ln C, C = ``model.options.num_classes`` or, where that came from the data (null
       in the options), the ``num_classes=C`` of the model's label;
     - a run started from trained weights (``init_from``: SFT, reward models, RLHF): None, its loss at init is not chance.
@@ -37,7 +37,7 @@ def init_loss(record: dict) -> float | None:
         return None
     model = record["model"] if isinstance(record["model"], dict) else {}
     options = model.get("options") or {}
-    if record.get("family") == "lm" and _count(options.get("vocab_size")):
+    if _count(options.get("vocab_size")):  # a language model's (a classifier has num_classes instead)
         return math.log(options["vocab_size"])
     classes = options.get("num_classes")
     if not _count(classes):
