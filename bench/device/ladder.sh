@@ -2,12 +2,14 @@
 # The size ladder (`mixbench reproduce ladder`, configs/grids/ladder.yaml) on one GPU machine, over back-to-back device
 # calls of one lease (a warm machine keeps /tmp between calls that follow within ≈ 30 s):
 #
-#   bash bench/device/ladder.sh start     # carrying .data/cifar and .whl: copies the code to /tmp/mb, seeds the ladder's
+#   bash bench/device/ladder.sh start     # carrying .snap and .whl: copies the code to /tmp/mb, seeds the ladder's
 #                                         #   results folder /tmp/mb/.ladder with the committed ViT-Ti records of the
 #                                         #   lr_sensitivity and placements grids (the ladder's ViT-Ti runs are the same
 #                                         #   configurations) and starts one chain a lane group (below)
 #   bash bench/device/ladder.sh text      # carrying .data/textmix3: unpacks and tokenises the corpus once a vocabulary;
 #                                         #   the LLaMA chains wait for it
+#   bash bench/device/ladder.sh cifar     # carrying .data/cifar: the CIFAR-10 images the ViT chains wait for (three
+#                                         #   calls: each stays under a call's 64 MiB)
 #   bash bench/device/ladder.sh collect   # any time: the records finished so far and the chains' logs
 #   bash bench/device/ladder.sh watch     # collect every 60 s for WATCH_S seconds (default 540)
 #
@@ -39,6 +41,7 @@ chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASK
     cd "$MB" || exit 2
     for task in ${tasks//,/ }; do
         [[ $task == c4_llama* ]] && until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
+        [[ $task == in1k* ]] && until [ -e .data/cifar/.ready ]; do sleep 5; done
         name=${task#*_}; round=0
         while :; do
             round=$((round + 1))
@@ -67,7 +70,12 @@ case $STEP in
         nvidia-smi -L
         python3 -c "import torch, lightning, timm; print('torch', torch.__version__, 'lightning', lightning.__version__, 'timm', timm.__version__)"
         mkdir -p "$MB" "$LOGS"
-        cp -a . "$MB/"
+        if [ -d "${SNAPSHOT:-.snap}" ]; then  # a snapshot of the code made ahead (git archive; see bench/README.md): the tree
+            cp -a "${SNAPSHOT:-.snap}"/. "$MB/"   # a call carries may hold edits in progress
+            mkdir -p "$MB/.whl" && cp -a "${WHEELS:-.whl}"/. "$MB/.whl/"
+        else
+            cp -a . "$MB/"
+        fi
         (cd "$MB" && use_wheels omegaconf datasets && echo "export PYTHONPATH=$MB${PYTHONPATH:+:$PYTHONPATH}" > /tmp/ladder_env)
         mkdir -p "$MB/.ladder/runs"
         for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do
@@ -87,6 +95,8 @@ case $STEP in
         (cd "$MB" && source /tmp/ladder_env && unpack_textmix \
             && tokenize_text "${TEXTMIX[@]}" data.num_workers=2 > "$LOGS/tokenize.log" 2>&1 \
             && touch .data/textmix3/.tokenized) || { echo "tokenising failed"; tail -5 "$LOGS/tokenize.log"; } ;;
+    cifar)
+        mkdir -p "$MB/.data/cifar" && cp .data/cifar/cifar10_bigbench.npz "$MB/.data/cifar/" && touch "$MB/.data/cifar/.ready" ;;
     collect) ;;
     watch)
         end=$(($(date +%s) + ${WATCH_S:-540}))

@@ -1,0 +1,137 @@
+"""The size ladder (``mixbench reproduce ladder``): its lr grid, budgets, and the planner's rules round by round."""
+
+import math
+
+import pytest
+
+from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
+from mixbench.grids.ladder import family_settings, grid_index, lm_budget, lr_at, next_step, rungs
+from mixbench.results.records import SCHEMA
+
+SEEDS = {"best": 3, "disagree": 5}
+ANCHOR = 1e-3
+
+
+def run(ppl, k, seed=0, status="completed"):
+    """A finished LM record at the k-th lr of the 1e-3 grid."""
+    return {
+        "schema": SCHEMA,
+        "task": "c4_llama_71m",
+        "family": "lm",
+        "model": {"name": "llama_71m", "options": {"vocab_size": 100}},
+        "norm": {"label": "pre", "placement": "pre"},
+        "seed": seed,
+        "status": status,
+        "metrics": {"val/ppl": ppl, "val/loss": math.log(ppl) if ppl < 1e6 else float("nan")},
+        "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": ppl},
+        "dataset": {"name": "textmix"},
+        "scale": "proxy",
+        "config": {"optim": {"lr": lr_at(ANCHOR, k)}, "seed": seed},
+    }
+
+
+def by_k(*records):
+    found = {}
+    for r in records:
+        found.setdefault(grid_index(ANCHOR, r["config"]["optim"]["lr"]), []).append(r)
+    return found
+
+
+def step(*records, start=0, max_lrs=7):
+    return next_step(by_k(*records), start, False, SEEDS, max_lrs)
+
+
+def test_the_lr_grid_is_half_decades_around_its_anchor_and_indexes_back():
+    assert [lr_at(1e-3, k) for k in range(-4, 3)] == [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
+    assert [lr_at(5e-4, k) for k in (-2, -1, 0, 1)] == [5e-5, 1.5e-4, 5e-4, 1.5e-3]  # the 1B rung's
+    assert [lr_at(4e-3, k) for k in (-1, 0, 1, 2)] == [1.2e-3, 4e-3, 1.2e-2, 4e-2]  # the ViT recipe's
+    for anchor in (1e-3, 5e-4, 4e-3):
+        assert all(grid_index(anchor, lr_at(anchor, k)) == k for k in range(-6, 5))
+
+
+def test_lm_budgets_are_the_same_fraction_of_each_sizes_paper_tokens():
+    budget = {"fraction": 0.005, "tokens_per_step": 128 * 256}
+    steps = [lm_budget(budget, tokens) for tokens in (1.1e9, 2.2e9, 3.9e9, 5e9)]
+    assert steps == [168, 336, 596, 764]  # multiples of 4: validations at 25 / 50 / 75 / 100 %
+    assert all(abs(s * 32768 / t - 0.005) < 0.0002 for s, t in zip(steps, (1.1e9, 2.2e9, 3.9e9, 5e9)))
+    with pytest.raises(ConfigError, match="fraction"):
+        lm_budget({"fraction": 0, "tokens_per_step": 1}, 1e9)
+
+
+def test_the_committed_ladder_has_four_llama_sizes_and_two_vit_sizes():
+    ladder = rungs("ladder")
+    assert [r.task for r in ladder if r.family == "llama"] == ["c4_llama_71m", "c4_llama_130m", "c4_llama_250m", "c4_llama_1b"]
+    assert [r.task for r in ladder if r.family == "vit"] == ["in1k_vit_tiny", "in1k_vit_small"]
+    llama = [r for r in ladder if r.family == "llama"]
+    assert [r.anchor for r in llama] == [1e-3, 1e-3, 1e-3, 5e-4]  # the paper's lrs
+    assert "trainer.max_steps=764" in llama[-1].overrides and "trainer.val_check_interval=191" in llama[-1].overrides
+    assert {p for p, _ in llama[0].starts} >= {"pre", "post", "deepnorm", "mix", "olmo2", "lns", "peri", "dyt"}
+
+
+def test_a_fresh_placement_starts_with_its_lr_and_one_half_decade_each_side():
+    assert step(start=0).runs == ((-1, 0), (0, 0), (1, 0))
+    assert step(run(50, 0), start=0).runs == ((-1, 0), (1, 0))  # what is finished is not run again
+
+
+def test_the_sweep_goes_on_past_a_best_lr_at_the_edge_of_what_was_tried():
+    assert step(run(60, -1), run(50, 0), run(40, 1)).runs == ((2, 0),)  # best at the top: one step up
+    assert step(run(40, -1), run(50, 0), run(60, 1)).runs == ((-2, 0),)  # best at the bottom: one step down
+    # the best is bracketed by a diverged lr above it: no step further up, its seeds next
+    assert step(run(60, -1), run(50, 0), run(1e9, 1, status="diverged")).runs == ((0, 1), (0, 2))
+
+
+def test_seeds_at_the_best_lr_three_and_five_where_they_disagree():
+    swept = (run(60, -1), run(50, 0), run(55, 1))
+    assert step(*swept).runs == ((0, 1), (0, 2))
+    done = step(*swept, run(51, 0, seed=1), run(49, 0, seed=2))
+    assert done.runs == () and "bracketed" in done.done
+    disagree = step(*swept, run(51, 0, seed=1), run(900, 0, seed=2, status="stalled"))
+    # one of three seeds stalled at 1e-3: counting it, 3e-3 (one seed, trained) is now best, at the top of what was
+    # tried — the sweep goes on above it before any seed is added there
+    assert disagree.runs == ((2, 0),)
+
+
+def test_a_best_lr_whose_seeds_disagree_gets_five():
+    rows = [run(60, -1), run(70, 1), run(50, 0), run(52, 0, seed=1), run(900, 0, seed=2, status="stalled")]
+    rows += [run(900, -1, seed=1, status="stalled"), run(900, 1, seed=1, status="stalled")]  # every lr 1 of 2 or 3 stalled
+    rows += [run(900, -1, seed=2, status="stalled"), run(900, 1, seed=2, status="stalled")]
+    assert step(*rows).runs == ((0, 3), (0, 4))
+
+
+def test_a_placement_that_fails_everywhere_steps_down_until_three_lrs_span_a_decade():
+    failed = [run(1e9, k, status="diverged") for k in (-1, 0, 1)]
+    end = step(*failed)
+    assert end.runs == () and "failed at every lr" in end.done
+    two = next_step(by_k(*failed[1:]), 0, False, SEEDS, 7)  # only 1e-3 and 3e-3 tried (the third crashed)
+    assert two.runs == ((-1, 0),)
+
+
+def test_max_lrs_stops_a_sweep_that_never_brackets():
+    rising = [run(100 - 10 * k, k) for k in range(-1, 6)]  # 7 lrs, each better than the last
+    end = step(*rising, max_lrs=7)
+    assert end.runs == () and "max_lrs" in end.done
+
+
+def test_family_settings_go_to_their_own_family_only():
+    extras = ("llama:data.path=x", "vit:data.path=y", "results_dir=r")
+    assert family_settings(extras, "llama", {"llama", "vit"}) == ("data.path=x", "results_dir=r")
+    assert family_settings(extras, "vit", {"llama", "vit"}) == ("data.path=y", "results_dir=r")
+    with pytest.raises(ConfigError, match="no ladder family 'lm'"):
+        family_settings(("lm:data.path=x",), "llama", {"llama", "vit"})
+
+
+def test_dry_run_lists_every_size_with_its_placements_at_three_lrs(tmp_path, capsys):
+    argv = ["reproduce", "ladder", "--dry-run", "llama:data.tokenizer=embedded", "llama:model.vocab_size=8192", f"results_dir={tmp_path}"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.startswith("mixbench run ") for line in lines)
+    for task, steps in [("c4_llama_71m", 168), ("c4_llama_130m", 336), ("c4_llama_250m", 596), ("c4_llama_1b", 764)]:
+        mine = [line for line in lines if f"task={task} " in line]
+        assert len(mine) == 8 * 3 and all(f"trainer.max_steps={steps}" in line for line in mine)
+        assert all("data.tokenizer=embedded" in line for line in mine)
+    for task in ("in1k_vit_tiny", "in1k_vit_small"):
+        mine = [line for line in lines if f"task={task} " in line]
+        assert len(mine) == 5 * 3 and not any("data.tokenizer" in line for line in mine)
+        assert {line.split("optim.lr=")[1].split()[0] for line in mine} == {"0.004", "0.012", "0.04"}
+    assert main(["reproduce", "ladder", "--dry-run", "--seeds", "2", f"results_dir={tmp_path}"]) == 2  # the ladder picks seeds
