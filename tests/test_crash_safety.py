@@ -228,6 +228,42 @@ def test_the_not_resumable_warning_is_silenced_only_where_the_data_module_resume
         assert len(shown) == (1 if silenced else 2), type(datamodule).__name__
 
 
+def test_ctrl_c_from_a_terminal_reaches_the_data_workers_too_and_the_run_still_stops_at_a_checkpoint(tmp_path):
+    """A terminal sends Ctrl-C to the whole process group: the run's DataLoader workers get it as well (they ignore
+    it; the run stops them), and Ctrl-Cs pressed again while the run stops and after it has stopped change nothing."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "run"
+    args = [*COMMON, "trainer.max_steps=100000", "trainer.val_check_interval=1000", "data.num_workers=2", "trainer.log_every_n_steps=1"]
+    with open(tmp_path / "console.log", "w") as console:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mixbench.cli", "run", *args, f"run_dir={run_dir}"],
+            start_new_session=True,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        logged = list(run_dir.rglob("metrics.csv"))
+        if logged and len(logged[0].read_text().splitlines()) > 5:  # training, the workers running
+            break
+        time.sleep(0.2)
+    for _ in range(8):  # Ctrl-C, then again while it stops and as it ends
+        try:
+            os.killpg(process.pid, signal.SIGINT)
+        except ProcessLookupError:
+            break
+        time.sleep(0.15)
+    assert process.wait(120) == INTERRUPTED_EXIT, (tmp_path / "console.log").read_text()[-2000:]
+    output = (tmp_path / "console.log").read_text()
+    assert "Traceback" not in output and "DataLoader worker" not in output
+    done = record(run_dir)
+    assert done["status"] == "interrupted" and Path(done["interrupted"]["checkpoint"]) == newest_checkpoint(run_dir)
+
+
 def test_ctrl_c_outside_training_stops_at_once_with_exit_130_and_the_run_finishes_on_resume(tmp_path, launcher):
     """In the final validation (after fit) there is no step to finish: the run stops where it is, without a new
     checkpoint, rather than Lightning's ``exit(1)`` recorded as ``failed: SystemExit: 1``."""
