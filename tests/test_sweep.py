@@ -102,7 +102,7 @@ def test_lr_sensitivity_by_hand():
     assert text["pre"] == "31.00 ± 1.00 (n=3) @lr 1e-3 S 1.26 (5 lrs, 1 diverged, 1 stalled)"
     assert text["mix"] == "28.00 ± 1.00 (n=3) @lr 3e-3 S 0.59 (5 lrs)"
     assert text["post"] == "29.00 (n=1) @lr 1e-4 S 0.13 (3 of 5 lrs)"  # flagged: fewer lrs than the column
-    assert text["hybrid"] == "1/5 lrs diverged 4/5 lrs stalled"
+    assert text["hybrid"] == "(900.00 @lr 1e-4) 1/5 lrs diverged 4/5 lrs stalled"  # the best a stalled seed measured
 
 
 def test_sensitivity_formula_and_init_loss():
@@ -139,7 +139,7 @@ def test_markdown_csv_and_latex_show_the_lr_and_sensitivity():
     table, _ = cells_of(SWEEP)
     md = render(table, "md")
     assert r"| mix | **28.00 ± 1.00 (n=3) @lr 3e-3 Δ −3.00 [−5.27, −0.73]\* S 0.59 (5 lrs)** |" in md
-    assert "| hybrid | 1/5 lrs diverged 4/5 lrs stalled |" in md and "winner's curse" in md
+    assert "| hybrid | (900.00 @lr 1e-4) 1/5 lrs diverged 4/5 lrs stalled |" in md and "winner's curse" in md
     assert r"@lr 1e-3 S 1.26 (5 lrs, 1 diverged, 1 stalled)" in render(table, "latex")
     rows = {r["norm"]: r for r in csv.DictReader(io.StringIO(render(table, "csv")))}
     assert float(rows["mix"]["best_value"]) == 3e-3 and float(rows["mix"]["sensitivity"]) == pytest.approx(0.590517, abs=1e-6)

@@ -131,6 +131,7 @@ class Sweep:
     best: object = None  # the chosen value (:func:`best_value`); None when no value has a finished seed
     init: float | None = None  # ℓ₀, mean over the records
     column_values: int = 0  # values of key in the whole column (set by the table)
+    higher_is_better: bool = False  # the primary metric's direction
 
     @classmethod
     def from_records(cls, records: list[dict], key: str, higher_is_better: bool) -> Sweep:
@@ -146,7 +147,7 @@ class Sweep:
         init = statistics.fmean(inits) if inits else None
         complete = init is not None and all(_finite(_metrics(r).get(LOSS)) for r in records if outcome(r) == "completed")
         losses = {v: loss_at(groups[repr(v)], init) for v in values} if complete else {}
-        return cls(key, cells, losses, best_value(cells, higher_is_better), init)
+        return cls(key, cells, losses, best_value(cells, higher_is_better), init, higher_is_better=higher_is_better)
 
     @property
     def cell(self) -> Cell:
@@ -194,13 +195,20 @@ class Sweep:
         return name + ("s" if n != 1 and not name.endswith("s") else "")
 
     def summary(self, digits: int = 2) -> str:
-        """``31.20 ± 0.30 (n=3) @lr 3e-3``, or where no value finished ``5/5 lrs stalled`` (``3/5 lrs diverged 2/5 lrs
-        stalled``)."""
+        """``31.20 ± 0.30 (n=3) @lr 3e-3``, or where no value finished the best value its stalled or diverged seeds
+        measured and where, then the counts: ``(936.12 @lr 1e-4) 5/5 lrs stalled`` (``3/5 lrs diverged 2/5 lrs
+        stalled``; no value in parentheses where none of them left a finite one)."""
+        name = self.key.rsplit(".", 1)[-1]
         if self.best is not None:
-            return f"{self.cell.summary(digits)} @{self.key.rsplit('.', 1)[-1]} {value_text(self.best)}"
+            return f"{self.cell.summary(digits)} @{name} {value_text(self.best)}"
         outcomes = [self.outcome(v) for v in self.cells]
         unit = self._unit(len(outcomes))
-        return " ".join(f"{outcomes.count(o)}/{len(outcomes)} {unit} {o}" for o in NOT_FINISHED if o in outcomes)
+        counts = " ".join(f"{outcomes.count(o)}/{len(outcomes)} {unit} {o}" for o in NOT_FINISHED if o in outcomes)
+        measured = [(m, v) for v, c in self.cells.items() for o in ("stalled", "diverged") if (m := c.measured_mean(o)) is not None]
+        if not measured:
+            return counts
+        value, at = (max if self.higher_is_better else min)(measured, key=lambda mv: mv[0])
+        return f"({value:.{digits}f} @{name} {value_text(at)}) {counts}"
 
     def sensitivity_text(self, digits: int = 2) -> str:
         """``S 0.42 (5 lrs, 1 stalled)``; ``(3 of 5 lrs)`` where the row was swept over fewer values than its column;
