@@ -220,6 +220,13 @@ def test_plot_lr_reads_several_folders(tmp_path):
     out = tmp_path / "figs" / "lr.png"
     assert main(["plot", "lr", "--results-dir", str(refs), "--results-dir", str(mine), "--out", str(out)]) == 0
     assert [p.name for p in out.parent.iterdir()] == ["lr_lm.png"]
+    from mixbench.results.lr_curves import lr_figures
+    from mixbench.results.sources import load_sources
+
+    (fig,) = lr_figures(load_sources([refs, mine])[0]).values()  # the figure names its folders
+    (ax,) = fig.axes
+    assert f"src 1 = {refs}" in ax.get_title() and f"src 2 = {mine}" in ax.get_title()
+    assert [t.get_text() for t in ax.get_legend().get_texts()][0] == "pre (src 1+2)"
 
 
 def test_what_reading_adds_to_a_record_is_never_written_back(tmp_path):

@@ -15,6 +15,7 @@ import re
 import textwrap
 from pathlib import Path
 
+from .render import source_tag
 from .sweep import ENDED, metric_view, value_text
 from .table import Table, aggregate
 
@@ -70,7 +71,8 @@ def lr_figures(records: list[dict], key: str = "optim.lr", metric: str | None = 
         for i, (row, sweep) in enumerate(sweeps.items()):
             color = colors((2 * i) % 20 + (i // 10) % 2)  # tab20's ten strong colours first, then their light twins
             _draw_row(ax, sweep, table.higher_is_better[col], color, offset=(i - (len(sweeps) - 1) / 2) * 0.012)
-            handles.append(plt.Line2D([], [], color=color, marker="o", markersize=4, label=row))
+            tag = source_tag(table, row, col)  # which folders the row's records came from, where there are several
+            handles.append(plt.Line2D([], [], color=color, marker="o", markersize=4, label=f"{row} ({tag})" if tag else row))
         values = sorted({float(v) for s in sweeps.values() for v in s.cells})
         finished = [x for s in sweeps.values() for c in s.cells.values() for x in c.values]
         if finished and min(finished) > 0 and max(finished) / min(finished) > 10:
@@ -82,7 +84,9 @@ def lr_figures(records: list[dict], key: str = "optim.lr", metric: str | None = 
         ax.xaxis.set_minor_locator(NullLocator())  # the swept values are the ticks
         ax.set_xlim(values[0] / 10**0.25, values[-1] * 10**0.25)  # a quarter decade beyond the ends
         ax.set(xlabel=key, ylabel=f"{table.metric_of[col]} {'↑' if table.higher_is_better[col] else '↓'}")
-        ax.set_title("\n".join(textwrap.wrap(col, 90)), fontsize=10)
+        notes = [f"src {k} = {s}" for k, s in enumerate(table.sources, 1)] if len(table.sources) > 1 else []
+        notes += [table.source_notes[col]] if notes and col in table.source_notes else []
+        ax.set_title("\n".join(textwrap.wrap(col, 90) + notes), fontsize=10)  # a line a folder (paths stay whole)
         ax.grid(alpha=0.3)
         ended = {sweep.outcome(v) for sweep in sweeps.values() for v in sweep.cells}
         handles += [
