@@ -233,6 +233,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    if args.baseline is not None and args.what != "ladder":
+        raise ConfigError(f"--baseline belongs to mixbench plot ladder, not plot {args.what}")
+    if args.what == "ladder":
+        return plot_ladder(args)
     if args.what == "lr":
         return plot_lr(args)
     from ..results.curves import curves_figure
@@ -257,6 +261,25 @@ def plot_lr(args: argparse.Namespace) -> int:
     if not records:
         raise ConfigError(f"no result records under {folders}: nothing to plot")
     for path in write_lr_figures(records, args.out or "results/analysis/lr_curves.png", args.over, args.metric):
+        log.info("wrote %s", path)
+    return 0
+
+
+def plot_ladder(args: argparse.Namespace) -> int:
+    """``mixbench plot ladder``: per family, Δ and the best lr by model size, and their table."""
+    from ..results.ladder_figures import KEY, write_ladder
+    from ..results.sources import default_runs_dir, records_of
+
+    for given, option in ((args.compare, "--compare belongs to plot curves"), (args.metric, "--metric belongs to plot lr")):
+        if given:
+            raise ConfigError(f"mixbench plot ladder tables each record's primary metric at its best {KEY}; {option}")
+    if args.over != KEY:
+        raise ConfigError(f"mixbench plot ladder picks each placement's best {KEY}; --over belongs to plot lr")
+    records, folders = records_of(args.results_dir)
+    if not records:
+        raise ConfigError(f"no result records under {folders}: nothing to plot")
+    out = args.out or (args.results_dir or [str(default_runs_dir())])[0]
+    for path in write_ladder(records, out, args.baseline or "pre"):
         log.info("wrote %s", path)
     return 0
 
@@ -606,19 +629,26 @@ def build_parser() -> argparse.ArgumentParser:
     ana.set_defaults(func=cmd_analyze)
     plot = sub.add_parser(
         "plot",
-        help="training and validation curves of several runs on one figure; the metric against the learning rate",
+        help="training and validation curves of several runs on one figure; the metric against the learning rate; the size ladder",
         formatter_class=Raw,
         description="mixbench plot curves --compare RUN [RUN ...] [--metric val/loss] [--out curves.png]\n"
-        "mixbench plot lr [--results-dir DIR] [--over optim.lr] [--metric M] [--out lr_curves.png]\n\n"
+        "mixbench plot lr [--results-dir DIR] [--over optim.lr] [--metric M] [--out lr_curves.png]\n"
+        "mixbench plot ladder [--results-dir DIR ...] [--baseline pre] [--out FOLDER]\n\n"
         "lr: one PNG per column of `mixbench table --best-over optim.lr` (task · model · data): the metric against the lr\n"
         "(log axis), a line per placement at the mean over finished seeds, a band from the min to the max over seeds, a\n"
         "star at each placement's best lr, hollow markers at the bad edge of the axis where no seed finished (▲ diverged,\n"
         "○ stalled, × crashed).  --out DIR/lr_curves.png writes DIR/lr_curves_<slug>.png, the slug being the family (lm,\n"
-        "vision) where it has one column, else the family and the model label (and more, as far as needed).",
+        "vision) where it has one column, else the family and the model label (and more, as far as needed).\n\n"
+        "ladder: per family (lm, vision), the columns of `mixbench table --best-over optim.lr` by model size\n"
+        "(model.num_params, log axis): ladder_delta_<family>.png (Δ of the primary metric against --baseline, each\n"
+        "placement at its own best lr, Welch band, hollow = 1 finished seed, × on the fails strip = no seed finished at\n"
+        "any lr), ladder_best_lr_<family>.png (best lr by size, the lrs tried) and ladder_<family>.md (the table, with\n"
+        "the size each placement breaks at), written to --out (default: the first --results-dir).",
         epilog="examples:\n  mixbench plot curves --compare results/runs/llama_lm/llama_tiny/*/seed0-* --out curves.png\n"
-        "  mixbench plot lr --results-dir results/proxy/lr_sensitivity --out results/proxy/lr_sensitivity/lr_curves.png\n",
+        "  mixbench plot lr --results-dir results/proxy/lr_sensitivity --out results/proxy/lr_sensitivity/lr_curves.png\n"
+        "  mixbench plot ladder --results-dir results/proxy/ladder\n",
     )
-    plot.add_argument("what", choices=("curves", "lr"))
+    plot.add_argument("what", choices=("curves", "lr", "ladder"))
     plot.add_argument("--compare", nargs="+", metavar="RUN", help="curves: run folders (their logs/metrics.csv)")
     plot.add_argument(
         "--metric",
@@ -629,13 +659,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--results-dir",
         action="append",
         metavar="DIR",
-        help="lr: a folder of records, at any depth (default: results/runs); again for several folders, read as one",
+        help="lr, ladder: a folder of records, at any depth (default: results/runs); again for several folders, read as one",
+    )
+    plot.add_argument(
+        "--baseline",
+        default=None,
+        metavar="NORM",
+        help="ladder: the row Δ is taken against, each at its own best lr (default: pre; as in mixbench table)",
     )
     plot.add_argument("--over", default="optim.lr", metavar="KEY", help="lr: the config key on the x axis (default optim.lr)")
     plot.add_argument(
         "--out",
         help="PNG file to write (curves, default results/analysis/curves.png); lr: the name each figure's slug is added "
-        "to, FIG_<slug>.png (default results/analysis/lr_curves.png)",
+        "to, FIG_<slug>.png (default results/analysis/lr_curves.png); ladder: the folder to write to (default: the "
+        "first --results-dir)",
     )
     plot.set_defaults(func=cmd_plot)
     recl = sub.add_parser(
