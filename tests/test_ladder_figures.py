@@ -12,6 +12,7 @@ import pytest
 from test_sweep import lm_run
 
 from mixbench.cli.app import main
+from mixbench.core.errors import ConfigError
 from mixbench.results.ladder_figures import breaks_at, delta_figure, ladders, lr_figure, markdown, task_default
 from mixbench.results.records import write_record
 from mixbench.results.sources import load_sources
@@ -151,6 +152,12 @@ def test_columns_of_one_size_stay_apart_labelled():
     labels = [r.label for r in ladder.rungs]
     assert len(labels) == 3 and labels[-1] == "llama_l · 4M"
     assert sorted(labels[:2]) == ["llama_s · 1M · optim.weight_decay=0.0", "llama_s · 1M · optim.weight_decay=0.1"]
+
+
+def test_a_column_without_model_sizes_is_refused():
+    sizeless = [{**r, "model": {"name": "llama_x", "label": "llama_x"}} for r in RUNS[:3]]
+    with pytest.raises(ConfigError, match="llama_x.*model.num_params"):
+        ladders(RUNS + sizeless)
 
 
 def test_the_default_lr_is_the_tasks():

@@ -109,7 +109,10 @@ def ladders(records: list[dict], baseline: str = "pre") -> dict[str, Ladder]:
     families: dict[str, list[str]] = {}
     for col in table.columns:
         if col not in params:
-            raise ConfigError(f"column {col}: no record holds model.num_params, which places a rung by size; table it with mixbench table")
+            raise ConfigError(
+                f"column {col}: none of its records holds model.num_params (its model's size), so it has no place on the "
+                "ladder; leave its records out of --results-dir"
+            )
         families.setdefault(table.info[col].get("family") or table.info[col]["task"], []).append(col)
     result = {}
     for family, columns in families.items():
