@@ -590,8 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--best-from",
         metavar="DIR",
-        help="a grid that sweeps a setting (lr_sensitivity): run each placement at the value whose finished runs in DIR have "
-        "the best mean metric (e.g. --best-from results/proxy/lr_sensitivity --seeds 0,1,2 --resume)",
+        help="a grid that sweeps a setting (lr_sensitivity): run each placement at the value `mixbench table --best-over` picks "
+        "from the runs in DIR (fewest stalled/diverged seeds, then the best mean; e.g. --best-from results/proxy/lr_sensitivity "
+        "--seeds 0,1,2 --resume)",
     )
     rep.add_argument(
         "--launcher",
