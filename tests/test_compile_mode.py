@@ -9,8 +9,9 @@ from test_cli import records
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
-from mixbench.training.compile import COMPILE_MODES, CudaGraphStepMarker
+from mixbench.training.compile import COMPILE_MODES
 from mixbench.training.config import compose, load_run_config
+from mixbench.training.graph_marker import CudaGraphStepMarker
 
 TINY_VIT = [*CLI_TINY_VIT, "save_weights=false"]
 

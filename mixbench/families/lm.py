@@ -9,10 +9,11 @@ from functools import partial
 from ..core.constants import IGNORE_INDEX
 from ..core.errors import ConfigError
 from ..core.families import Family, register_family
-from ..layers.placements import ModelTraits, dyt_llm_alpha0
-from ..models.llama import LLAMA_PRESETS, build_llama, llama_defaults
-from ..rlhf.checks import check_rlhf_config
-from ..training.strategy import world_size
+from ..core.traits import ModelTraits, dyt_llm_alpha0
+from ..models.llama_config import LLAMA_PRESETS, llama_defaults
+
+# torch, the network and the training code are imported by the functions that use them: registering the family
+# (`mixbench list`, `reclassify`) imports none of them
 
 
 def lightning_module(cfg, model, datamodule):
@@ -43,12 +44,16 @@ def options_from_data(cfg, options: dict, datamodule) -> dict:
 def data_options(cfg, options: dict) -> dict:
     """A streamed source is cached up to what the run will consume (+1 %)."""
     if options.get("path") is None and options.get("max_train_tokens") is None and cfg.trainer.max_steps > 0:
+        from ..training.strategy import world_size
+
         global_batch = options.get("global_batch_size") or options["batch_size"] * world_size(cfg.trainer)
         options = {**options, "max_train_tokens": int(cfg.trainer.max_steps * global_batch * options["seq_len"] * 1.01)}
     return options
 
 
 def check_config(cfg) -> None:
+    from ..rlhf.checks import check_rlhf_config
+
     check_rlhf_config(cfg)
 
 
@@ -89,12 +94,20 @@ def floor_from_reason(record: dict) -> dict | None:
 # what the placements may need of a LLaMA (DyT: the √d gain on its token embeddings, α0 from the DyT paper's LLM width table)
 LLAMA_TRAITS = ModelTraits(token_embeddings=True, dyt_alpha0=dyt_llm_alpha0)
 
+
+def build(name: str, norm, **options):
+    """:func:`mixbench.models.llama.build_llama` with the LLaMA traits."""
+    from ..models.llama import build_llama
+
+    return build_llama(name, norm, traits=LLAMA_TRAITS, **options)
+
+
 LM = register_family(
     Family(
         name="lm",
         description="LLaMA causal language models (RMSNorm, SwiGLU, RoPE); metric: validation perplexity",
         models={name: partial(llama_defaults, name) for name in LLAMA_PRESETS},
-        build=partial(build_llama, traits=LLAMA_TRAITS),
+        build=build,
         lightning_module=lightning_module,
         options_from_data=options_from_data,
         data_options=data_options,

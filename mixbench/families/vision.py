@@ -6,12 +6,13 @@ import math
 import re
 from functools import partial
 
-import torch.nn.functional as F
-
 from ..core.errors import ConfigError
 from ..core.families import Family, register_family
-from ..layers.placements import ModelTraits
-from ..models.vit import VIT_PRESETS, build_vit, vit_defaults
+from ..core.traits import ModelTraits
+from ..models.vit_config import VIT_PRESETS, vit_defaults
+
+# torch, timm and the network are imported by the functions that use them: registering the family (`mixbench list`,
+# `reclassify`) imports none of them
 
 
 def lightning_module(cfg, model, datamodule):
@@ -91,6 +92,8 @@ def never_beat_chance(metrics: dict, floor: dict) -> str | None:
 
 
 def analysis_loss(model, batch):
+    import torch.nn.functional as F
+
     images, targets = batch
     return F.cross_entropy(model(images), targets)
 
@@ -98,12 +101,20 @@ def analysis_loss(model, batch):
 # what the placements may need of a ViT: no token embeddings, DyT's α0 = 0.5 everywhere (the DyT ViT recipe)
 VIT_TRAITS = ModelTraits()
 
+
+def build(name: str, norm, **options):
+    """:func:`mixbench.models.vit.build_vit` with the ViT traits."""
+    from ..models.vit import build_vit
+
+    return build_vit(name, norm, traits=VIT_TRAITS, **options)
+
+
 VISION = register_family(
     Family(
         name="vision",
         description="timm Vision Transformers (ViT-Ti/S); metric: validation top-1",
         models={name: partial(vit_defaults, name) for name in VIT_PRESETS},
-        build=partial(build_vit, traits=VIT_TRAITS),
+        build=build,
         lightning_module=lightning_module,
         options_from_data=options_from_data,
         items=lambda batch: len(batch[1]),

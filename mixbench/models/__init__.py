@@ -1,13 +1,17 @@
-"""Models by preset name, through the family registry (:mod:`mixbench.core.families`).
+"""Models by preset name, through the family registry (:mod:`mixbench.core.families`).  Importing this package (and
+its light modules of presets, :mod:`~mixbench.models.llama_config`, :mod:`~mixbench.models.vit_config`) imports no torch.
 
 ``mixbench.build_model("llama_71m", norm="mix", num_layers=24)`` works for every registered family.
 """
 
 from __future__ import annotations
 
-from ..core.contracts import PlacedBlock, PlacedModel, check_contract
+from typing import TYPE_CHECKING
+
 from ..core.families import family_of_model, list_models
-from ..layers import NormSpec
+
+if TYPE_CHECKING:
+    from ..layers import NormSpec
 
 
 def model_family(name: str) -> str:
@@ -28,6 +32,9 @@ def build_model(name: str, norm: str | NormSpec = "pre", alpha: float = 0.25, se
     for every placement (except placements with an init of their own, such as DeepNorm).
     The model is checked against :class:`mixbench.core.contracts.PlacedModel` and its family's needs.
     """
+    from ..core.contracts import PlacedBlock, PlacedModel, check_contract  # torch: imported when a model is built
+    from ..layers import NormSpec
+
     spec = norm if isinstance(norm, NormSpec) else NormSpec(placement=norm, alpha=alpha)
     family = family_of_model(name)
     if seed is not None:

@@ -6,14 +6,11 @@ official ``configs/llama_*.json``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..core.constants import IGNORE_INDEX
-from ..core.errors import ConfigError
 from ..layers import (
     DyT,
     NormSpec,
@@ -24,48 +21,9 @@ from ..layers import (
     project_qkv,
     scaled_init_,
 )
-from ..layers.attention import causal_attention, check_attention_backend
+from ..layers.attention import causal_attention
 from ..layers.placements import ModelTraits
-
-
-@dataclass
-class LlamaConfig:
-    """Architecture of one LLaMA model; ``num_layers`` counts decoder blocks."""
-
-    vocab_size: int = 32000
-    hidden_size: int = 512
-    intermediate_size: int = 1368
-    num_heads: int = 8
-    num_layers: int = 12
-    max_seq_len: int = 2048  # length of the RoPE cache
-    rope_theta: float = 10000.0
-    init_std: float = 0.02  # N(0, init_std) for every Linear
-    embed_init_std: float = 0.02  # the official Mix-LN code uses sqrt(2/5) ≈ 0.632 here (all placements)
-    attention_backend: str = "auto"  # SDPA kernel: auto (PyTorch chooses) | flash | cudnn | efficient | math; speed only
-    score_head: bool = False  # a scalar head ``score`` beside the LM head (reward models: the score of a sequence's last token)
-
-    def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads:
-            raise ConfigError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
-        check_attention_backend(self.attention_backend)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-
-LLAMA_PRESETS: dict[str, dict] = {
-    # name: hidden, intermediate, heads, layers  (paper sizes; vocab 32000)
-    "llama_71m": dict(hidden_size=512, intermediate_size=1368, num_heads=8, num_layers=12),
-    "llama_130m": dict(hidden_size=768, intermediate_size=2048, num_heads=12, num_layers=12),
-    "llama_250m": dict(hidden_size=768, intermediate_size=2560, num_heads=16, num_layers=24),
-    "llama_350m": dict(hidden_size=1024, intermediate_size=2736, num_heads=16, num_layers=24),
-    "llama_1b": dict(hidden_size=2048, intermediate_size=5461, num_heads=32, num_layers=24),
-    "llama_7b": dict(hidden_size=4096, intermediate_size=11008, num_heads=32, num_layers=32),
-    # small sizes for CPU runs and tests
-    "llama_tiny": dict(hidden_size=256, intermediate_size=688, num_heads=4, num_layers=6, vocab_size=8192),
-    "llama_debug": dict(hidden_size=64, intermediate_size=176, num_heads=4, num_layers=4, vocab_size=512),
-}
+from .llama_config import LLAMA_PRESETS, LlamaConfig, llama_config, llama_defaults  # noqa: F401 (the light part, re-exported)
 
 
 def rope_cache(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,15 +278,3 @@ class Llama(nn.Module):
 def build_llama(name: str, norm: NormSpec = NormSpec(), traits: ModelTraits = ModelTraits(), **overrides) -> Llama:
     cfg = llama_config(name, **overrides)
     return Llama(cfg, norm, traits)
-
-
-def llama_config(name: str, **overrides) -> LlamaConfig:
-    valid = {f.name for f in fields(LlamaConfig)}
-    unknown = sorted(set(overrides) - valid)
-    if unknown:
-        raise ConfigError(f"unknown LLaMA option(s) {unknown}; valid: {', '.join(sorted(valid))}")
-    return LlamaConfig(**{**LLAMA_PRESETS[name], **overrides})
-
-
-def llama_defaults(name: str) -> dict:
-    return asdict(LlamaConfig(**LLAMA_PRESETS[name]))

@@ -8,7 +8,7 @@ compiled region, the optimizer step stays eager, and checkpoint keys stay those 
 group existed (``compile: true``) reads the same way.  Setting ``compile.mode`` compiles too.
 
 Modes that replay CUDA graphs (``reduce-overhead``, ``max-autotune``) need the step boundaries marked: a graph's
-outputs live in memory that its next replay overwrites.  :class:`CudaGraphStepMarker` calls
+outputs live in memory that its next replay overwrites.  :class:`~mixbench.training.graph_marker.CudaGraphStepMarker` calls
 ``torch.compiler.cudagraph_mark_step_begin()`` before every training and validation batch, so each Lightning step is one
 graph "iteration"; what the LightningModules keep across steps is computed outside the graph (the loss divided by
 the token count, the soft-target cross-entropy, ``loss.detach()`` in the divergence monitor), never an output of it.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 
 import torch
-from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig
 
 from ..core.errors import ConfigError
@@ -64,21 +63,3 @@ def compile_model(cfg: DictConfig, model: torch.nn.Module) -> dict | None:
     if cudagraphs and cfg.trainer.accelerator == "cpu":
         log.warning("compile.mode=%s captures CUDA graphs, which a CPU run does not use: it compiles without them", mode)
     return {"mode": mode or "default", "cudagraphs": cudagraphs}
-
-
-class CudaGraphStepMarker(Callback):
-    """Marks each training and validation batch as a new CUDA-graph step (``torch.compiler.cudagraph_mark_step_begin``),
-    so the graphs of the previous batch may reuse their memory and no output of theirs is read after it was overwritten."""
-
-    def __init__(self):
-        self.marks = 0
-
-    def _mark(self) -> None:
-        torch.compiler.cudagraph_mark_step_begin()
-        self.marks += 1
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        self._mark()
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._mark()
