@@ -17,8 +17,6 @@ A dotted override must name an existing key; prefix it with ``+`` to add a new k
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import re
 from pathlib import Path
 
@@ -26,11 +24,12 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..core.configs import did_you_mean, load_group
 from ..core.errors import ConfigError, one_line
 from ..core.families import family_of_model, get_family
 from ..core.project import config_choices, config_file
 from ..core.tasks import discover_tasks, get_task
-from ..data import get_datamodule_class
+from ..data.arguments import data_arguments, datamodule_arguments  # noqa: F401 (data_arguments: its old home was here)
 from ..layers import NormSpec, block_placements, get_placement, list_placements
 from .compile import check_compile_settings, upgrade_compile
 from .loggers import logger_names
@@ -63,11 +62,6 @@ PLACEMENT_SETTINGS = {
 BOOLEAN_SHORTHANDS = {"compile": "compile.enabled"}
 
 
-def _did_you_mean(word: str, options) -> str:
-    hint = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
-    return f" — did you mean {hint[0]!r}?" if hint else ""
-
-
 def group_choices(group: str, root: str | Path | None = None) -> list[str]:
     return config_choices(group, root)
 
@@ -80,28 +74,13 @@ def runs_root(results_dir: str | Path | None = None) -> Path:
     return Path(results_dir) / "runs"
 
 
-def load_group(group: str, choice: str, root=None) -> DictConfig:
-    """``configs/<group>/<choice>.yaml`` from the project search path."""
-    path = config_file(group, f"{choice}.yaml", root=root)
-    if path is None:
-        valid = group_choices(group, root)
-        raise ConfigError(f"unknown {group}={choice!r}{_did_you_mean(choice, valid)} Valid: {', '.join(valid)}")
-    try:
-        loaded = OmegaConf.load(path)
-    except (yaml.YAMLError, OmegaConfBaseException) as err:
-        raise ConfigError(f"{path} is not valid YAML: {one_line(err)}") from None
-    if not isinstance(loaded, DictConfig):
-        raise ConfigError(f"{path} must hold a mapping of settings")
-    return loaded
-
-
 def check_known_keys(base: DictConfig, update, where: str, prefix: str = "") -> None:
     """Fail on the first key of ``update`` (recursively) that ``base`` does not have."""
     for key, value in update.items():
         if key not in base:
             level = prefix.rstrip(".") or "the top level"
             raise ConfigError(
-                f"{where}: unknown setting '{prefix}{key}'{_did_you_mean(key, base.keys())} "
+                f"{where}: unknown setting '{prefix}{key}'{did_you_mean(key, base.keys())} "
                 f"(keys under {level}: {', '.join(map(str, base.keys()))})"
             )
         if OmegaConf.is_dict(value) or isinstance(value, dict):
@@ -151,7 +130,7 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
                 break
             where = ".".join(parts[:depth]) or "the top level"
             raise ConfigError(
-                f"unknown setting {key!r}{_did_you_mean(part, node.keys())} "
+                f"unknown setting {key!r}{did_you_mean(part, node.keys())} "
                 f"(keys under {where}: {', '.join(map(str, node.keys()))}; prefix with + to add a new key)"
             )
         if not last:
@@ -231,24 +210,13 @@ def check_norm_options(cfg: DictConfig, options: list[str], root=None) -> None:
         )
 
 
-def data_arguments(loader_class) -> dict:
-    """The declared arguments of a data module class with their defaults (``seed`` is set by the runner)."""
-    params = inspect.signature(loader_class.__init__).parameters
-    variadic = [p.name for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    if variadic:
-        raise ConfigError(f"data module {loader_class.__qualname__} takes *{variadic[0]}: declare every argument explicitly")
-    return {
-        name: (None if p.default is inspect.Parameter.empty else p.default) for name, p in params.items() if name not in ("self", "seed")
-    }
-
-
 def _data_group(choice: str, root) -> DictConfig:
     """``configs/data/<choice>.yaml`` over the declared arguments (and defaults) of its ``loader``."""
 
     chosen = load_group("data", choice, root)
     if "loader" not in chosen:
         raise ConfigError(f"configs/data/{choice}.yaml: set loader: <name> (one of mixbench.data.list_datamodules())")
-    arguments = data_arguments(get_datamodule_class(chosen.loader))
+    arguments = datamodule_arguments(chosen.loader)  # read without importing the data module where its source says them
     base = OmegaConf.create({"loader": chosen.loader, **{k: _plain(v) for k, v in arguments.items()}})
     return merge_strict(base, chosen, f"configs/data/{choice}.yaml (arguments of data loader {chosen.loader!r})")
 

@@ -33,9 +33,10 @@ from ..results.records import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, build_run_model, model_options
 from .callbacks import DivergenceMonitor, ExactResumeNotice, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
-from .compile import CudaGraphStepMarker, compile_model, uses_cudagraphs
+from .compile import compile_model, uses_cudagraphs
 from .config import compose, norm_spec, runs_root, upgrade_saved_config
 from .gradnorm import GradNormMonitor
+from .graph_marker import CudaGraphStepMarker
 from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision, runs_on_cuda
 from .preemption import Interrupted, Preempted, PreemptionCheckpoint, interrupts_stop, preemption_note
