@@ -1,5 +1,6 @@
 """Your placement everywhere: a placement a project folder registers (a task's task.py, the project's plugins.py) is
-known to every command run from that folder, on any task — the project of docs/extending.md, driven through the CLI."""
+known to every command run from that folder, on any task — the project of docs/extending.md, driven through the CLI —
+and its code goes along when a run of it is exported."""
 
 import csv
 import io
@@ -8,10 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from test_export import make_run
 
 from mixbench.cli.app import main
 from mixbench.core.project import select_project
-from mixbench.layers import placements
+from mixbench.core.tasks import load_project_plugins
+from mixbench.layers import NormSpec, placements
 
 HALFPRE = '''"""My placement: Pre-LN with each sub-layer's update halved."""
 
@@ -88,9 +92,41 @@ def test_the_project_placement_runs_on_a_stock_task_beside_the_stock_ones(projec
     assert main(["analyze", "grad-norm", "--run", str(run_dir), "--batches", "1"]) == 0
     (profile,) = json.loads((run_dir / "analysis" / "grad_norm.json").read_text())
     assert len(profile["blocks"]) == 2
-    # export knows the placement; its code is the project's, outside the bundled mixbench model code
-    assert main(["export", str(run_dir), "--out", str(tmp_path / "hf")]) == 2
-    assert "'halfpre' comes from a plugin" in caplog.text and "unknown norm placement" not in caplog.text
+    # export carries the project's placement code: transformers rebuilds the run's model, same logits
+    from transformers import AutoModelForCausalLM
+
+    from mixbench.training.trained import load_trained
+
+    # first the pre run, exported to a folder of the same name and loaded in this process: transformers keys remote code
+    # by the folder's name, and must not build the halfpre folder's model with the pre folder's code
+    assert main(["export", records["pre"]["run_dir"], "--out", str(tmp_path / "pre" / "hf")]) == 0
+    AutoModelForCausalLM.from_pretrained(tmp_path / "pre" / "hf", trust_remote_code=True)
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "hf")]) == 0
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
+    ours = load_trained(run_dir).model.eval()
+    ids = torch.randint(0, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(hf(ids).logits, ours(ids), atol=1e-5, rtol=1e-5)
+    assert "from .mb_plugin_tasks_my_lm import HalfPre" in (tmp_path / "hf" / "mb_plugins.py").read_text()
+    assert "from .mb_layers import BlockPlacement, register_placement" in (tmp_path / "hf" / "mb_plugin_tasks_my_lm.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [("import omegaconf", "imports omegaconf at module level"), ("from mixbench.core.tasks import discover_tasks", "mixbench.core.tasks")],
+)
+def test_export_refuses_a_placement_module_that_needs_more_than_torch_and_mixbench_layers(tmp_path, registry, caplog, line, named):
+    root = tmp_path / "lab"
+    root.mkdir()
+    plugin = HALFPRE.replace("from mixbench.layers", f"{line}\nfrom mixbench.layers").replace('"halfpre"', '"omegapre"')
+    (root / "plugins.py").write_text(plugin)
+    load_project_plugins(root)
+    run = make_run(tmp_path / "run", NormSpec(placement="omegapre"))
+    assert main(["--project", str(root), "export", str(run), "--out", str(tmp_path / "hf")]) == 2
+    message = caplog.records[-1].getMessage()
+    assert "norm placement 'omegapre' cannot be exported" in message and named in message and str(root / "plugins.py") in message
+    assert "move the placement class into a module that imports only torch and mixbench.layers" in message and "\n" not in message
+    assert not (tmp_path / "hf").exists()
 
 
 def test_a_project_plugins_module_registers_for_every_task(tmp_path, registry, capsys):

@@ -6,7 +6,8 @@ from an entry module (``mixbench.models.llama``), :func:`module_closure` follows
 or absolute, at any depth of the code) and :func:`bundle_modules` writes each module as ``mb_<dotted path>.py``
 (``mixbench.layers.norm`` → ``mb_layers_norm.py``, the package ``mixbench.layers`` → ``mb_layers.py``) with only its
 import statements rewritten (``from ..layers import X`` → ``from .mb_layers import X``).  The model code itself is
-copied verbatim, so every placement — including ones added later — exports without any hand-written copy.
+copied verbatim, so every placement — including ones added later — exports without any hand-written copy.  A project's
+placement module is rewritten the same way (:func:`rewrite_module` with its ``source``; :mod:`mixbench.export.plugins`).
 
 Imports of other packages inside functions (e.g. timm, used only for ViTs) are wrapped in ``try: … except ImportError:
 raise`` — same behaviour, but not a load-time requirement for transformers; a module-level import of a package other
@@ -29,6 +30,17 @@ ALLOWED_TOP_LEVEL = {"torch", "__future__"}
 
 class BundleError(MixbenchError):
     """A module cannot be bundled for export."""
+
+
+class ForeignImport(BundleError):
+    """``module`` imports ``package`` (neither the standard library, torch nor mixbench) at module level."""
+
+    def __init__(self, module: str, package: str):
+        super().__init__(
+            f"{module} imports {package} at module level: an exported model would need it installed; "
+            "import it inside the function that uses it"
+        )
+        self.module, self.package = module, package
 
 
 def flat_name(module: str) -> str:
@@ -62,8 +74,12 @@ def _is_module(name: str) -> bool:
         return False
 
 
-def _internal_targets(module: str) -> tuple[ast.Module, str, bool, list[tuple[ast.ImportFrom, str]]]:
-    path, is_package = _source(module)
+def _internal_targets(
+    module: str, source: tuple[Path, bool] | None = None
+) -> tuple[ast.Module, str, bool, list[tuple[ast.ImportFrom, str]]]:
+    """``module``'s syntax tree, text, whether it is a package, and its ``from`` imports of mixbench modules with their
+    absolute targets; ``source`` (file, is a package) for a module :func:`importlib.util.find_spec` cannot find."""
+    path, is_package = source or _source(module)
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text)
     found = []
@@ -72,26 +88,35 @@ def _internal_targets(module: str) -> tuple[ast.Module, str, bool, list[tuple[as
             raise BundleError(f"{module}: `import {ROOT}...` cannot be bundled; use `from ... import ...`")
         if isinstance(node, ast.ImportFrom):
             target = _absolute(module, is_package, node)
+            if target is not None and target.split(".")[0] != ROOT:
+                raise BundleError(f"{module} imports {target} relatively: only mixbench's own modules can be bundled with it")
             if target is not None:
                 found.append((node, target))
     return tree, text, is_package, found
 
 
-def module_closure(entry: str) -> list[str]:
-    """``entry`` and every mixbench module it needs (through imports anywhere in the code), in discovery order."""
-    if entry.split(".")[0] != ROOT:
-        raise BundleError(f"{entry} is not a mixbench module")
-    seen, queue = [], [entry]
+def module_closure(*entries: str) -> list[str]:
+    """``entries`` and every mixbench module they need (through imports anywhere in the code), in discovery order."""
+    for entry in entries:
+        if entry.split(".")[0] != ROOT:
+            raise BundleError(f"{entry} is not a mixbench module")
+    seen, queue = [], list(entries)
     while queue:
         module = queue.pop(0)
         if module in seen:
             continue
         seen.append(module)
-        _, _, _, found = _internal_targets(module)
-        for node, target in found:
-            queue.append(target)
-            queue += [f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}")]
+        queue += mixbench_imports(module)
     return seen
+
+
+def mixbench_imports(module: str, source: tuple[Path, bool] | None = None) -> list[str]:
+    """The mixbench modules ``module`` imports itself, submodules named in a ``from`` import included (``source`` as
+    for :func:`_internal_targets`)."""
+    needed = []
+    for node, target in _internal_targets(module, source)[3]:
+        needed += [target, *(f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}"))]
+    return list(dict.fromkeys(needed))
 
 
 def _line_offsets(text: str) -> list[int]:
@@ -124,9 +149,10 @@ def _third_party(node: ast.AST) -> str | None:
     return foreign[0] if foreign else None
 
 
-def rewrite_module(module: str) -> str:
-    """The source of ``module`` with its internal imports pointing at the flat files (see the module doc)."""
-    tree, text, _, found = _internal_targets(module)
+def rewrite_module(module: str, source: tuple[Path, bool] | None = None) -> str:
+    """The source of ``module`` with its internal imports pointing at the flat files (see the module doc); ``source``
+    as for :func:`_internal_targets`."""
+    tree, text, _, found = _internal_targets(module, source)
     internal = {id(node): target for node, target in found}
     offsets = _line_offsets(text)
     edits = []
@@ -140,10 +166,7 @@ def rewrite_module(module: str) -> str:
             edits.append((start, end, _rewrite_import(node, internal[id(node)])))
         elif (package := _third_party(node)) is not None:
             if id(node) in top_level:
-                raise BundleError(
-                    f"{module} imports {package} at module level: an exported model would need it installed; "
-                    "import it inside the function that uses it"
-                )
+                raise ForeignImport(module, package)
             indent = " " * node.col_offset
             statement = text[start:end]
             edits.append(
@@ -159,12 +182,10 @@ def rewrite_module(module: str) -> str:
     return text
 
 
-def bundle_modules(entry: str, out: Path) -> dict[str, str]:
-    """Write the flat copies of ``entry``'s closure into ``out``; returns module → file name."""
-    files = {}
-    for module in module_closure(entry):
-        name = flat_name(module) + ".py"
-        header = f"# Generated by `mixbench export` from {module} (mixbench {VERSION}); do not edit.\n"
-        (out / name).write_text(header + rewrite_module(module), encoding="utf-8")
-        files[module] = name
-    return files
+def bundle_sources(*entries: str) -> dict[str, str]:
+    """The flat copies of the closure of ``entries``: file name → text (checked, nothing written)."""
+    return {
+        flat_name(module) + ".py": f"# Generated by `mixbench export` from {module} (mixbench {VERSION}); do not edit.\n"
+        + rewrite_module(module)
+        for module in module_closure(*entries)
+    }

@@ -4,22 +4,24 @@ The folder loads with ``AutoModelForCausalLM.from_pretrained(folder, trust_remot
 ``lm_eval --model hf --model_args pretrained=folder,trust_remote_code=True`` and any transformers tool::
 
     config.json                 model_type mixbench_llama, auto_map → the two files below, the run's model description
-    configuration_mixbench.py   MixbenchConfig                 (mixbench/assets/hf_remote/)
+    configuration_mixbench.py   MixbenchConfig                 (mixbench/assets/hf_remote/; first line: a digest of the code)
     modeling_mixbench.py        MixbenchForCausalLM wrapping mixbench's Llama
     mb_*.py                     mixbench's model and layer modules, copied verbatim (imports rewritten: mixbench.export.bundle)
+    mb_plugins.py               imports the project placements the model uses (mixbench.export.plugins; none for stock ones)
+    mb_plugin_<module>.py       the project module that defines such a placement (a task's task.py, plugins.py), rewritten alike
     model.safetensors           the run's weights, keys ``model.<mixbench key>``
     tokenizer.json, tokenizer_config.json, special_tokens_map.json   the run's tokenizer (PreTrainedTokenizerFast)
     generation_config.json, README.md
 
-Because the model code is mixbench's own, every norm placement exports; a placement registered by a task plugin
-(outside ``mixbench``) is not in the bundle and is refused.
+Because the model code is mixbench's own, every norm placement exports, a project's own included: its module goes along,
+and one that needs more than torch and the bundled mixbench modules at module level is refused with one line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import torch
@@ -27,9 +29,9 @@ import torch
 from ..core.errors import MixbenchError
 from ..data import ASSETS_DIR
 from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
-from ..layers import get_placement
 from ..training.trained import load_trained
-from .bundle import bundle_modules
+from .bundle import bundle_sources
+from .plugins import plugin_sources, project_modules
 
 log = logging.getLogger(__name__)
 REMOTE_CODE = ASSETS_DIR / "hf_remote"
@@ -41,13 +43,19 @@ class ExportError(MixbenchError):
     """A run cannot be exported in the requested format."""
 
 
-def _check_placements(model) -> None:
-    for name in dict.fromkeys([model.norm_spec.placement, *model.plan]):
-        module = type(get_placement(name)).__module__
-        if not module.startswith("mixbench."):
-            raise ExportError(
-                f"norm placement {name!r} comes from a plugin ({module}), not mixbench: it cannot be bundled into the exported model code"
-            )
+def _remote_code(bundled: dict[str, str]) -> dict[str, str]:
+    """Every code file of the folder: ``bundled`` and the two of ``hf_remote/``, ``configuration_mixbench.py`` headed by a
+    digest of the model code.  transformers names a local folder's remote modules by the folder's name and a hash of
+    the file and what it imports; it maps a config class it has seen to the model class it loaded with it.  Without the
+    digest every export's config file is the same, so a process that loaded one ``hf`` folder would build a later
+    ``hf`` folder's model with the first one's code (a project placement unknown, or another project's of that name)."""
+    code = {**bundled, "modeling_mixbench.py": (REMOTE_CODE / "modeling_mixbench.py").read_text(encoding="utf-8")}
+    digest = hashlib.sha256("".join(f"{name}\0{text}\0" for name, text in sorted(code.items())).encode()).hexdigest()[:16]
+    config = (REMOTE_CODE / "configuration_mixbench.py").read_text(encoding="utf-8")
+    return {
+        **code,
+        "configuration_mixbench.py": f"# model code {digest} (a digest of this folder's code files; written by mixbench export)\n{config}",
+    }
 
 
 def _tokenizer_files(name: str, out: Path, max_length: int) -> dict:
@@ -73,7 +81,7 @@ def _tokenizer_files(name: str, out: Path, max_length: int) -> dict:
     return {"eos_token_id": eos_id, "pad_token_id": tok.token_to_id(pad) if pad else eos_id}
 
 
-def _card(description: dict, source: Path, out: Path) -> str:
+def _card(description: dict, source: Path, out: Path, plugins: list) -> str:
     return (
         f"# {description['model']} · {description.get('norm_label', '?')} (mixbench export)\n\n"
         f"Exported by `mixbench export --format hf` from `{source}`.\n\n"
@@ -83,7 +91,10 @@ def _card(description: dict, source: Path, out: Path) -> str:
         f"model = AutoModelForCausalLM.from_pretrained('{out}', trust_remote_code=True)\n"
         f"tokenizer = AutoTokenizer.from_pretrained('{out}')\n```\n\n"
         f"`lm_eval --model hf --model_args pretrained={out},trust_remote_code=True --tasks arc_easy`\n\n"
-        "The `mb_*.py` files are mixbench's model code (Apache-2.0), copied verbatim with their imports rewritten.\n"
+        "The `mb_*.py` files are mixbench's model code (Apache-2.0), copied verbatim with their imports rewritten"
+        + "".join(f"; `{p.flat}.py` is the project's `{p.path}` (placement {', '.join(p.placements)})" for p in plugins)
+        + (", rewritten alike: `trust_remote_code` runs it too" if plugins else "")
+        + ".\n"
     )
 
 
@@ -98,7 +109,8 @@ def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "floa
     if trained.description.get("family", "lm") != "lm":
         raise ExportError(f"{run} holds a {trained.description.get('family')} model; --format hf exports LLaMA language models (family lm)")
     model = trained.model
-    _check_placements(model)
+    plugins = project_modules([model.norm_spec.placement, *model.plan])
+    code = _remote_code({**bundle_sources(ENTRY_MODULE, *(m for p in plugins for m in p.needs)), **plugin_sources(plugins)})
     if out is None:
         if trained.run_dir is None:
             raise ExportError(f"{run} is not in a run folder: give --out DIR")
@@ -107,9 +119,8 @@ def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "floa
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} is not empty; give another --out or remove it")
     out.mkdir(parents=True, exist_ok=True)
-    bundled = bundle_modules(ENTRY_MODULE, out)
-    for name in ("configuration_mixbench.py", "modeling_mixbench.py"):
-        shutil.copyfile(REMOTE_CODE / name, out / name)
+    for name, text in code.items():
+        (out / name).write_text(text, encoding="utf-8")
     description = trained.description
     options = description["options"]
     tokens = _tokenizer_files(trained.tokenizer, out, int(options["max_seq_len"]))
@@ -143,6 +154,6 @@ def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "floa
     (out / "generation_config.json").write_text(
         json.dumps({**tokens, "bos_token_id": None, "do_sample": False, "use_cache": False}, indent=1) + "\n"
     )
-    (out / "README.md").write_text(_card(description, trained.source, out))
-    log.info("exported %s (%s, %d mixbench modules) to %s", description["model"], description.get("norm_label"), len(bundled), out)
+    (out / "README.md").write_text(_card(description, trained.source, out, plugins))
+    log.info("exported %s (%s, %d code files) to %s", description["model"], description.get("norm_label"), len(code), out)
     return out

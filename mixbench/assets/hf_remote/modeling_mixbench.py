@@ -2,7 +2,8 @@
 
 The network is mixbench's own code (the ``mb_*.py`` files beside this one are verbatim copies of the mixbench modules,
 imports rewritten), rebuilt from ``config.json`` and loaded from ``model.safetensors`` (keys ``model.<mixbench key>``),
-so every norm placement runs exactly as in mixbench.  Load with::
+so every norm placement runs exactly as in mixbench.  A placement of the project the run came from is in its own
+``mb_plugin_*.py``, registered by importing ``mb_plugins.py`` before the model is built.  Load with::
 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
     lm_eval --model hf --model_args pretrained=folder,trust_remote_code=True --tasks ...
@@ -17,8 +18,13 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
 from .configuration_mixbench import MixbenchConfig
+from .mb_core_traits import ModelTraits, dyt_llm_alpha0
 from .mb_layers import NormSpec
 from .mb_models_llama import Llama, LlamaConfig, rope_cache
+from .mb_plugins import PLACEMENTS  # noqa: F401  (registers the project's placements the model uses)
+
+# what the placements know of the model: the lm family's traits (mixbench/families/lm.py, not bundled: it needs Lightning)
+LLAMA_TRAITS = ModelTraits(token_embeddings=True, dyt_alpha0=dyt_llm_alpha0)
 
 
 class MixbenchForCausalLM(PreTrainedModel, GenerationMixin):
@@ -30,7 +36,7 @@ class MixbenchForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: MixbenchConfig):
         super().__init__(config)
-        self.model = Llama(LlamaConfig(**config.mixbench_options), NormSpec.from_dict(config.mixbench_norm))
+        self.model = Llama(LlamaConfig(**config.mixbench_options), NormSpec.from_dict(config.mixbench_norm), LLAMA_TRAITS)
         self.post_init()
 
     @torch.no_grad()
