@@ -8,9 +8,7 @@ import logging
 import os
 import re
 import secrets
-import signal
 import sys
-import threading
 import time
 from contextlib import nullcontext
 from datetime import datetime, timezone
@@ -39,7 +37,7 @@ from .gradnorm import GradNormMonitor
 from .graph_marker import CudaGraphStepMarker
 from .loggers import build_loggers
 from .precision import apply_fp8, lightning_precision, runs_on_cuda
-from .preemption import Interrupted, Preempted, PreemptionCheckpoint, interrupts_stop, preemption_note
+from .preemption import Preempted, PreemptionCheckpoint, interrupts_stop, preemption_note
 from .preflight import preflight
 from .profiling import make_profiler, stop_profiling
 from .run_lock import RunLock
@@ -285,11 +283,8 @@ RESUMABLE_STOPS = (Preempted, DiskFull)  # a run stopped before its end, to be c
 
 def report_stop(err: Exception) -> int:
     """Log a resumable stop as one line (a preemption or Ctrl-C: a warning; a full disk: an error) and return its exit
-    status: :data:`RESUMABLE_EXIT`, or 130 for Ctrl-C (:class:`mixbench.training.preemption.Interrupted`), after which
-    the ending command ignores further Ctrl-Cs (the CLI calls this as a command ends)."""
+    status: :data:`RESUMABLE_EXIT`, or 130 for Ctrl-C (:class:`mixbench.training.preemption.Interrupted`)."""
     log.log(logging.WARNING if isinstance(err, Preempted) else logging.ERROR, "%s", err)
-    if isinstance(err, Interrupted) and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command is ending: a further Ctrl-C would only kill it on its way out
     return err.exit_status if isinstance(err, Preempted) else RESUMABLE_EXIT
 
 
