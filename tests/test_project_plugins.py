@@ -42,6 +42,19 @@ TINY_LM = [
 ]
 
 
+def assert_exported_logits(folder: Path, run: Path) -> None:
+    """transformers rebuilds the exported ``folder`` (trust_remote_code) with the logits of ``run``'s model."""
+    from transformers import AutoModelForCausalLM
+
+    from mixbench.training.trained import load_trained
+
+    hf = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+    ours = load_trained(run).model.eval()
+    ids = torch.randint(0, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(hf(ids).logits, ours(ids), atol=1e-5, rtol=1e-5)
+
+
 @pytest.fixture
 def registry():
     """The placement registry and the imported plugin modules as they were before the test."""
@@ -92,23 +105,30 @@ def test_the_project_placement_runs_on_a_stock_task_beside_the_stock_ones(projec
     assert main(["analyze", "grad-norm", "--run", str(run_dir), "--batches", "1"]) == 0
     (profile,) = json.loads((run_dir / "analysis" / "grad_norm.json").read_text())
     assert len(profile["blocks"]) == 2
-    # export carries the project's placement code: transformers rebuilds the run's model, same logits
-    from transformers import AutoModelForCausalLM
-
-    from mixbench.training.trained import load_trained
-
-    # first the pre run, exported to a folder of the same name and loaded in this process: transformers keys remote code
-    # by the folder's name, and must not build the halfpre folder's model with the pre folder's code
+    # export carries the project's placement code: transformers rebuilds the run's model, same logits.  First the pre
+    # run, exported to a folder of the same name and loaded in this process: transformers keys remote code by the
+    # folder's name, and must not build the halfpre folder's model with the pre folder's code
     assert main(["export", records["pre"]["run_dir"], "--out", str(tmp_path / "pre" / "hf")]) == 0
-    AutoModelForCausalLM.from_pretrained(tmp_path / "pre" / "hf", trust_remote_code=True)
+    assert_exported_logits(tmp_path / "pre" / "hf", Path(records["pre"]["run_dir"]))
     assert main(["export", str(run_dir), "--out", str(tmp_path / "hf")]) == 0
-    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
-    ours = load_trained(run_dir).model.eval()
-    ids = torch.randint(0, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        assert torch.allclose(hf(ids).logits, ours(ids), atol=1e-5, rtol=1e-5)
+    assert_exported_logits(tmp_path / "hf", run_dir)
     assert "from .mb_plugin_tasks_my_lm import HalfPre" in (tmp_path / "hf" / "mb_plugins.py").read_text()
     assert "from .mb_layers import BlockPlacement, register_placement" in (tmp_path / "hf" / "mb_plugin_tasks_my_lm.py").read_text()
+
+
+def test_a_placement_module_using_mixbench_s_lazy_api_exports(tmp_path, registry):
+    """``from mixbench import register_placement`` (a name the package imports on first use) is bundled from its module."""
+    root = tmp_path / "lab"
+    root.mkdir()
+    plugin = HALFPRE.replace(
+        "from mixbench.layers import BlockPlacement, register_placement",
+        "from mixbench import register_placement\nfrom mixbench.layers import BlockPlacement",
+    )
+    (root / "plugins.py").write_text(plugin.replace('"halfpre"', '"lazypre"'))
+    load_project_plugins(root)
+    run = make_run(tmp_path / "run", NormSpec(placement="lazypre"))
+    assert main(["--project", str(root), "export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    assert_exported_logits(tmp_path / "hf", run)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ than the standard library and torch cannot be exported and fails here, naming it
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -115,8 +116,41 @@ def mixbench_imports(module: str, source: tuple[Path, bool] | None = None) -> li
     for :func:`_internal_targets`)."""
     needed = []
     for node, target in _internal_targets(module, source)[3]:
-        needed += [target, *(f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}"))]
+        for home, aliases in _homes(node, target).items():
+            needed += [home, *(f"{home}.{a.name}" for a in aliases if _is_module(f"{home}.{a.name}"))]
     return list(dict.fromkeys(needed))
+
+
+@functools.cache
+def _lazy_names(package: str) -> dict[str, str]:
+    """name → absolute module for a package that imports its names on first use (``__getattr__, __dir__ =
+    lazy_attributes(__name__, TABLE)``, :mod:`mixbench.core.lazy`); empty for any other module."""
+    path, is_package = _source(package)
+    if not is_package:
+        return {}
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    tables = {
+        n.targets[0].id: n.value for n in body if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+    }
+    for node in body:
+        call = node.value if isinstance(node, ast.Assign) else None
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "lazy_attributes" and len(call.args) == 2:
+            table = tables.get(call.args[1].id) if isinstance(call.args[1], ast.Name) else call.args[1]
+            if table is None:
+                raise BundleError(f"{package}: the table of names given to lazy_attributes must be a dict assigned in the module")
+            table = ast.literal_eval(table)
+            return {name: importlib.util.resolve_name(home, package) for name, home in table.items()}
+    return {}
+
+
+def _homes(node: ast.ImportFrom, target: str) -> dict[str, list[ast.alias]]:
+    """The names of ``from <target> import ...`` by the module to import each from: ``target``, or, for a name a lazy
+    package (``mixbench``'s ``register_placement``) imports on first use, the module that defines it."""
+    lazy = _lazy_names(target)
+    homes: dict[str, list[ast.alias]] = {}
+    for alias in node.names:
+        homes.setdefault(lazy.get(alias.name, target), []).append(alias)
+    return homes
 
 
 def _line_offsets(text: str) -> list[int]:
@@ -128,14 +162,16 @@ def _line_offsets(text: str) -> list[int]:
 
 
 def _rewrite_import(node: ast.ImportFrom, target: str) -> str:
-    """``from .<flat> import a as b, ...`` (submodules as ``from . import <flat> as name``)."""
-    modules = [a for a in node.names if _is_module(f"{target}.{a.name}")]
-    names = [a for a in node.names if a not in modules]
+    """``from .<flat> import a as b, ...`` (submodules as ``from . import <flat> as name``), one statement a line: each
+    name from its home (:func:`_homes`)."""
     parts = []
-    if names:
-        parts.append(f"from .{flat_name(target)} import " + ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names))
-    parts += [f"from . import {flat_name(f'{target}.{a.name}')} as {a.asname or a.name}" for a in modules]
-    return "; ".join(parts)
+    for home, aliases in _homes(node, target).items():
+        modules = [a for a in aliases if _is_module(f"{home}.{a.name}")]
+        names = [a for a in aliases if a not in modules]
+        if names:
+            parts.append(f"from .{flat_name(home)} import " + ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names))
+        parts += [f"from . import {flat_name(f'{home}.{a.name}')} as {a.asname or a.name}" for a in modules]
+    return ("\n" + " " * node.col_offset).join(parts)
 
 
 def _third_party(node: ast.AST) -> str | None:
