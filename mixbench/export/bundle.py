@@ -3,9 +3,10 @@
 transformers copies the file named in ``auto_map`` and, recursively, every file it imports relatively
 (``from .x import y``) into one flat folder, and refuses files importing packages that are not installed.  So, starting
 from an entry module (``mixbench.models.llama``), :func:`module_closure` follows every mixbench-internal import (relative
-or absolute, at any depth of the code) and :func:`bundle_modules` writes each module as ``mb_<dotted path>.py``
+or absolute, at any depth of the code) and :func:`bundle_sources` gives each module as ``mb_<dotted path>.py``
 (``mixbench.layers.norm`` → ``mb_layers_norm.py``, the package ``mixbench.layers`` → ``mb_layers.py``) with only its
-import statements rewritten (``from ..layers import X`` → ``from .mb_layers import X``).  The model code itself is
+import statements rewritten (``from ..layers import X`` → ``from .mb_layers import X``; a name a lazy package imports on
+first use, ``from mixbench import register_placement``, from the module that defines it).  The model code itself is
 copied verbatim, so every placement — including ones added later — exports without any hand-written copy.  A project's
 placement module is rewritten the same way (:func:`rewrite_module` with its ``source``; :mod:`mixbench.export.plugins`).
 
