@@ -19,7 +19,7 @@ from transformers.modeling_outputs import CausalLMOutput
 
 from .configuration_mixbench import MixbenchConfig
 from .mb_core_traits import ModelTraits, dyt_llm_alpha0
-from .mb_layers import NormSpec
+from .mb_layers_placement import NormSpec  # its defining module: mixbench.layers may import its names lazily
 from .mb_models_llama import Llama, LlamaConfig, rope_cache
 from .mb_plugins import PLACEMENTS  # noqa: F401  (registers the project's placements the model uses)
 
