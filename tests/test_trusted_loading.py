@@ -127,6 +127,18 @@ def test_resume_from_a_crafted_checkpoint_is_refused_and_nothing_runs(tmp_path, 
     assert main(["run", *TINY_LM, f"resume_from={file}", f"results_dir={tmp_path / 'results'}"]) == 2
     assert_refused(caplog, file, "pathlib")
     assert not marker.exists()
+    assert not (tmp_path / "results").exists()  # refused before the run folder (and its failed record) is made
+
+
+def test_a_missing_resume_from_is_one_line_before_any_run_folder(tmp_path, caplog):
+    caplog.clear()
+    missing = tmp_path / "gone.ckpt"
+    assert main(["run", *TINY_LM, f"resume_from={missing}", f"results_dir={tmp_path / 'results'}"]) == 2
+    assert error_lines(caplog) == [
+        f"resume_from={missing}: no such file; give a checkpoint a run wrote (<run>/checkpoints/*.ckpt), "
+        "or resume=auto with run_dir= to continue a run folder from its newest one"
+    ]
+    assert not (tmp_path / "results").exists()
 
 
 def test_export_eval_and_analyze_refuse_a_crafted_file(tmp_path, caplog):

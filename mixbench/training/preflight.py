@@ -1,6 +1,7 @@
 """Checks of a run that its config alone decides, made before a run folder or record is written: the data module's
 required settings (its constructor reads no data), that its local files exist (globs and folders looked up, nothing
-read), and ``init_from``'s model description (family, norm placement, architecture options) against the run's model."""
+read), ``init_from``'s model description (family, norm placement, architecture options) against the run's model, and
+that ``resume_from`` exists and holds nothing outside :mod:`mixbench.training.trusted`'s allowlist."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .builders import make_datamodule
 from .config import norm_spec
 from .profiling import check_profiler
 from .strategy import accumulation_steps, world_size
+from .trusted import check_trusted
 from .weights import WeightsError, check_compatible, load_description
 
 # model options that decide tensor shapes: weights that differ in one cannot load (the load's own check would say so
@@ -82,3 +84,16 @@ def preflight(cfg: DictConfig) -> None:
     check_profiler(cfg.profiler, int(cfg.trainer.num_nodes))
     if cfg.init_from is not None:
         check_init_from(cfg)
+    if cfg.resume_from is not None:
+        check_resume_from(str(cfg.resume_from))
+
+
+def check_resume_from(path: str) -> None:
+    """``resume_from``'s checkpoint exists and holds nothing outside the allowlist: refused here, before the run folder
+    exists (Lightning's FSDP strategy would read it whole, unrestricted)."""
+    if not Path(path).expanduser().is_file():
+        raise FileNotFoundError(
+            f"resume_from={path}: no such file; give a checkpoint a run wrote (<run>/checkpoints/*.ckpt), "
+            "or resume=auto with run_dir= to continue a run folder from its newest one"
+        )
+    check_trusted(path, f"resume_from={path}")
