@@ -168,3 +168,22 @@ def test_replay_refuses_a_norm_option_its_placement_ignores(tmp_path):
     with pytest.raises(ConfigError, match="norm.alpha is used only by norm=mix"):
         replay(tmp_path, ["norm.alpha=0.5"])
     assert replay(tmp_path, ["norm.placement=mix", "norm.alpha=0.5"]).norm.alpha == 0.5
+
+
+def test_a_placement_says_which_shared_norm_settings_it_reads():
+    """``Placement.reads`` is where the check learns who reads a shared setting: a plugin placement reading
+    ``norm.alpha`` is then named beside Mix-LN, and the setting is accepted with it."""
+    from mixbench.layers import placements
+    from mixbench.training.config import option_readers
+
+    assert option_readers("alpha") == ("mix",) and option_readers("kind") == ()
+
+    class HalfMix(placements.MixLN):
+        name = "halfmix_reads_test"
+
+    placements.register_placement(HalfMix)
+    try:
+        assert option_readers("alpha") == ("mix", "halfmix_reads_test")
+    finally:
+        placements._PLACEMENTS.pop("halfmix_reads_test")
+    assert option_readers("alpha") == ("mix",)

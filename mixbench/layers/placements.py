@@ -85,11 +85,15 @@ class Placement:
 
     ``options``: settings of this placement alone, with their defaults (``norm.<key>``); they are added to
     the ``norm`` config group when this placement is chosen and read back with ``spec.option(key)``.
+    ``reads``: the shared settings of the ``norm`` group (``defaults.yaml``) that only this placement reads (Mix-LN's
+    ``alpha``); a ``norm.<key>`` given on the command line that the chosen placement neither declares nor reads is an
+    error naming the placements that do.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     options: ClassVar[dict[str, Any]] = {}
+    reads: ClassVar[tuple[str, ...]] = ()
 
     def plan(self, spec, num_layers: int) -> list[str]:
         return [self.name] * num_layers
@@ -237,6 +241,7 @@ def num_post_layers(alpha: float, num_layers: int) -> int:
 @register_placement
 class MixLN(Placement):
     name, summary = "mix", "post in the first ⌊αL⌋ blocks, pre in the rest — Mix-LN (norm.alpha, or norm.num_post=K)"
+    reads = ("alpha", "num_post")
 
     def plan(self, spec, num_layers):
         k = spec.num_post if spec.num_post is not None else num_post_layers(spec.alpha, num_layers)
@@ -290,6 +295,7 @@ class SandwichLN(OutputNormGain):
 @register_placement
 class DeepNorm(BlockPlacement):
     name, summary = "deepnorm", "N(a·x + F(x)), a = (2L)^¼; v/out/MLP init × (8L)^-¼ — DeepNorm (DeepNet)"
+    reads = ("paper_compat",)
 
     def build(self, block, ctx):
         block.residual_scale = deepnorm_constants(ctx.num_layers, ctx.spec.paper_compat)[0]
@@ -382,6 +388,7 @@ class Admin(BlockPlacement):
     variance; a number — that constant everywhere."""
 
     name, summary = "admin", "N(w ⊙ x + F(x)), w learnable per channel — Admin (Liu et al., 2020)"
+    reads = ("admin_init",)
     added_modules = ("omega1", "omega2")
 
     def validate_block(self, spec):
@@ -413,6 +420,7 @@ class Admin(BlockPlacement):
 @register_placement
 class Custom(Placement):
     name, summary = "custom", "one block placement per block from norm.layers=[pre,post,...]"
+    reads = ("layers",)
 
     def validate(self, spec):
         if spec.layers is None:

@@ -47,17 +47,6 @@ RESERVED_TRAINER_KEYS = {
     "enable_checkpointing": "use checkpoint.every_n_steps=N",
     "use_distributed_sampler": "set by the model family's sampler policy",
 }
-# settings of the common norm group (configs/defaults.yaml) that only some placements read: setting → those placements
-# (the model-level placement, or blocks of it in a plan).  The placements' own options (``Placement.options``, e.g.
-# Sandwich-LN's out_norm_gain) are read by the placements that declare them.  Every other norm setting (kind, eps,
-# final_norm, groups, scaled_init, scaled_embed, qk_norm) is read whatever the placement.
-PLACEMENT_SETTINGS = {
-    "alpha": ("mix",),
-    "num_post": ("mix",),
-    "layers": ("custom",),
-    "paper_compat": ("deepnorm",),
-    "admin_init": ("admin",),
-}
 # ``key=true|false`` for a group means this key of it (the group was a boolean setting once)
 BOOLEAN_SHORTHANDS = {"compile": "compile.enabled"}
 
@@ -174,8 +163,11 @@ def _norm_group(defaults: DictConfig, choice: str, root) -> DictConfig:
 
 
 def option_readers(option: str) -> tuple[str, ...]:
-    """The placements that read ``norm.<option>``; empty for a setting every placement reads."""
-    return PLACEMENT_SETTINGS.get(option) or tuple(name for name in list_placements() if option in get_placement(name).options)
+    """The placements that read ``norm.<option>``: those that declare it (``Placement.options``, e.g. Sandwich-LN's
+    out_norm_gain) or read that shared setting (``Placement.reads``, e.g. Mix-LN's alpha); empty for a setting every
+    placement reads (kind, eps, final_norm, groups, scaled_init, scaled_embed, qk_norm)."""
+    placements = {name: get_placement(name) for name in list_placements()}
+    return tuple(name for name, p in placements.items() if option in p.options or option in p.reads)
 
 
 def given_norm_options(overrides: list[str]) -> list[str]:
@@ -202,7 +194,7 @@ def check_norm_options(cfg: DictConfig, options: list[str], root=None) -> None:
                 continue
         choices = [f"norm={c}" for c in group_choices("norm", root) if load_group("norm", c, root).get("placement") in readers]
         choices = choices or [f"norm.placement={name}" for name in readers]
-        blocks = [name for name in readers if name in block_placements() and option in PLACEMENT_SETTINGS]
+        blocks = [name for name in readers if name in block_placements() and option in get_placement(name).reads]
         also = f" (or {'/'.join(blocks)} blocks in norm.layers)" if blocks else ""
         raise ConfigError(
             f"norm.{option} is used only by {', '.join(choices)}{also}, not by norm={cfg.choices.norm} (placement {placement}); "
