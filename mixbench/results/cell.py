@@ -33,16 +33,17 @@ class Cell:
     """The records of one configuration, counted by seed.
 
     Records with the same seed are *repeats* (re-runs of the same configuration), not independent samples.  Each
-    seed has one outcome: that of its latest record (by ``started_at``) that did not crash — a ``failed`` record
-    is a crash, not a training outcome, so it decides only when every record of the seed failed.  A seed whose
-    outcome is ``completed`` contributes one sample: the mean primary metric of its completed records.  ``mean`` /
-    ``std`` are over those samples, i.e. over the finished seeds only.  A seed that diverged or stalled keeps the
-    value it measured (where finite) in ``measured``, apart from the samples: :meth:`measured_mean`.
+    seed has one outcome: that of its latest record (by ``started_at``) that did not crash or stop on Ctrl-C — a
+    ``failed`` or ``interrupted`` record is no training outcome, so it decides only when every record of the seed
+    ended so (then the latest of them decides).  A seed whose outcome is ``completed`` contributes one
+    sample: the mean primary metric of its completed records.  ``mean`` / ``std`` are over those samples, i.e. over
+    the finished seeds only.  A seed that diverged or stalled keeps the value it measured (where finite) in
+    ``measured``, apart from the samples: :meth:`measured_mean`.
     """
 
     samples: dict = field(default_factory=dict)  # seed → value (finished seeds; repeats averaged)
     measured: dict = field(default_factory=dict)  # seed → value of a seed that diverged or stalled (finite; repeats averaged)
-    outcomes: dict = field(default_factory=dict)  # seed → completed | diverged | stalled | failed
+    outcomes: dict = field(default_factory=dict)  # seed → completed | diverged | stalled | failed | interrupted | pruned
     records: int = 0
     delta: Delta | None = None
 
@@ -57,8 +58,8 @@ class Cell:
         cell = cls(records=len(records))
         for seed, recs in by_seed.items():
             outcomes = [outcome(r) for r in recs]
-            decisive = [o for o in outcomes if o != "failed"]
-            cell.outcomes[seed] = decisive[-1] if decisive else "failed"
+            decisive = [o for o in outcomes if o not in STOPPED]
+            cell.outcomes[seed] = (decisive or outcomes)[-1]
             ended = cell.outcomes[seed]
             values = [float(primary_value(r)) for r, o in zip(recs, outcomes) if o == ended and _finite(primary_value(r))]
             if ended == "completed":
@@ -100,6 +101,10 @@ class Cell:
     @property
     def failed(self) -> int:
         return self.count("failed")
+
+    @property
+    def interrupted(self) -> int:
+        return self.count("interrupted")
 
     def measured_mean(self, what: str) -> float | None:
         """The mean value measured by the seeds that ended ``what`` (``diverged``, ``stalled``): not a sample, and not
@@ -153,7 +158,8 @@ class Cell:
         return sep.join(t for t in (self.summary(digits), self.delta_text(digits)) if t)
 
 
-NOT_FINISHED = ("diverged", "stalled", "failed", "pruned")
+NOT_FINISHED = ("diverged", "stalled", "failed", "interrupted", "pruned")
+STOPPED = ("failed", "interrupted")  # a crash or a Ctrl-C: no training outcome; any other record of the seed decides
 MEASURED = ("diverged", "stalled")  # outcomes whose value a cell keeps (a crash left none; a pruned trial is a search's)
 
 

@@ -3,9 +3,10 @@
 
 A point is the mean over the finished seeds at that lr; the band spans their minimum to maximum (it pinches to the line
 where an lr has one seed).  An lr where no seed finished is a hollow marker at the bad edge of the axis (the top when
-lower is better): ▲ diverged, ○ stalled, × crashed.  ★ marks each placement's best lr, the one the table reports (its
-rule, :data:`~.sweep.RULE`, counts stalled and diverged seeds against their lr).  An lr where only some seeds finished
-is drawn at the mean of those and labelled with the others (``1/3 stalled``): the star can sit above such a point.
+lower is better): ▲ diverged, ○ stalled, × crashed, ◇ interrupted (Ctrl-C), □ pruned.  ★ marks each placement's best
+lr, the one the table reports (its rule, :data:`~.sweep.RULE`, counts stalled and diverged seeds against their lr).  An
+lr where only some seeds finished is drawn at the mean of those and labelled with the others (``1/3 stalled``): the
+star can sit above such a point.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .sweep import ENDED, metric_view, value_text
 from .table import Table, aggregate
 
 log = logging.getLogger(__name__)
-EDGE_MARKERS = {"diverged": "^", "stalled": "o", "failed": "x", "pruned": "s"}
+EDGE_MARKERS = {"diverged": "^", "stalled": "o", "failed": "x", "interrupted": "D", "pruned": "s"}
 
 
 def figure_names(table: Table, columns: list[str] | None = None) -> dict[str, str]:

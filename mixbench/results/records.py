@@ -14,7 +14,8 @@ from ..core.storage import atomic_write_text
 
 SCHEMA = "mixbench.result/1"
 REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
-STATUSES = ("completed", "diverged", "stalled", "failed", "pruned")  # pruned: a search trial its pruner stopped early
+# interrupted: stopped by Ctrl-C (training/preemption.py); pruned: a search trial its pruner stopped early
+STATUSES = ("completed", "diverged", "stalled", "failed", "interrupted", "pruned")
 
 
 class RecordError(MixbenchError):
@@ -117,8 +118,9 @@ def _finite(value) -> bool:
 
 
 def outcome(record: dict) -> str:
-    """``completed`` (with a finite primary metric), ``diverged``, ``stalled`` or ``failed`` (crashed).  A record that
-    says ``completed`` without a finite primary metric counts as ``diverged``."""
+    """``completed`` (with a finite primary metric), ``diverged``, ``stalled``, ``failed`` (crashed), ``interrupted``
+    (stopped by Ctrl-C) or ``pruned``.  A record that says ``completed`` without a finite primary metric counts as
+    ``diverged``."""
     status = record["status"]
     if status == "completed":
         return "completed" if _finite(primary_value(record)) else "diverged"

@@ -26,7 +26,8 @@ def legend(table: Table, best: str = "bold") -> str:
     elif table.baseline:
         text += f"No baseline row {table.baseline!r} in any column: no Δ. "
     text += (
-        "k/n diverged (likewise stalled, pruned = a search trial its pruner stopped early, and failed = crashed) "
+        "k/n diverged (likewise stalled, pruned = a search trial its pruner stopped early, failed = crashed, and "
+        "interrupted = stopped by Ctrl-C) "
         "= k of the cell's n seeds ended so (a seed's latest record decides); the mean is over the finished seeds "
         "only. (x) k/n stalled (likewise diverged), in a cell where no seed finished: x = the mean value those seeds "
         f"measured, no sample and never best (x, n=j: j of them left a finite value). {best} = best mean of the column."
@@ -98,6 +99,7 @@ CELL_FIELDS = (
     "diverged",
     "stalled",
     "failed",
+    "interrupted",
     "diverged_value",
     "stalled_value",
     "baseline",
@@ -177,6 +179,7 @@ def cell_rows(table: Table) -> list[dict]:
                     "diverged": cell.diverged,
                     "stalled": cell.stalled,
                     "failed": cell.failed,
+                    "interrupted": cell.interrupted,
                     "diverged_value": cell.measured_mean("diverged"),
                     "stalled_value": cell.measured_mean("stalled"),
                     "baseline": table.baseline_of.get(col),

@@ -6,11 +6,11 @@ into one :class:`~.cell.Cell` each.  The best value counts every seed that train
 share of seeds that stalled or diverged, then the best mean over its finished seeds (respecting the metric's
 direction), then more finished seeds, then the smaller value; a value with no finished seed cannot be best.  So a value
 where 1 of 3 seeds stalled loses to one where the seeds it has all finished, however good its other two seeds were.
-Crashed seeds (``failed``, ``pruned``) say nothing about the value and are not counted.  Where the sweep has one seed at
-most values and more at the best, each value is judged by the seeds it has, and the table then shows the chosen cell
-with all its seeds.  Picking the best of several noisy means favours a value that was lucky (winner's curse): the
-chosen cell is optimistic, most when the choice rests on one seed per value; re-running the chosen value with fresh
-seeds and tabling those alone removes it.
+Seeds that crashed, were interrupted or pruned (``failed``, ``interrupted``, ``pruned``) say nothing about the value
+and are not counted.  Where the sweep has one seed at most values and more at the best, each value is judged by the
+seeds it has, and the table then shows the chosen cell with all its seeds.  Picking the best of several noisy means
+favours a value that was lucky (winner's curse): the chosen cell is optimistic, most when the choice rests on one seed
+per value; re-running the chosen value with fresh seeds and tabling those alone removes it.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class Sweep:
     def outcome(self, value) -> str:
         """``completed`` where a seed at ``value`` finished; else the most common outcome among its seeds that trained
         (diverged or stalled), so that one stalled seed beside crashed ones makes the value stalled; else (every seed
-        crashed or was pruned) the most common of those."""
+        crashed, was interrupted or pruned) the most common of those."""
         cell = self.cells[value]
         if cell.n:
             return "completed"

@@ -42,15 +42,15 @@ def at_budget(record: dict, fraction: float) -> dict | None:
     no validation there (within :data:`BUDGET_TOLERANCE`; older records have none).
 
     ``fraction`` 1: the record as it is (its final validation and status).  Below 1: the metrics of the validation
-    inside ``fit`` at that fraction (``record["validations"]``).  A run that never beat chance stays ``stalled`` and a
-    crash stays ``failed`` in every column; a run that diverged counts as ``completed`` at the budgets it reached with
-    a finite metric before it blew up, and as ``diverged`` after."""
+    inside ``fit`` at that fraction (``record["validations"]``).  A run that never beat chance stays ``stalled``, a
+    crash ``failed`` and a run stopped by Ctrl-C ``interrupted`` in every column; a run that diverged counts as
+    ``completed`` at the budgets it reached with a finite metric before it blew up, and as ``diverged`` after."""
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"--at takes budget fractions in (0, 1], got {fraction}")
     view = {**record, "_at_budget": fraction}
     if fraction >= 1.0 - BUDGET_TOLERANCE:
         return view
-    if record["status"] in ("stalled", "failed"):
+    if record["status"] in ("stalled", "failed", "interrupted"):
         return view
     nearby = [
         v for v in record.get("validations") or [] if v.get("fraction") is not None and abs(v["fraction"] - fraction) <= BUDGET_TOLERANCE
