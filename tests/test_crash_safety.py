@@ -262,18 +262,32 @@ def test_ctrl_c_from_a_terminal_reaches_the_data_workers_too_and_the_run_still_s
     assert done["status"] == "interrupted" and Path(done["interrupted"]["checkpoint"]) == newest_checkpoint(run_dir)
 
 
+FINAL_VALIDATION = [*COMMON, "trainer.max_steps=2", "trainer.limit_val_batches=1"]  # a run whose last step is step 2
+
+
+def stop_in_the_final_validation(run_dir: Path, launcher: Launcher, signame: str, exit_status: int, stopped_as: str) -> dict:
+    """A :data:`FINAL_VALIDATION` run killed after its last checkpoint (its record removed: ``resume=auto`` only
+    validates), resumed and sent ``signame`` in its final validation: it exits with ``exit_status`` where it is, saying
+    ``<stopped_as> by <signame> at step 2: no new checkpoint`` without a traceback.  Returns its record."""
+    assert main(["run", *FINAL_VALIDATION, f"run_dir={run_dir}"]) == 0
+    (run_dir / "record.json").unlink()
+    stopped = kill_harness(launcher, f"validation:{signame}", 2, *FINAL_VALIDATION, f"run_dir={run_dir}", "resume=auto")
+    assert stopped.returncode == exit_status, stopped.output()[-2000:]
+    assert f"{stopped_as} by {signame} at step 2: no new checkpoint" in stopped.output() and "Traceback" not in stopped.output()
+    return record(run_dir)
+
+
+def finishes_on_resume(run_dir: Path) -> bool:
+    """Whether ``resume=auto`` finishes the :data:`FINAL_VALIDATION` run in ``run_dir`` (exit 0, ``completed``)."""
+    return main(["run", *FINAL_VALIDATION, f"run_dir={run_dir}", "resume=auto"]) == 0 and record(run_dir)["status"] == "completed"
+
+
 def test_ctrl_c_outside_training_stops_at_once_with_exit_130_and_the_run_finishes_on_resume(tmp_path, launcher):
     """In the final validation (after fit) there is no step to finish: the run stops where it is, without a new
     checkpoint, rather than Lightning's ``exit(1)`` recorded as ``failed: SystemExit: 1``."""
-    run_dir, args = tmp_path / "run", [*COMMON, "trainer.max_steps=2", "trainer.limit_val_batches=1"]
-    assert main(["run", *args, f"run_dir={run_dir}"]) == 0
-    (run_dir / "record.json").unlink()  # killed after its last checkpoint: resume=auto only validates
-    stopped = kill_harness(launcher, "validation:SIGINT", 2, *args, f"run_dir={run_dir}", "resume=auto")
-    assert stopped.returncode == INTERRUPTED_EXIT, stopped.output()[-2000:]
-    assert "interrupted (Ctrl-C) by SIGINT at step 2: no new checkpoint" in stopped.output() and "Traceback" not in stopped.output()
-    assert record(run_dir)["status"] == "interrupted"
-    assert main(["run", *args, f"run_dir={run_dir}", "resume=auto"]) == 0
-    assert record(run_dir)["status"] == "completed"
+    stopped = stop_in_the_final_validation(tmp_path / "run", launcher, "SIGINT", INTERRUPTED_EXIT, "interrupted (Ctrl-C)")
+    assert stopped["status"] == "interrupted"
+    assert finishes_on_resume(tmp_path / "run")
 
 
 def test_a_sweep_signalled_in_its_last_validation_stops_at_exit_75_and_resumes_exactly(tmp_path, uninterrupted, launcher):
@@ -292,15 +306,9 @@ def test_a_sweep_signalled_in_its_last_validation_stops_at_exit_75_and_resumes_e
 def test_a_sigterm_in_the_final_validation_stops_with_exit_75_and_the_run_finishes_on_resume(tmp_path, launcher):
     """Outside fit, Lightning's own handler notes a SIGTERM and stops only between validation batches: a one-batch
     final validation ran on and the run (and a sweep after it) went on as if no signal had come."""
-    run_dir, args = tmp_path / "run", [*COMMON, "trainer.max_steps=2", "trainer.limit_val_batches=1"]
-    assert main(["run", *args, f"run_dir={run_dir}"]) == 0
-    (run_dir / "record.json").unlink()  # killed after its last checkpoint: resume=auto only validates
-    stopped = kill_harness(launcher, "validation:SIGTERM", 2, *args, f"run_dir={run_dir}", "resume=auto")
-    assert stopped.returncode == PREEMPTED_EXIT, stopped.output()[-2000:]
-    assert "preempted by SIGTERM at step 2: no new checkpoint" in stopped.output() and "Traceback" not in stopped.output()
-    assert record(run_dir)["status"] == "failed" and record(run_dir)["preempted"]["signal"] == "SIGTERM"
-    assert main(["run", *args, f"run_dir={run_dir}", "resume=auto"]) == 0
-    assert record(run_dir)["status"] == "completed"
+    stopped = stop_in_the_final_validation(tmp_path / "run", launcher, "SIGTERM", PREEMPTED_EXIT, "preempted")
+    assert stopped["status"] == "failed" and stopped["preempted"]["signal"] == "SIGTERM"
+    assert finishes_on_resume(tmp_path / "run")
 
 
 def test_a_run_resumed_mid_epoch_keeps_every_later_epoch_whole(tmp_path, launcher):
