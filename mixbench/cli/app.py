@@ -28,12 +28,15 @@ def stops_resumably(command: Callable[[argparse.Namespace], int]) -> Callable[[a
 
     @functools.wraps(command)
     def stopping(args: argparse.Namespace) -> int:
-        from ..training.run import RESUMABLE_STOPS, report_stop
-
         try:
             return command(args)
-        except RESUMABLE_STOPS as err:
-            return report_stop(err)
+        except Exception as err:
+            # the stop types are looked up only where a run was reached: a command stopped before (a config error)
+            # never imports Lightning (mixbench.training.run's imports) for this
+            running = sys.modules.get("mixbench.training.run")
+            if running is None or not isinstance(err, running.RESUMABLE_STOPS):
+                raise
+            return running.report_stop(err)
 
     return stopping
 
@@ -737,3 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:
         log.error("%s", one_line(err))
         return 2
+    except KeyboardInterrupt:  # a run stops on Ctrl-C at its step (exit 130 through stops_resumably): none had started
+        starts_runs = args.command in ("run", "reproduce")
+        log.error("interrupted (Ctrl-C)%s", " before any run started: nothing written" if starts_runs else "")
+        return 130  # 128 + SIGINT, as a shell reports it (mixbench.training.preemption.INTERRUPTED_EXIT)
