@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import zipfile
 from pathlib import Path
 
@@ -28,12 +27,11 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..core.errors import CheckpointError, ConfigError
+from ..core.run_files import CHECKPOINT_DIR, CHECKPOINT_STEP
 from ..core.storage import TMP_MARK, atomic_write
 from .trusted import check_trusted, load_trusted, restricted
 
 log = logging.getLogger(__name__)
-CHECKPOINT_DIR = "checkpoints"
-_STEP = re.compile(r"step=(\d+)")
 
 
 def _write(checkpoint: dict, file) -> None:
@@ -88,7 +86,7 @@ class StepCheckpoint(ModelCheckpoint):
         super()._save_checkpoint(trainer, filepath)
         if self.keep_last is None or not trainer.is_global_zero:
             return
-        steps = sorted((p for p in Path(self.dirpath).glob("*.ckpt") if _STEP.search(p.name)), key=checkpoint_step)
+        steps = sorted((p for p in Path(self.dirpath).glob("*.ckpt") if CHECKPOINT_STEP.search(p.name)), key=checkpoint_step)
         for old in steps[: max(0, len(steps) - self.keep_last)]:
             old.unlink(missing_ok=True)
 
@@ -103,7 +101,7 @@ def checkpoint_callback(run_dir: Path, every_n_steps: int, keep_last: int | None
 
 def checkpoint_step(path: Path) -> int:
     """The optimizer step of a checkpoint: from its name (``step=S``), else from its content (``last.ckpt``)."""
-    match = _STEP.search(path.name)
+    match = CHECKPOINT_STEP.search(path.name)
     if match:
         return int(match.group(1))
     return int(load_trusted(path, f"the checkpoint {path}", mmap=True)["global_step"])
@@ -140,7 +138,7 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
 
     last = folder / "last.ckpt"
     last_step = checkpoint_step(last) if last.is_file() and intact(last) else None
-    by_step = sorted((p for p in folder.glob("*.ckpt") if _STEP.search(p.name)), key=checkpoint_step, reverse=True)
+    by_step = sorted((p for p in folder.glob("*.ckpt") if CHECKPOINT_STEP.search(p.name)), key=checkpoint_step, reverse=True)
     stepped = next((p for p in by_step if (last_step is None or checkpoint_step(p) >= last_step) and intact(p)), None)
     if stepped is not None or last_step is not None:
         return check_trusted(stepped or last, f"resume=auto: the checkpoint {stepped or last}")

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.errors import RESUMABLE_EXIT, ConfigError, DiskFull
 from ..core.families import get_family
+from ..core.run_files import CONFIG_FILE, RECORD_FILE
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text, disk_full_under
 from ..core.tasks import get_task
@@ -58,7 +59,7 @@ def is_child_rank() -> bool:
 def finished_record(run_dir: Path) -> dict | None:
     """The run's record if it finished (completed, diverged or stalled); None if absent, failed or unreadable."""
     try:
-        record = json.loads((run_dir / "record.json").read_text())
+        record = json.loads((run_dir / RECORD_FILE).read_text())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("status") in FINISHED else None
@@ -107,7 +108,7 @@ def run_defaults(cfg: DictConfig):
 def _same_run(folder: Path, cfg: DictConfig, defaults) -> bool:
     """Whether ``folder`` holds a run of exactly ``cfg`` (:func:`same_run_settings` of its ``config.yaml``)."""
     try:
-        theirs = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)
+        theirs = OmegaConf.to_container(OmegaConf.load(folder / CONFIG_FILE), resolve=True)
     except (OSError, ValueError, TypeError):
         return False
     return isinstance(theirs, dict) and same_run_settings(theirs, cfg, defaults)
@@ -332,7 +333,7 @@ def _run_locked(
     primary = not is_child_rank()
     checkpoint = resume_checkpoint(cfg, run_dir)  # before anything is written: every checkpoint damaged is an error
     if primary:
-        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+        atomic_write_text(run_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg))
     record = new_record(cfg, spec, task, run_dir, started)
     record["command"] = command
     record.update(record_extra or {})
@@ -474,14 +475,14 @@ def save_record(record: dict, run_dir: Path) -> None:
     the folder as it was — an earlier record intact, the run unfinished for ``resume=auto`` — and its own error, not
     this one, ends the run (a full disk: already the one line that says so)."""
     try:
-        write_record(record, run_dir / "record.json")
+        write_record(record, run_dir / RECORD_FILE)
     except DiskFull as full:
         if record["error"] is None:
             raise
         if not record["error"].startswith(DiskFull.__name__):
             log.warning("the record of this failed run was not written: %s", full)
         return
-    log.info("record written to %s", run_dir / "record.json")
+    log.info("record written to %s", run_dir / RECORD_FILE)
 
 
 def check_final_validation(record: dict, fit_validation: dict, metric: str, step: int, rel_tol: float = 0.005) -> None:

@@ -16,8 +16,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..core.errors import MixbenchError
-
-LOCK_FILE, HOLDER_FILE = ".run.lock", ".run.holder"
+from ..core.run_files import HOLDER_FILE, LOCK_FILE
 
 
 class RunFolderBusy(MixbenchError):
