@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from test_images import make_folder
+from test_project_plugins import TINY_LM as PROJECT_LM
+from test_project_plugins import project, registry  # noqa: F401  (fixtures: the project folder of docs/extending.md)
 
 from mixbench.cli.app import main
 
@@ -303,6 +305,64 @@ def test_ctrl_c_stops_a_grid_side_by_side_running_runs_get_sigint_and_no_more_st
     assert len(started) == 2 and all(p.signals == [signal.SIGINT] for p in started)
     assert "interrupted (Ctrl-C): 0 running run(s) stopped at a checkpoint, 2 not started" in caplog.text
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the grid's handler is gone
+
+
+def test_a_sweep_side_by_side_runs_the_project_s_placement_given_with_project(project, tmp_path, monkeypatch):  # noqa: F811
+    """``mixbench --project DIR run -m --jobs 2`` from outside the project: each run process is told the project, so
+    its task (my_lm) and placement (halfpre) are known there too."""
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "results"
+    sweep = ["--project", str(project), "run", "-m", "task=my_lm,llama_lm", "norm=halfpre", *PROJECT_LM, f"results_dir={results}"]
+    assert main([*sweep, "--jobs", "2"]) == 0
+    found = records(results)
+    assert sorted((r["task"], r["norm"]["label"], r["status"]) for r in found) == [
+        ("llama_lm", "halfpre", "completed"),
+        ("my_lm", "halfpre", "completed"),
+    ]
+    assert all(r["command"][:3] == ["mixbench", "--project", str(project)] for r in found)
+
+
+def test_ctrl_c_while_composing_is_one_line_and_writes_nothing(tmp_path, monkeypatch, caplog):
+    import mixbench.training.config as config
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(config, "compose", ctrl_c)
+    monkeypatch.setattr("mixbench.grids.runner.compose", ctrl_c)
+    for argv in (["run", *TINY_LM], ["run", "-m", *TINY_LM, "seed=0,1"]):
+        caplog.clear()
+        assert main([*argv, f"results_dir={tmp_path}"]) == 130
+        assert errors(caplog) == ["interrupted (Ctrl-C) before any run started: nothing written"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_between_two_runs_of_a_grid_stops_it_there(tmp_path, monkeypatch, caplog):
+    """One run after another (no --jobs): a Ctrl-C before the first run took it over writes nothing; one between two
+    runs stops the grid with exit status 130, naming the runs not started, and its manifest keeps them planned."""
+    import mixbench.grids.runner as runner
+
+    done = []
+
+    def run_one(i, total, argv, cfg):  # the first run finishes; the Ctrl-C comes as the second starts
+        if len(done) == stop_at:
+            raise KeyboardInterrupt
+        done.append(argv)
+        return runner.Outcome(argv, None, {"status": "completed", "wall_time_s": 60.0})
+
+    monkeypatch.setattr(runner, "_in_process", run_one)
+    sweep = ["run", "-m", *TINY_LM, "seed=0,1,2", f"results_dir={tmp_path}"]
+    stop_at = 0
+    caplog.clear()
+    assert main(sweep) == 130
+    assert errors(caplog) == ["interrupted (Ctrl-C) before any run started: nothing written"]
+    assert list(tmp_path.iterdir()) == []  # not even the grid's manifest
+    stop_at = 1
+    caplog.clear()
+    assert main(sweep) == 130
+    assert "interrupted (Ctrl-C): 0 running run(s) stopped at a checkpoint, 2 not started" in caplog.text
+    (manifest,) = [json.loads(p.read_text()) for p in (tmp_path / "runs" / ".grids").glob("*.json")]
+    assert [r["state"] for r in manifest["runs"]] == ["ended", "planned", "planned"] and manifest["ended_at"]
 
 
 def test_replay_a_run_from_its_config(tmp_path):

@@ -1,6 +1,6 @@
-"""The names of the files a run writes into its folder, for the readers that may not import the writers (``mixbench
-status`` reads them from the results layer, below ``mixbench.training``); ``tests/test_status_command.py`` checks that
-they are the writers' names."""
+"""The names of the files a run writes into its folder, and of a grid's manifest beside the run folders, for the
+readers that may not import the writers (``mixbench status`` reads them from the results layer, below
+``mixbench.training`` and ``mixbench.grids``); ``tests/test_status_command.py`` checks that they are the writers' names."""
 
 from __future__ import annotations
 
@@ -13,3 +13,5 @@ CHECKPOINT_DIR = "checkpoints"  # training/checkpointing.py: epoch=E-step=S.ckpt
 CHECKPOINT_STEP = re.compile(r"step=(\d+)")  # the optimizer step in a checkpoint's name
 METRICS_FILE = "logs/metrics.csv"  # Lightning's CSV logger (training/loggers.py), appended every 100 logged steps
 CONSOLE_FILE = "console.log"  # a grid's run in a subprocess (grids/runner.py, --jobs N): its console output
+GRIDS_DIR = ".grids"  # <results_dir>/runs/.grids/<utc time>-<pid>.json: a grid's manifest (grids/manifest.py)
+GRID_RUN_ENDED = "ended"  # a manifest run's state once it ran (its status beside it); before: planned, then running

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.errors import USER_ERRORS, ConfigError, one_line
 from ..core.logs import configure_logging
-from ..core.project import project_roots, select_project
+from ..core.project import project_folder, select_project
 from ..training.config import compose, norm_spec
 from ..training.preemption import PREEMPTED_EXIT
 from ..training.run import finished_record, run_and_report, run_directory
@@ -73,6 +73,13 @@ def slurm_parameters(cfg: DictConfig) -> dict:
     return {k: v for k, v in parameters.items() if v is not None}
 
 
+def project_arguments() -> list[str]:
+    """``["--project", P]`` naming this process's project folder (``--project``, or the working directory), for a
+    ``mixbench`` command in another process (a grid's run, a SLURM job) to know its tasks and placements; else []."""
+    project = project_folder()
+    return ["--project", str(project)] if project is not None else []
+
+
 def run_job(argv: list[str], project: str | None) -> int:
     """The body of a SLURM job (every task of it runs this): ``mixbench [--project P] run ARGV`` in this process.  A
     run stopped to be resumed (exit 75) in a job that is being requeued (by the run itself on SIGUSR1, or by SLURM:
@@ -82,7 +89,7 @@ def run_job(argv: list[str], project: str | None) -> int:
     configure_logging()
     try:
         select_project(project)
-        code = run_and_report(compose(argv), ["mixbench", *(["--project", project] if project else []), "run", *argv])
+        code = run_and_report(compose(argv), ["mixbench", *project_arguments(), "run", *argv])
     except USER_ERRORS as err:
         log.error("%s", one_line(err))
         code = 2
@@ -113,8 +120,7 @@ def submit_many(argvs: list[list[str]], configs: list[DictConfig], resume: bool)
     parameters = [slurm_parameters(cfg) for cfg in configs]  # every job's settings checked before any is submitted
     if shutil.which("sbatch") is None:
         raise ConfigError("--launcher slurm needs SLURM's sbatch on PATH: run it on a login node of the cluster")
-    roots = project_roots()
-    project = str(roots[0]) if len(roots) > 1 else None
+    project = project_folder()  # the job's process selects it: its working directory may be another
     outcomes, jobs = [], []
     for i, (argv, cfg) in enumerate(zip(argvs, configs)):
         run_dir = run_directory(cfg, norm_spec(cfg).label())
@@ -126,7 +132,7 @@ def submit_many(argvs: list[list[str]], configs: list[DictConfig], resume: bool)
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
         executor.update_parameters(**parameters[i])
         try:
-            job = executor.submit(run_job, [*argv, f"run_dir={run_dir}", "resume=auto"], project)  # requeued: continues
+            job = executor.submit(run_job, [*argv, f"run_dir={run_dir}", "resume=auto"], project and str(project))  # requeued: continues
         except Exception as err:  # sbatch refused: a bad partition, account or flag
             raise ConfigError(f"sbatch refused the job of run {i + 1} ({' '.join(argv)}): {err}; check the slurm.* settings") from None
         log.info("[%d/%d] SLURM job %s: mixbench run %s  → %s", i + 1, len(argvs), job.job_id, " ".join(argv), run_dir)

@@ -25,11 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..core.run_files import CONSOLE_FILE, RECORD_FILE
 from ..training.config import compose, norm_spec
 from ..training.preemption import Interrupted
 from ..training.preflight import preflight
 from ..training.run import RESUMABLE_STOPS, run, run_directory
-from .launchers import Outcome, submit_many
+from .launchers import Outcome, project_arguments, submit_many
+from .manifest import GridManifest, grid_manifest
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     if launcher == "slurm" and jobs != 1:
         raise ConfigError("--jobs is for the local launcher; with --launcher slurm every run is a job the cluster schedules")
+    given = [list(argv) for argv in argvs]
     argvs = [[*argv, "resume=auto"] if resume else list(argv) for argv in argvs]
     configs = [compose(argv) for argv in argvs]  # validate every configuration before running any
     share = core_share(jobs) if launcher == "local" and jobs > 1 else None
@@ -84,13 +87,33 @@ def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launch
         preflight(cfg)
     if launcher == "slurm":
         return submit_many(argvs, configs, resume)
-    if jobs == 1:  # in this thread: a run's preemption handlers (SIGTERM, SIGUSR1) can be set only in the main thread
-        return [run_one(i, len(argvs), argvs[i], configs[i]) for i in range(len(argvs))]
-    children = Children()
-    with children.on_ctrl_c(), ThreadPoolExecutor(jobs) as pool:
-        outcomes = list(pool.map(lambda i: _in_subprocess(i, len(argvs), argvs[i], configs[i], share, children), range(len(argvs))))
+    with grid_manifest(given, configs, jobs) as manifest:
+        if jobs == 1:  # in this thread: a run's preemption handlers (SIGTERM, SIGUSR1) can be set only in the main thread
+            return in_turn(argvs, configs, manifest)
+        children = Children()
+        with children.on_ctrl_c(), ThreadPoolExecutor(jobs) as pool:
+            outcomes = list(
+                pool.map(lambda i: _in_subprocess(i, len(argvs), argvs[i], configs[i], share, children, manifest), range(len(argvs)))
+            )
     if children.stopping:
         raise GridInterrupted(sum(o.record is not None and o.status == "interrupted" for o in outcomes), children.not_started)
+    return outcomes
+
+
+def in_turn(argvs: list[list[str]], configs: list, manifest: GridManifest) -> list[Outcome]:
+    """The runs one after another in this process.  A Ctrl-C inside a run stops it at its step (its
+    :class:`~mixbench.training.preemption.Interrupted` stops the grid); one between two runs stops the grid there."""
+    outcomes = []
+    try:
+        for i, (argv, cfg) in enumerate(zip(argvs, configs)):
+            manifest.started(i)
+            outcomes.append(_in_process(i, len(argvs), argv, cfg))
+            manifest.ended(i, outcomes[-1].run_dir, outcomes[-1].record)
+    except KeyboardInterrupt:  # as a run started, before it took Ctrl-C over
+        manifest.not_started(len(outcomes))
+        if not outcomes:  # the grid leaves nothing (grid_manifest removes its manifest)
+            raise
+        raise GridInterrupted(0, len(argvs) - len(outcomes)) from None
     return outcomes
 
 
@@ -190,29 +213,47 @@ def _in_process(i: int, total: int, argv: list[str], cfg) -> Outcome:
         return Outcome(argv, None, None, f"{type(err).__name__}: {err}")
 
 
-def _in_subprocess(i: int, total: int, argv: list[str], cfg, threads: int | None = None, children: Children | None = None) -> Outcome:
-    """The run as a ``mixbench run`` process; ``threads``: its torch threads (:func:`thread_environment`), else as ours;
-    ``children``: the grid's processes (none started once a Ctrl-C stops the grid)."""
+def _in_subprocess(
+    i: int,
+    total: int,
+    argv: list[str],
+    cfg,
+    threads: int | None = None,
+    children: Children | None = None,
+    manifest: GridManifest | None = None,
+) -> Outcome:
+    """The run as a ``mixbench [--project P] run`` process (the project of this one); ``threads``: its torch threads
+    (:func:`thread_environment`), else as ours; ``children``: the grid's processes (none started once a Ctrl-C stops
+    the grid); ``manifest``: the grid's, told when the run starts and ends."""
     children = children or Children()
     if children.stopping:
         children.not_started += 1
         return Outcome(argv, None, None, "not started: the grid was interrupted")
     run_dir = run_directory(cfg, norm_spec(cfg).label())
     log.info("[%d/%d] mixbench run %s  → %s", i + 1, total, " ".join(argv), run_dir)
-    with open(run_dir / "console.log", "a") as console:
+    if manifest is not None:
+        manifest.started(i, run_dir)
+    with open(run_dir / CONSOLE_FILE, "a") as console:
         code = children.run(
-            [sys.executable, "-m", "mixbench.cli", "run", *argv, f"run_dir={run_dir}"],
+            [sys.executable, "-m", "mixbench.cli", *project_arguments(), "run", *argv, f"run_dir={run_dir}"],
             stdout=console,
             stderr=subprocess.STDOUT,
             env=thread_environment(threads) if threads is not None else None,
         )
+    outcome = _subprocess_outcome(i, argv, run_dir, code)
+    if manifest is not None:
+        manifest.ended(i, run_dir, outcome.record, "failed" if code is not None else "not started")
+    return outcome
+
+
+def _subprocess_outcome(i: int, argv: list[str], run_dir: Path, code: int | None) -> Outcome:
     if code is None:
         return Outcome(argv, run_dir, None, "not started: the grid was interrupted")
     try:
-        record = json.loads((run_dir / "record.json").read_text())
+        record = json.loads((run_dir / RECORD_FILE).read_text())
     except (OSError, ValueError):
-        log.error("run %d exited with %d without a record; see %s", i + 1, code, run_dir / "console.log")
-        return Outcome(argv, run_dir, None, f"exit status {code}; see {run_dir / 'console.log'}")
+        log.error("run %d exited with %d without a record; see %s", i + 1, code, run_dir / CONSOLE_FILE)
+        return Outcome(argv, run_dir, None, f"exit status {code}; see {run_dir / CONSOLE_FILE}")
     return Outcome(argv, run_dir, record)
 
 
