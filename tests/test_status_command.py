@@ -346,3 +346,97 @@ def test_the_file_names_are_the_writers(tmp_path):
     assert run_files.CHECKPOINT_STEP.search("epoch=3-step=1200.ckpt").group(1) == "1200"
     (csv_logger,) = build_loggers("csv", {}, tmp_path, "x")
     assert Path(csv_logger.experiment.metrics_file_path) == tmp_path / run_files.METRICS_FILE
+
+
+def grid_manifest_of(results: Path, cfg, seeds, jobs: int = 2):
+    """The manifest run_many writes for a grid of ``cfg`` at ``seeds`` into ``results``, before any run started."""
+    from mixbench.grids.manifest import GridManifest
+
+    argvs = [["task=llama_lm", "model=llama_tiny", f"seed={seed}", f"results_dir={results}"] for seed in seeds]
+    configs = [OmegaConf.merge(cfg, {"seed": seed, "results_dir": str(results)}) for seed in seeds]
+    manifest = GridManifest(argvs, configs, jobs)
+    manifest._write()
+    return manifest
+
+
+def test_a_grid_s_runs_without_a_folder_are_planned_and_in_the_folder_s_eta(tmp_path, cfg, capsys, monkeypatch):
+    from dataclasses import replace
+
+    from mixbench.cli.status import summary
+    from mixbench.results.progress import RunProgress
+
+    runs = tmp_path / "results" / "runs"
+    manifest = grid_manifest_of(tmp_path / "results", cfg, range(5))
+    progress = folder_progress(runs)
+    assert progress.counts() == {"planned": 5} and progress.eta_s() is None
+    assert "planned: 5 runs, time unknown" in summary(progress)
+    # three runs ended: two ran their budget (10 and 20 min), one diverged early (its time says nothing of a run's)
+    for i, (status, wall) in enumerate([("completed", 600.0), ("stalled", 1200.0), ("diverged", 5.0)]):
+        run_dir = make_run(runs, f"seed{i}-x", cfg, status, wall_time_s=wall, **finished_fields(30.0))
+        manifest.started(i, run_dir)
+        manifest.ended(i, run_dir, json.loads((run_dir / "record.json").read_text()))
+    progress = folder_progress(runs)
+    assert progress.counts() == {"planned": 2, "diverged": 1, "stalled": 1, "finished": 1}
+    assert progress.eta_s() == 900.0  # the 2 left, side by side: one round of the median run
+    assert replace(progress, runs=[*progress.runs, RunProgress(runs / "r", "running", 10, 100, eta_s=120.0)]).eta_s() == 1020.0
+    heading = summary(progress)
+    assert "5 runs: 2 planned · 1 diverged" in heading and "planned: 2 runs, about 15m (1 round of 2 at a time, 15m each" in heading
+    assert "all done in 15m" in heading
+    assert folder_progress(runs / "llama_lm").counts()["planned"] == 2  # the manifest of a folder above
+    assert folder_progress(tmp_path / "results").counts()["planned"] == 2  # ... and below
+    assert "planned" not in folder_progress(runs / "llama_lm" / "llama_tiny" / "pre" / "seed0-x").counts()  # not a run's
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["status", str(runs)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if " planned " in line and not line.startswith(str(runs))]
+    assert [row.split()[:2] for row in rows] == [["llama_lm/llama_tiny/pre/…", "planned"]] * 2
+    assert "seed=3" in rows[0] and "seed=4" in rows[1]
+    manifest.close(keep=True)  # the grid ended (a resumable stop, Ctrl-C): its planned runs will not start
+    progress = folder_progress(runs)
+    assert progress.counts()["planned (grid stopped)"] == 2 and not progress.plans and progress.eta_s() is None
+    assert summary(progress).endswith("; nothing running")
+
+
+def test_a_grid_whose_process_is_gone_has_stopped_and_a_later_grid_takes_its_runs_over(tmp_path, cfg):
+    results = tmp_path / "results"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    first = grid_manifest_of(results, cfg, range(3))
+    first.data["pid"] = gone.pid  # its process ended without a word (kill -9)
+    first._write()
+    assert folder_progress(results / "runs").counts() == {"planned (grid stopped)": 3}
+    later = grid_manifest_of(results, cfg, (1, 2))  # the same command again, for the runs not done
+    assert later.paths != first.paths
+    assert folder_progress(results / "runs").counts() == {"planned": 2, "planned (grid stopped)": 1}
+
+
+def test_a_running_grid_s_manifest_counts_the_runs_it_has_not_started(tmp_path, monkeypatch):
+    """``run -m --jobs 2`` of four runs: while the first two run, status counts the other two as planned; when the grid
+    has ended its manifest holds every run's folder, status and time."""
+    import mixbench.grids.runner as runner
+
+    started, seen, both = [], [], threading.Barrier(2)
+
+    class Process:  # a run process that writes its record and exits
+        def __init__(self, command, **kwargs):
+            self.run_dir, self.first = Path(next(a for a in command if a.startswith("run_dir="))[8:]), len(started) < 2
+            started.append(self)
+
+        def wait(self):
+            if self.first:
+                both.wait(60)
+                seen.append(folder_progress(tmp_path / "runs").counts())
+                both.wait(60)
+            (self.run_dir / "record.json").write_text(json.dumps({"status": "completed", "wall_time_s": 60.0}))
+            return 0
+
+    monkeypatch.setattr(runner.subprocess, "Popen", Process)
+    argvs = runner.expand_sweep(["task=llama_lm", "model=llama_tiny", "trainer.max_steps=2", "seed=0,1,2,3", f"results_dir={tmp_path}"])
+    runner.run_many(argvs, jobs=2)
+    assert seen == [{"starting": 2, "planned": 2}] * 2
+    (manifest,) = [json.loads(p.read_text()) for p in (tmp_path / "runs" / run_files.GRIDS_DIR).glob("*.json")]
+    assert [(r["state"], r["status"], r["wall_time_s"], r["argv"]) for r in manifest["runs"]] == [
+        ("ended", "completed", 60.0, argv) for argv in argvs
+    ]
+    assert sorted(r["run_dir"] for r in manifest["runs"]) == sorted(str(p.run_dir.resolve()) for p in started)
+    assert manifest["ended_at"] and manifest["jobs"] == 2
+    assert "planned" not in folder_progress(tmp_path / "runs").counts()

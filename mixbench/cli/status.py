@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 
-STYLES = {"running": "green", "starting": "green", "stopped": "yellow", "interrupted": "yellow", "failed": "red",
-          "diverged": "red", "stalled": "magenta", "unreadable": "red"}  # fmt: skip
+STYLES = {"running": "green", "starting": "green", "planned": "cyan", "stopped": "yellow", "interrupted": "yellow", "failed": "red",
+          "diverged": "red", "stalled": "magenta", "planned (grid stopped)": "yellow", "unreadable": "red"}  # fmt: skip
 
 
 def duration(seconds: float) -> str:
@@ -33,23 +33,57 @@ def _step(run) -> str:
     return f"{'?' if run.step is None else f'{run.step:,}'}/{total}"
 
 
+def planned_part(plans) -> str:
+    """``planned: 6 runs, about 1h30m (3 rounds of 2 at a time, 30m each, ...)``, or their time unknown."""
+    planned = sum(plan.planned for plan in plans)
+    text = f"planned: {planned} run{'s' if planned != 1 else ''}"
+    unknown = [plan for plan in plans if plan.median_s is None]
+    if unknown:
+        return text + ", time unknown (no run of their grid has finished its budget yet)"
+    if len(plans) > 1:
+        return text + f", about {duration(max(plan.remaining_s() for plan in plans))} (grids side by side)"
+    (plan,) = plans
+    rounds = -(-plan.planned // plan.jobs)
+    each = f"{duration(plan.median_s)} each, the median of its grid's finished runs"
+    return text + f", about {duration(plan.remaining_s())} ({rounds} round{'s' if rounds != 1 else ''} of {plan.jobs} at a time, {each})"
+
+
 def summary(progress) -> str:
-    """``7 runs: 2 running · 3 finished · ...; running: 1,234 steps left, all done in 12m (about 19:02)``."""
+    """``7 runs: 2 running · 3 finished · ...; running: 1,234 steps left, all done in 12m (about 19:02)``; a grid's
+    planned runs add their expected time (:func:`planned_part`)."""
     counts = progress.counts()
     if not counts:
         return "no runs"
     line = f"{len(progress.runs)} run{'s' if len(progress.runs) != 1 else ''}: " + " · ".join(f"{n} {state}" for state, n in counts.items())
-    if "running" not in counts:
+    if "running" not in counts and not progress.plans:
         return line + "; nothing running"
-    left, eta = progress.remaining_steps(), progress.eta_s()
-    parts = [f"{left:,} steps left" if left is not None else "steps left unknown"]
+    parts = []
+    if "running" in counts:
+        left = progress.remaining_steps()
+        parts.append(f"running: {left:,} steps left" if left is not None else "running: steps left unknown")
+    if progress.plans:
+        parts.append(planned_part(progress.plans))
+    eta = progress.eta_s()
     if eta is not None:
         done = datetime.fromtimestamp(progress.taken_at + eta).strftime("%H:%M")
         parts.append(f"all done in {duration(eta)} (about {done})")
     unknown = sum(r.state == "running" and r.eta_s is None for r in progress.runs)
     if unknown:
-        parts.append(f"{unknown} without an ETA yet")
-    return line + "; running: " + ", ".join(parts)
+        parts.append(f"{unknown} running without an ETA yet")
+    return line + "; " + ", ".join(parts)
+
+
+def run_name(run, root: Path) -> str:
+    """The run's folder relative to ``root`` (``.`` for ``root``); a planned run's, the folder it will be made in."""
+    from ..results.progress import GRID_STOPPED, PLANNED
+
+    for base in (root, root.resolve()):
+        try:
+            name = str(run.run_dir.relative_to(base))
+        except ValueError:
+            continue
+        return ("" if name == "." else name + "/") + "…" if run.state in (PLANNED, GRID_STOPPED) else name
+    return str(run.run_dir)
 
 
 def view(progress):
@@ -68,7 +102,7 @@ def view(progress):
         table.add_column(column, no_wrap=column != "run", overflow="fold")
     table.add_column("note", overflow="fold")
     for run in progress.runs:
-        name = "." if run.run_dir == progress.root else str(run.run_dir.relative_to(progress.root))
+        name = run_name(run, progress.root)
         style = STYLES.get(run.state, "")
         table.add_row(
             escape(name),
@@ -136,7 +170,9 @@ def add_status_command(sub) -> None:
         description="mixbench status [DIR] [--watch [SECONDS]]: each run under DIR — running, starting, stopped "
         "(resume=auto continues it), interrupted, failed, diverged, stalled, pruned or finished — with a running "
         "run's step / budget, steps/s and ETA, and the totals.  Read from the runs' files (record, lock, checkpoints, "
-        "logs/metrics.csv); nothing is written.  Runs a grid has not started yet have no folder and are not counted.",
+        "logs/metrics.csv) and the grids' manifests; nothing is written.  A grid's runs with no folder yet are planned "
+        "(planned (grid stopped) once the grid has ended); their expected time, the median of the grid's finished runs, "
+        "is in the folder's ETA.",
         epilog="examples:\n"
         "  mixbench status                                  # every run under results/runs\n"
         "  mixbench status results/runs/llama_lm --watch 10  # refresh every 10 s until Ctrl-C\n",

@@ -56,7 +56,7 @@ class GridManifest:
 
     def __init__(self, argvs: list[list[str]], configs: list[DictConfig], jobs: int):
         now = datetime.now(timezone.utc)
-        name = f"{now.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
+        name = f"{now.strftime('%Y%m%dT%H%M%S.%f')}-{os.getpid()}.json"  # two grids of one process: two names
         roots = dict.fromkeys(runs_root(cfg.results_dir).resolve() for cfg in configs)
         self.paths = [root / GRIDS_DIR / name for root in roots]
         self.made = [d for path in self.paths for d in (path.parent, *path.parent.parents) if not d.exists()]  # deepest first

@@ -12,6 +12,11 @@ Its state:
   trial), ``interrupted`` (Ctrl-C), ``failed``; a failed record of a preemption or a full disk is ``stopped``;
 * ``stopped`` (``resume=auto`` continues it): no record and no live process (killed, or its machine lost).
 
+A grid writes a manifest of its runs as it starts (:mod:`mixbench.grids.manifest`, in ``<runs folder>/.grids/``, found
+in the folder shown, its parents and the folders under it).  Its runs that have no folder yet are ``planned`` — or
+``planned (grid stopped)`` when the grid has ended or its process is gone (they will not start) — counted where their
+folder will be made.  A stopped grid's planned run that a later grid lists again is left to the later one.
+
 A finished run's steps come from its record.  Otherwise the step is the newest of the step checkpoints and the last
 complete line of ``logs/metrics.csv`` (flushed every 100 steps), against ``trainer.max_steps`` of its ``config.yaml``.
 A budget in epochs is converted with the steps per epoch that the logged (epoch, step) pairs bound, known from the
@@ -30,8 +35,9 @@ import functools
 import json
 import os
 import socket
+import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -42,6 +48,8 @@ from ..core.run_files import (
     CHECKPOINT_STEP,
     CONFIG_FILE,
     CONSOLE_FILE,
+    GRID_RUN_ENDED,
+    GRIDS_DIR,
     HOLDER_FILE,
     LOCK_FILE,
     METRICS_FILE,
@@ -50,7 +58,10 @@ from ..core.run_files import (
 from ..core.storage import TMP_MARK
 from .records import outcome
 
-STATES = ("running", "starting", "stopped", "interrupted", "failed", "diverged", "stalled", "pruned", "finished", "unreadable")
+PLANNED, GRID_STOPPED = "planned", "planned (grid stopped)"  # a grid's run with no folder yet; of a grid that ended
+STATES = ("running", "starting", PLANNED, "stopped", "interrupted", "failed", "diverged", "stalled", "pruned", "finished", GRID_STOPPED,
+          "unreadable")  # fmt: skip
+FULL_RUNS = ("completed", "stalled")  # record statuses of runs that ran their whole budget: their times estimate a planned run's
 REMOTE_SILENCE_S = 3600.0  # a holder on another host whose run wrote nothing for this long is taken for gone
 STARTING_S = 120.0  # how long a grid's new run folder may wait for its process to take the lock
 ATTEMPT_GAP_S = 1.0  # a config.yaml this much newer than the record: a later attempt began (and left no record)
@@ -76,12 +87,28 @@ class RunProgress:
 
 
 @dataclass
+class GridPlan:
+    """The runs of one grid still ``planned`` under the folder shown: ``jobs`` at a time, each expected to take
+    ``median_s`` (of the grid's runs that ran their whole budget; None: none has yet)."""
+
+    name: str
+    planned: int
+    jobs: int
+    median_s: float | None
+
+    def remaining_s(self) -> float | None:
+        """Until its planned runs are done, once its running ones are: rounds of ``jobs`` runs."""
+        return -(-self.planned // self.jobs) * self.median_s if self.median_s is not None else None
+
+
+@dataclass
 class FolderProgress:
-    """Every run under ``root`` at ``taken_at``."""
+    """Every run under ``root`` at ``taken_at``; ``plans``: the grids whose planned runs go under ``root``."""
 
     root: Path
     runs: list[RunProgress]
     taken_at: float
+    plans: list[GridPlan] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Runs per state, in :data:`STATES` order (states that no run has left out)."""
@@ -93,10 +120,22 @@ class FolderProgress:
         left = [r.total - r.step for r in self.runs if r.state == "running" and r.total is not None and r.step is not None]
         return sum(max(0, n) for n in left) if left else None
 
-    def eta_s(self) -> float | None:
+    def running_eta_s(self) -> float | None:
         """Until every running run is done (they run side by side): the longest ETA; None when none is known."""
         etas = [r.eta_s for r in self.runs if r.state == "running" and r.eta_s is not None]
         return max(etas) if etas else None
+
+    def planned_s(self) -> float | None:
+        """Until the planned runs are done, after the running ones (grids run side by side: the longest); None when a
+        grid's planned runs have no expected time yet (or there are none)."""
+        times = [plan.remaining_s() for plan in self.plans]
+        return max(times) if times and None not in times else None
+
+    def eta_s(self) -> float | None:
+        """Until every running and planned run is done; None when any of these is unknown."""
+        running = any(r.state == "running" for r in self.runs)
+        parts = [self.running_eta_s() if running else 0.0, self.planned_s() if self.plans else 0.0]
+        return sum(parts) if None not in parts and (running or self.plans) else None
 
 
 # ---------------------------------------------------------------- reading files that may change under us
@@ -412,22 +451,88 @@ def run_progress(
 # ---------------------------------------------------------------- a folder of runs
 
 
-def run_folders(root: Path) -> list[Path]:
-    """Every run folder under ``root`` (``root`` itself if it is one), in path order; folders that vanish while they
-    are walked are left out."""
-    found = []
+def walk(root: Path) -> tuple[list[Path], list[Path]]:
+    """Every run folder under ``root`` (``root`` itself if it is one), in path order, and the grid manifest folders
+    (``.grids``) among them; folders that vanish while they are walked are left out."""
+    found, grids = [], []
     for folder, subfolders, files in os.walk(root):
         if any(name in files for name in RUN_MARKERS):
             found.append(Path(folder))
             subfolders.clear()  # a run's own folders (checkpoints, logs) hold no runs
         else:
+            grids += [Path(folder) / name for name in subfolders if name == GRIDS_DIR]
             subfolders[:] = [name for name in subfolders if not name.startswith(".")]
-    return sorted(found)
+    return sorted(found), grids
+
+
+# ---------------------------------------------------------------- a grid's runs that have no folder yet
+
+
+def manifests(root: Path, grids: list[Path]) -> list[tuple[str, dict]]:
+    """(name, content) of every grid manifest in ``grids`` and in the ``.grids`` of ``root``'s parents, oldest first; a
+    grid writing into several runs folders has one of the same name in each, read once."""
+    folders = [*grids, *(parent / GRIDS_DIR for parent in root.resolve().parents)]
+    found = {}
+    for folder in folders:
+        try:
+            files = sorted(folder.glob("*.json"))
+        except OSError:
+            continue
+        for path in files:
+            data = _json(path)
+            if path.name not in found and data is not None and isinstance(data.get("runs"), list):
+                found[path.name] = data
+    return sorted(found.items())  # by name: the grid's start time first
+
+
+def grid_live(manifest: dict, host: str) -> bool:
+    """Whether the grid may still start runs: it has not ended and its process lives (on another host: believed)."""
+    if manifest.get("ended_at"):
+        return False
+    return manifest.get("host") not in (None, host) or _pid_alive(manifest.get("pid"))
+
+
+def _under(path, root: Path) -> bool:
+    return isinstance(path, str) and (Path(path) == root or root in Path(path).parents)
+
+
+def planned_runs(root: Path, grids: list[Path], host: str) -> tuple[list[RunProgress], list[GridPlan]]:
+    """The runs of the grids' manifests that will be made under ``root`` and have no folder yet, and per grid that may
+    still start them its :class:`GridPlan`."""
+    root, found, plans = root.resolve(), [], []
+    listed = manifests(root, grids)
+    for i, (name, manifest) in enumerate(listed):
+        live, runs = grid_live(manifest, host), [run for run in manifest["runs"] if isinstance(run, dict)]
+        later = {json.dumps(run.get("argv")) for _, other in listed[i + 1 :] for run in other["runs"] if isinstance(run, dict)}
+        waiting = [
+            run
+            for run in runs
+            if run.get("state") == PLANNED
+            and _under(run.get("parent"), root)
+            and not (isinstance(run.get("run_dir"), str) and Path(run["run_dir"]).is_dir())
+            and (live or json.dumps(run.get("argv")) not in later)
+        ]
+        times = [run["wall_time_s"] for run in runs if run.get("state") == GRID_RUN_ENDED and run.get("status") in FULL_RUNS
+                 and isinstance(run.get("wall_time_s"), (int, float))]  # fmt: skip
+        median = statistics.median(times) if times else None
+        jobs = _positive_int(manifest.get("jobs")) or 1
+        for run in waiting:
+            argv = " ".join(str(a) for a in run.get("argv") or [])
+            note = f"grid {Path(name).stem}: mixbench run {argv}" + (
+                "" if live else "; its grid stopped before it started: the grid's command with --resume runs it"
+            )
+            found.append(RunProgress(Path(run["parent"]), PLANNED if live else GRID_STOPPED, note=note))
+        if live and waiting:
+            plans.append(GridPlan(Path(name).stem, len(waiting), jobs, median))
+    return found, plans
 
 
 def folder_progress(root: str | Path, seen: Observations | None = None, now: float | None = None) -> FolderProgress:
-    """:class:`FolderProgress` of every run under ``root``; ``seen``: see :func:`run_progress`."""
+    """:class:`FolderProgress` of every run under ``root``, and of the grids' runs planned there; ``seen``: see
+    :func:`run_progress`."""
     root, now = Path(root), time.time() if now is None else now
     locked, host = locked_files(), socket.gethostname()
-    runs = [run_progress(folder, locked, host, now, seen) for folder in run_folders(root)]
-    return FolderProgress(root, [run for run in runs if run is not None], now)
+    folders, grids = walk(root)
+    runs = [run for run in (run_progress(folder, locked, host, now, seen) for folder in folders) if run is not None]
+    planned, plans = planned_runs(root, grids, host)
+    return FolderProgress(root, runs + planned, now, plans)
