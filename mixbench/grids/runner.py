@@ -6,7 +6,9 @@ GPU idle), each logging to ``<run>/console.log`` and each on its share of the co
 threads through ``OMP_NUM_THREADS``, its ``data.num_workers`` capped), so that the runs do not oversubscribe them; a
 Ctrl-C stops the running ones at their next step and starts no more (:class:`Children`).  With ``resume=True`` every
 run gets ``resume=auto``: a configuration whose record is finished is skipped, an interrupted one continues from its
-newest checkpoint.  A failed run is recorded and the grid goes on; :func:`summarize` says which failed.
+newest checkpoint.  A failed run is recorded and the grid goes on; :func:`summarize` says which failed.  Each run
+process is given this one's project folder (``--project``).  A grid run here writes its manifest
+(:mod:`mixbench.grids.manifest`) as it starts, which ``mixbench status`` reads to count the runs not started yet.
 """
 
 from __future__ import annotations
