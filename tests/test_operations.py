@@ -365,6 +365,23 @@ def test_ctrl_c_between_two_runs_of_a_grid_stops_it_there(tmp_path, monkeypatch,
     assert [r["state"] for r in manifest["runs"]] == ["ended", "planned", "planned"] and manifest["ended_at"]
 
 
+def test_a_grid_whose_manifest_cannot_be_written_still_runs(tmp_path, monkeypatch, caplog):
+    import mixbench.grids.manifest as manifest
+    import mixbench.grids.runner as runner
+
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    ran = []
+    monkeypatch.setattr(manifest, "atomic_write_text", full)
+    monkeypatch.setattr(
+        runner, "_in_process", lambda i, total, argv, cfg: ran.append(argv) or runner.Outcome(argv, None, {"status": "completed"})
+    )
+    caplog.clear()
+    assert len(runner.run_many(runner.expand_sweep([*TINY_LM, "seed=0,1", f"results_dir={tmp_path}"]))) == len(ran) == 2
+    assert "could not write the grid's manifest" in caplog.text and "No space left" in caplog.text
+
+
 def test_replay_a_run_from_its_config(tmp_path):
     assert main(["run", *TINY_VIT, "norm=mix", "norm.alpha=0.5", f"results_dir={tmp_path}"]) == 0
     (first,) = records(tmp_path)

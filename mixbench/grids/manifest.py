@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -23,10 +24,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from ..core.errors import DiskFull
 from ..core.run_files import GRID_RUN_ENDED, GRIDS_DIR
 from ..core.storage import atomic_write_text
 from ..training.config import norm_spec, runs_root
 from ..training.run import existing_run, runs_parent
+
+log = logging.getLogger(__name__)
 
 
 def _now() -> str:
@@ -71,9 +75,13 @@ class GridManifest:
         self.lock, self.any_started = threading.Lock(), False
 
     def _write(self) -> None:
+        """Replace the manifest; a write that fails (a full disk) is a warning, never the grid's end."""
         text = json.dumps(self.data, indent=1) + "\n"
         for path in self.paths:
-            atomic_write_text(path, text)
+            try:
+                atomic_write_text(path, text)
+            except (OSError, DiskFull) as err:
+                log.warning("could not write the grid's manifest %s (%s): mixbench status may miss its runs not started", path, err)
 
     def started(self, i: int, run_dir: Path | None = None) -> None:
         """Run ``i`` starts (in ``run_dir`` where that is known before it runs)."""
