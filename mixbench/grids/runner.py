@@ -111,8 +111,9 @@ def in_turn(argvs: list[list[str]], configs: list, manifest: GridManifest) -> li
             manifest.started(i)
             outcomes.append(_in_process(i, len(argvs), argv, cfg))
             manifest.ended(i, outcomes[-1].run_dir, outcomes[-1].record)
-    except KeyboardInterrupt:  # as a run started, before it took Ctrl-C over
-        manifest.not_started(len(outcomes))
+    except KeyboardInterrupt:  # as a run started, before it took Ctrl-C over (or between two runs)
+        if len(outcomes) < len(argvs):
+            manifest.not_started(len(outcomes))
         if not outcomes:  # the grid leaves nothing (grid_manifest removes its manifest)
             raise
         raise GridInterrupted(0, len(argvs) - len(outcomes)) from None
