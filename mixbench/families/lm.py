@@ -9,8 +9,7 @@ from functools import partial
 from ..core.constants import IGNORE_INDEX
 from ..core.errors import ConfigError
 from ..core.families import Family, register_family
-from ..core.traits import ModelTraits, dyt_llm_alpha0
-from ..models.llama_config import LLAMA_PRESETS, llama_defaults
+from ..models.llama_config import LLAMA_PRESETS, LLAMA_TRAITS, llama_defaults
 
 # torch, the network and the training code are imported by the functions that use them: registering the family
 # (`mixbench list`, `reclassify`) imports none of them
@@ -89,10 +88,6 @@ def floor_from_reason(record: dict) -> dict | None:
         if found:
             return {"val/loss": float(found.group(1))}
     return None
-
-
-# what the placements may need of a LLaMA (DyT: the √d gain on its token embeddings, α0 from the DyT paper's LLM width table)
-LLAMA_TRAITS = ModelTraits(token_embeddings=True, dyt_alpha0=dyt_llm_alpha0)
 
 
 def build(name: str, norm, **options):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from ..core.errors import ConfigError
+from ..core.traits import ModelTraits, dyt_llm_alpha0
 
 
 @dataclass
@@ -60,3 +61,8 @@ def llama_config(name: str, **overrides) -> LlamaConfig:
 
 def llama_defaults(name: str) -> dict:
     return asdict(LlamaConfig(**LLAMA_PRESETS[name]))
+
+
+# what the placements may need of a LLaMA (DyT: the √d gain on its token embeddings, α0 from the DyT paper's LLM width
+# table); the lm family passes it to the models it builds, and an exported model's code passes it too
+LLAMA_TRAITS = ModelTraits(token_embeddings=True, dyt_alpha0=dyt_llm_alpha0)

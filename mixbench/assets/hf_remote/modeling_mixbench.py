@@ -18,13 +18,10 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
 from .configuration_mixbench import MixbenchConfig
-from .mb_core_traits import ModelTraits, dyt_llm_alpha0
 from .mb_layers_placement import NormSpec  # its defining module: mixbench.layers may import its names lazily
 from .mb_models_llama import Llama, LlamaConfig, rope_cache
+from .mb_models_llama_config import LLAMA_TRAITS  # the lm family's traits (DyT's embedding gain and α0 table)
 from .mb_plugins import PLACEMENTS  # noqa: F401  (registers the project's placements the model uses)
-
-# what the placements know of the model: the lm family's traits (mixbench/families/lm.py, not bundled: it needs Lightning)
-LLAMA_TRAITS = ModelTraits(token_embeddings=True, dyt_alpha0=dyt_llm_alpha0)
 
 
 class MixbenchForCausalLM(PreTrainedModel, GenerationMixin):
