@@ -4,21 +4,14 @@ training stack, so that ``mixbench list`` shows the groups without importing Lig
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .errors import ConfigError, one_line
+from .errors import ConfigError, did_you_mean, one_line  # noqa: F401 (did_you_mean: used here and re-exported)
 from .project import config_choices, config_file
-
-
-def did_you_mean(word, options) -> str:
-    """`` — did you mean 'x'?`` for the closest of ``options`` to ``word`` (empty when none is close)."""
-    hint = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
-    return f" — did you mean {hint[0]!r}?" if hint else ""
 
 
 def load_group(group: str, choice: str, root: str | Path | None = None) -> DictConfig:

@@ -1,5 +1,7 @@
 """Error types for bad user input: the CLI prints their message (which names the fix) and exits 2."""
 
+import difflib
+
 
 class MixbenchError(ValueError):
     """Base class of every user-facing error."""
@@ -35,3 +37,10 @@ def one_line(err: BaseException) -> str:
     if any(line.startswith("Original Traceback") for line in lines):
         lines = [lines[-1].split(": ", 1)[-1]]
     return "; ".join(lines) or type(err).__name__
+
+
+def did_you_mean(word, options) -> str:
+    """`` — did you mean 'x'?`` for the closest of ``options`` to ``word`` (empty when none is close): the hint of every
+    "unknown name" error."""
+    hint = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
+    return f" — did you mean {hint[0]!r}?" if hint else ""

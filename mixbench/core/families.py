@@ -12,13 +12,12 @@ Built in: ``lm`` (LLaMA causal language models, :mod:`mixbench.families.lm`) and
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, did_you_mean
 
 
 def _none(*args, **kwargs):
@@ -112,12 +111,9 @@ def list_families() -> list[str]:
 def get_family(name: str) -> Family:
     _load_builtin()
     if name not in _FAMILIES:
-        hint = difflib.get_close_matches(name, _FAMILIES, n=1)
         raise ConfigError(
-            f"unknown model family {name!r}"
-            + (f" — did you mean {hint[0]!r}?" if hint else "")
-            + f"; registered: {', '.join(_FAMILIES)} (a task's task.py may register one with "
-            "mixbench.families.register_family)"
+            f"unknown model family {name!r}{did_you_mean(name, _FAMILIES)}; registered: {', '.join(_FAMILIES)} (a task's "
+            "task.py may register one with mixbench.families.register_family)"
         )
     return _FAMILIES[name]
 
@@ -132,7 +128,4 @@ def family_of_model(preset: str) -> Family:
     for family in _FAMILIES.values():
         if preset in family.models:
             return family
-    hint = difflib.get_close_matches(preset, list_models(), n=1)
-    raise ConfigError(
-        f"unknown model {preset!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(list_models())}"
-    )
+    raise ConfigError(f"unknown model {preset!r}{did_you_mean(preset, list_models())} Valid: {', '.join(list_models())}")

@@ -52,7 +52,6 @@ depend on it (DyT's α0 per position).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn as nn
 
+from ..core.errors import did_you_mean
 from ..core.traits import DYT_LLM_ALPHA0, ModelTraits, dyt_llm_alpha0  # noqa: F401 (their home was here)
 from .attention import add_qkv_norm
 from .init import deepnorm_constants, init_deepnorm_
@@ -199,11 +199,9 @@ def get_placement(name: str) -> Placement:
         tasks = importlib.import_module("mixbench.core.tasks")
         project = tasks.load_project_plugins()
         if name not in _PLACEMENTS:
-            hint = difflib.get_close_matches(name, _PLACEMENTS, n=1)
             raise NormConfigError(
-                f"unknown norm placement {name!r}"
-                + (f" — did you mean {hint[0]!r}?" if hint else "")
-                + f"; valid: {', '.join(_PLACEMENTS)}; looked among {tasks.plugin_sources(project)}"
+                f"unknown norm placement {name!r}{did_you_mean(name, _PLACEMENTS)}; valid: {', '.join(_PLACEMENTS)}; "
+                f"looked among {tasks.plugin_sources(project)}"
             )
     return _PLACEMENTS[name]
 
