@@ -130,3 +130,21 @@ def test_an_option_that_names_no_setting_is_argparse_s_error(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["run", "task=vit_tiny", "--frobnicate", "3"])
     assert stop.value.code == 2 and "unrecognized arguments: --frobnicate" in capsys.readouterr().err
+
+
+def test_the_program_ignores_a_late_ctrl_c_once_a_command_was_interrupted(monkeypatch):
+    """``mixbench`` (``entry``) exits with ``main``'s status; after an interrupted command (130) a Ctrl-C that lands
+    while the process exits is ignored (no traceback from the finalizers), and only then."""
+    import signal
+
+    from mixbench.cli import app
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        for status, handler in ((0, before), (130, signal.SIG_IGN)):
+            monkeypatch.setattr(app, "main", lambda status=status: status)
+            with pytest.raises(SystemExit) as stop:
+                app.entry()
+            assert stop.value.code == status and signal.getsignal(signal.SIGINT) == handler
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -364,7 +364,10 @@ def test_two_nodes_under_torchrun_train_like_one_process_with_the_same_global_ba
     # the same computation, summed in another order (all-reduce of two means vs accumulation): equal to float rounding
     assert double["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-6, abs=0)
     weights = [load_file(str(d / "model.safetensors")) for d in (one, two)]
-    assert all(torch.allclose(weights[0][k], weights[1][k], rtol=1e-5, atol=1e-6) for k in weights[0])
+    # Adam divides each update by √v: where a gradient is near zero, its float rounding (the two sums run in another
+    # order) moves the weight by more than the gradient's own rounding — up to 1.6e-6 on torch 2.14.1's CPU kernels
+    # (weights ≈ 0.1); a rank that trained on other data would be off by the order of the lr (1e-3)
+    assert all(torch.allclose(weights[0][k], weights[1][k], rtol=1e-5, atol=5e-6) for k in weights[0])
 
 
 def test_without_slurm_programs_the_local_cluster_says_what_is_missing(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """The ``mixbench`` command (``mixbench ...`` or ``python -m mixbench.cli ...``)."""
 
-from .app import main
+from .app import entry, main
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]

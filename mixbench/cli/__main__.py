@@ -1,5 +1,3 @@
-import sys
+from .app import entry
 
-from .app import main
-
-sys.exit(main())
+entry()

@@ -719,6 +719,18 @@ def settings_of(parser: argparse.ArgumentParser, args: argparse.Namespace, extra
     return [*args.overrides, *extra]
 
 
+def entry() -> None:
+    """The ``mixbench`` program (and ``python -m mixbench.cli``): :func:`main`'s status as the exit status.  After a
+    Ctrl-C stopped the command (130), a Ctrl-C pressed again while the process exits (finalizers, the data workers'
+    shutdown) is ignored instead of printing a traceback from the middle of the exit."""
+    status = main()
+    if status == 130:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
+
+
 def main(argv: list[str] | None = None) -> int:
     configure_logging()
     parser = build_parser()
