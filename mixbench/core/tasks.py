@@ -123,16 +123,32 @@ def _inherit(raw: dict, by_name: dict[str, tuple[Path, dict]], path: Path, seen:
 def discover_tasks(root: str | Path | None = None) -> dict[str, TaskSpec]:
     """All tasks along the project search path, by name (YAML only; no task code is imported).  Parsed once per
     version of the task files (composing a grid's configs asks for the tasks once per run)."""
-    folders = tuple(
+    return dict(_discover(_task_files(root)))
+
+
+def task_files_merged(root: str | Path | None = None) -> dict[str, dict]:
+    """Every task's YAML along the project search path by name, ``base:`` resolved, without checking its family (which
+    imports the model stack): what a reader of records needs of a task, e.g. its recipe's lr."""
+    return {name: raw for name, (_, raw) in _merged(_task_files(root)).items()}
+
+
+def _task_files(root) -> tuple[tuple[tuple[str, int, int], ...], ...]:
+    """Per project folder, its task files (path, mtime, size): the key the parsed tasks are cached by."""
+    return tuple(
         tuple((str(path), path.stat().st_mtime_ns, path.stat().st_size) for path in sorted((base / "tasks").glob("*/task.yaml")))
         for base in reversed(project_roots(root))  # shipped first; a project's task of the same name replaces it
     )
-    return dict(_discover(folders))
 
 
 @functools.lru_cache(maxsize=32)
 def _discover(folders: tuple[tuple[tuple[str, int, int], ...], ...]) -> dict[str, TaskSpec]:
     """:func:`discover_tasks` of the task files ``folders`` (per project folder: path, mtime, size)."""
+    return {name: _parse_task(path, raw) for name, (path, raw) in _merged(folders).items()}
+
+
+@functools.lru_cache(maxsize=32)
+def _merged(folders: tuple[tuple[tuple[str, int, int], ...], ...]) -> dict[str, tuple[Path, dict]]:
+    """The task files ``folders`` read, by name: (path, the task with ``base:`` resolved)."""
     by_name: dict[str, tuple[Path, dict]] = {}
     for files in folders:
         in_this_folder: dict[str, Path] = {}
@@ -145,7 +161,7 @@ def _discover(folders: tuple[tuple[tuple[str, int, int], ...], ...]) -> dict[str
                 raise TaskError(f"task name {raw['name']!r} is declared twice: {in_this_folder[raw['name']]} and {path}")
             in_this_folder[raw["name"]] = path
             by_name[raw["name"]] = (path, raw)
-    return {name: _parse_task(path, _inherit(raw, by_name, path)) for name, (path, raw) in by_name.items()}
+    return {name: (path, _inherit(raw, by_name, path)) for name, (path, raw) in by_name.items()}
 
 
 def get_task(name: str, root: str | Path | None = None) -> TaskSpec:

@@ -27,10 +27,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..core.errors import ConfigError
-from ..core.project import config_file, project_roots
+from ..core.project import config_file
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text
-from ..core.tasks import _inherit
+from ..core.tasks import task_files_merged
 from .cell import NOT_FINISHED, Cell
 from .lr_curves import EDGE_MARKERS, _slug
 from .records import column_key
@@ -46,15 +46,10 @@ def task_default(task: str, key: str = KEY):
     """The value of ``key`` a run of ``task`` gets unless told otherwise: its recipe's (following ``base:``), else
     ``configs/defaults.yaml``'s; None where no task of that name is found.  Read from the YAML files alone (the task
     registry checks each task's family, which imports the model stack)."""
-    by_name = {}
-    for base in reversed(project_roots()):  # shipped first; a project's task of the same name replaces it
-        for path in sorted((base / "tasks").glob("*/task.yaml")):
-            raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-            if isinstance(raw, dict) and "name" in raw:
-                by_name[raw["name"]] = (path, raw)
-    if task not in by_name:
+    tasks = task_files_merged()
+    if task not in tasks:
         return None
-    value = flat_settings(_inherit(by_name[task][1], by_name, by_name[task][0]).get("recipe") or {}).get(key)
+    value = flat_settings(tasks[task].get("recipe") or {}).get(key)
     defaults = config_file("defaults.yaml")
     if value is None and defaults is not None:
         value = flat_settings(OmegaConf.to_container(OmegaConf.load(defaults), resolve=False)).get(key)
