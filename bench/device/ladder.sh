@@ -2,14 +2,16 @@
 # The size ladder (`mixbench reproduce ladder`, configs/grids/ladder.yaml) on one GPU machine, over back-to-back device
 # calls of one lease (a warm machine keeps /tmp between calls that follow within ≈ 30 s):
 #
-#   bash bench/device/ladder.sh start     # carrying .snap and .whl: copies the code to /tmp/mb, seeds the ladder's
-#                                         #   results folder /tmp/mb/.ladder with the committed ViT-Ti records of the
-#                                         #   lr_sensitivity and placements grids (the ladder's ViT-Ti runs are the same
-#                                         #   configurations) and starts one chain a lane group (below)
+#   bash bench/device/ladder.sh start     # carrying .snap, .whl and .plans: copies the code to /tmp/mb, seeds the
+#                                         #   ladder's results folder /tmp/mb/.ladder with its committed records
+#                                         #   (results/proxy/ladder/runs; ViT-Ti from the lr_sensitivity grid where it has
+#                                         #   none: the same configurations) and starts one chain a lane group (below)
 #   bash bench/device/ladder.sh text      # carrying .data/textmix3: unpacks and tokenises the corpus once a vocabulary;
 #                                         #   the LLaMA chains wait for it
 #   bash bench/device/ladder.sh cifar     # carrying .data/cifar: the CIFAR-10 images the ViT chains wait for (three
 #                                         #   calls: each stays under a call's 64 MiB)
+#   bash bench/device/ladder.sh plan      # HERE, before the lease: round 1 of each rung from the committed records
+#                                         #   (results/proxy/ladder/runs) into .plans/, which start carries along
 #   bash bench/device/ladder.sh collect   # any time: the records finished so far and the chains' logs
 #   bash bench/device/ladder.sh watch     # collect every 60 s for WATCH_S seconds (default 540)
 #
@@ -31,10 +33,25 @@ LOGS=/tmp/ladder_logs
 OUT=${OUT:-/tmp/ladder_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
-DEFAULT_LANES="in1k_vit_small,in1k_vit_tiny,c4_llama_71m@0@0-15@4;c4_llama_130m@1@16-31@3;c4_llama_250m@2,3@32-63@2"
+DEFAULT_LANES="in1k_vit_tiny,in1k_vit_small,c4_llama_71m,c4_llama_130m,c4_llama_250m@0@0-15@3;c4_llama_1b@1,2,3@16-63@1"  # the 1B rung alone on three cards
 COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false results_dir=.ladder resume=auto)
 SETTINGS=("llama:${TEXTMIX[0]}" "llama:${TEXTMIX[1]}" "llama:${TEXTMIX[2]}" llama:data.num_workers=2
           vit:data.path=.data/cifar/cifar10_bigbench.npz vit:data.num_workers=3)
+
+plan_rung() {  # plan_rung TASK [CORES]: the next round of one rung from the records in .ladder (stdout)
+    taskset -c "${2:-0-$(($(nproc) - 1))}" python3 -m mixbench.cli reproduce ladder --dry-run --only "task=$1" "${SETTINGS[@]}" "${COMMON[@]}"
+}
+
+seed_records() {  # seed_records DIR: the ladder's committed records (ViT-Ti from the lr_sensitivity grid where it has none)
+    mkdir -p "$1/runs"
+    [ -d results/proxy/ladder/runs ] && cp -r results/proxy/ladder/runs/. "$1/runs/"
+    if [ ! -d "$1/runs/in1k_vit_tiny" ]; then
+        for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do
+            [ -d "$src/in1k_vit_tiny" ] && cp -r "$src/in1k_vit_tiny" "$1/runs/"
+        done
+    fi
+    return 0
+}
 
 chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASKS (comma-separated), one rung after another
     local tasks=$1 gpus=$2 cores=$3 jobs=$4 task round n name
@@ -45,8 +62,12 @@ chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASK
         name=${task#*_}; round=0
         while :; do
             round=$((round + 1))
-            taskset -c "$cores" python3 -m mixbench.cli reproduce ladder --dry-run --only "task=$task" "${SETTINGS[@]}" "${COMMON[@]}" \
-                > "$LOGS/plan_${name}_$round.txt" 2> "$LOGS/plan_${name}_$round.log" || { echo "== $task: planning failed"; break; }
+            if [ "$round" = 1 ] && [ -f ".plans/ladder_$name.txt" ]; then  # made ahead on the CPU (step plan): no GPU waits for it
+                cp ".plans/ladder_$name.txt" "$LOGS/plan_${name}_$round.txt"
+            else
+                plan_rung "$task" "$cores" > "$LOGS/plan_${name}_$round.txt" 2> "$LOGS/plan_${name}_$round.log" \
+                    || { echo "== $task: planning failed"; break; }
+            fi
             n=$(grep -c '^mixbench' "$LOGS/plan_${name}_$round.txt")
             echo "== $task round $round: $n run(s) at $(date +%T)"
             [ "$n" -gt 0 ] || break
@@ -77,12 +98,10 @@ case $STEP in
             cp -a . "$MB/"
         fi
         (cd "$MB" && use_wheels omegaconf datasets && echo "export PYTHONPATH=$MB${PYTHONPATH:+:$PYTHONPATH}" > /tmp/ladder_env)
-        mkdir -p "$MB/.ladder/runs"
-        for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do
-            [ -d "$src/in1k_vit_tiny" ] && cp -r "$src/in1k_vit_tiny" "$MB/.ladder/runs/"
-        done
+        seed_records "$MB/.ladder"
+        [ -d .plans ] && cp -r .plans "$MB/"
         touch "$MB/.started"
-        export -f chain; export MB LOGS
+        export -f chain plan_rung; export MB LOGS
         IFS=';' read -ra lanes <<< "${LANES:-$DEFAULT_LANES}"
         for lane in "${lanes[@]}"; do
             IFS='@' read -r tasks gpus cores jobs <<< "$lane"
@@ -97,6 +116,16 @@ case $STEP in
             && touch .data/textmix3/.tokenized) || { echo "tokenising failed"; tail -5 "$LOGS/tokenize.log"; } ;;
     cifar)
         mkdir -p "$MB/.data/cifar" && cp .data/cifar/cifar10_bigbench.npz "$MB/.data/cifar/" && touch "$MB/.data/cifar/.ready" ;;
+    plan)  # HERE, on the CPU before a lease: round 1 of every rung from the committed records, into .plans/ (carry it in
+        # the snapshot or with the start call); the chains plan later rounds themselves
+        rm -rf .ladder && seed_records .ladder && mkdir -p .plans
+        export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
+        for task in ${RUNGS:-in1k_vit_tiny in1k_vit_small c4_llama_71m c4_llama_130m c4_llama_250m c4_llama_1b}; do
+            plan_rung "$task" > ".plans/ladder_${task#*_}.txt" 2> ".plans/ladder_${task#*_}.log" || { echo "planning $task failed"; exit 2; }
+            echo "$task: $(grep -c '^mixbench' ".plans/ladder_${task#*_}.txt") run(s) planned"
+        done
+        rm -rf .ladder
+        exit 0 ;;
     collect) ;;
     watch)
         end=$(($(date +%s) + ${WATCH_S:-540}))
