@@ -25,8 +25,6 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from omegaconf import OmegaConf
-
 from ..core.errors import ConfigError
 from ..results.sweep import Sweep
 from ..training.config import compose, norm_spec
@@ -60,10 +58,6 @@ class Rung:
     anchor: float
     overrides: tuple[str, ...]
     starts: tuple[tuple[str, float | None], ...]  # (placement, start lr or None: the anchor), in the grid's order
-
-    @property
-    def name(self) -> str:
-        return self.task
 
 
 @dataclass(frozen=True)
@@ -154,8 +148,9 @@ def plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), ro
     seeds, max_lrs = spec.get("seeds", {"best": 3, "disagree": 5}), int(spec.get("max_lrs", 7))
     argvs, lines = [], []
     ladder_rungs = rungs(name, root)
+    families = {r.family for r in ladder_rungs}
     for rung in ladder_rungs:
-        extra = family_settings(extras, rung.family, {r.family for r in ladder_rungs})
+        extra = family_settings(extras, rung.family, families)
         for placement, start_lr in rung.starts:
             base = [f"task={rung.task}", f"norm={placement}", *rung.overrides]
             if not all(item in [*base, *extra] for item in only if not item.startswith((f"{LR_KEY}=", "seed="))):
@@ -173,31 +168,14 @@ def plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), ro
 
 def _finished_by_index(cfg, anchor: float) -> dict[int, list[dict]]:
     """The finished records of ``cfg`` at any lr and seed, by their lr's grid index (the lr aside, the same settings)."""
-    label = norm_spec(cfg).label()
     found: dict[int, list[dict]] = {}
-    lrs = {_lr_of(r) for r in _any_lr_runs(cfg, label)}
-    for lr in sorted(lrs):
-        at = cfg.copy()
-        OmegaConf.update(at, LR_KEY, lr)
-        for record in finished_runs(at, label):
-            found.setdefault(grid_index(anchor, lr), []).append(record)
+    for record in finished_runs(cfg, norm_spec(cfg).label(), aside=(LR_KEY,)):
+        found.setdefault(grid_index(anchor, float(record["config"]["optim"]["lr"])), []).append(record)
     return found
 
 
 def _higher_is_better(cfg) -> bool:
     return bool(next(m.higher_is_better for m in cfg.task.metrics if m.primary))
-
-
-def _lr_of(record: dict) -> float:
-    return float(record["config"]["optim"]["lr"])
-
-
-def _any_lr_runs(cfg, label: str) -> list[dict]:
-    """Finished records under ``cfg``'s run folder for its (task, model, norm), whatever their settings (filtered by
-    :func:`finished_runs` afterwards, lr by lr)."""
-    from ..training.run import finished_record, runs_parent
-
-    return [r for folder in sorted(runs_parent(cfg, label).glob("seed*-*")) if (r := finished_record(folder)) is not None]
 
 
 def reproduce_ladder(

@@ -128,18 +128,23 @@ def existing_run(cfg: DictConfig, label: str) -> Path | None:
     return finished[0] if finished else (same[-1] if same else None)
 
 
-def finished_runs(cfg: DictConfig, label: str) -> list[dict]:
-    """The finished records of ``cfg`` under its ``results_dir``, of every seed (``cfg.seed`` aside, the same
-    settings), oldest first."""
+def finished_runs(cfg: DictConfig, label: str, aside: tuple[str, ...] = ()) -> list[dict]:
+    """The finished records of ``cfg`` under its ``results_dir``, of every seed and every value of the dotted settings
+    ``aside`` (e.g. ``("optim.lr",)``; each of them and ``cfg.seed`` aside, the same settings), oldest first.  One
+    pass over the run folders: each record is read once."""
     defaults, found, ours = run_defaults(cfg), [], {}
     for folder in sorted(runs_parent(cfg, label).glob("seed*-*")):
         record = finished_record(folder)
         if record is None:
             continue
-        seed = record.get("seed")
-        if seed not in ours:  # cfg at that seed, resolved once a seed (a merge copies the whole config)
-            ours[seed] = OmegaConf.to_container(OmegaConf.merge(cfg, {"seed": seed}), resolve=True)
-        if same_run_settings(record.get("config") or {}, ours[seed], defaults):
+        theirs = record.get("config") or {}
+        at = (record.get("seed"), *(flat_settings(theirs).get(key) for key in aside))
+        if at not in ours:  # cfg at that seed (and those values), resolved once each (a copy of the whole config)
+            variant = OmegaConf.merge(cfg, {"seed": at[0]})
+            for key, value in zip(aside, at[1:]):
+                OmegaConf.update(variant, key, value)
+            ours[at] = OmegaConf.to_container(variant, resolve=True)
+        if same_run_settings(theirs, ours[at], defaults):
             found.append(record)
     return found
 
