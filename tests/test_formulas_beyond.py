@@ -447,3 +447,13 @@ def test_norm_configs_exist_with_a_formula_comment_and_load(name):
     assert spec.placement == ("reordered" if name == "olmo2" else name)
     if name == "olmo2":
         assert spec.qk_norm == "full"
+
+
+def test_a_llama_built_directly_gets_the_llama_traits_as_through_its_family():
+    """``Llama(cfg, norm)`` outside the family registry (bench scripts, the exported model's code) resolves DyT as the lm
+    family does: α0 from the width table and the √d embedding gain."""
+    from mixbench.models.llama import Llama, llama_config
+
+    direct = Llama(llama_config("llama_debug"), NormSpec(placement="dyt")).norm_spec.options
+    assert direct == build_model("llama_debug", norm="dyt").norm_spec.options
+    assert direct["dyt_embed_gain"] is True

@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..core.constants import IGNORE_INDEX
+from ..core.traits import ModelTraits
 from ..layers import (
     DyT,
     NormSpec,
@@ -22,8 +23,7 @@ from ..layers import (
     scaled_init_,
 )
 from ..layers.attention import causal_attention
-from ..layers.placements import ModelTraits
-from .llama_config import LLAMA_PRESETS, LlamaConfig, llama_config, llama_defaults  # noqa: F401 (the light part, re-exported)
+from .llama_config import LLAMA_PRESETS, LLAMA_TRAITS, LlamaConfig, llama_config, llama_defaults  # noqa: F401 (the light part, re-exported)
 
 
 def rope_cache(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,10 +151,10 @@ class Llama(nn.Module):
 
     forward_computes_loss = True  # forward(input_ids, labels=...) returns the summed cross-entropy
 
-    def __init__(self, cfg: LlamaConfig, norm: NormSpec = NormSpec(), traits: ModelTraits = ModelTraits()):
+    def __init__(self, cfg: LlamaConfig, norm: NormSpec = NormSpec(), traits: ModelTraits = LLAMA_TRAITS):
         super().__init__()
         placement = get_placement(norm.placement)
-        norm = placement.for_model(norm, traits, cfg.hidden_size)  # e.g. DyT's α0 for this width (traits: the family's)
+        norm = placement.for_model(norm, traits, cfg.hidden_size)  # e.g. DyT's α0 for this width (the lm family passes its traits)
         self.cfg, self.norm_spec = cfg, norm
         self.plan = norm.plan(cfg.num_layers)
         make_norm = placement.norm_factory(norm, norm_factory(norm.kind or "rmsnorm", eps=norm.eps or 1e-6, bias=False, groups=norm.groups))
@@ -275,6 +275,6 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
-def build_llama(name: str, norm: NormSpec = NormSpec(), traits: ModelTraits = ModelTraits(), **overrides) -> Llama:
+def build_llama(name: str, norm: NormSpec = NormSpec(), traits: ModelTraits = LLAMA_TRAITS, **overrides) -> Llama:
     cfg = llama_config(name, **overrides)
     return Llama(cfg, norm, traits)

@@ -20,7 +20,6 @@ from transformers.modeling_outputs import CausalLMOutput
 from .configuration_mixbench import MixbenchConfig
 from .mb_layers_placement import NormSpec  # its defining module: mixbench.layers may import its names lazily
 from .mb_models_llama import Llama, LlamaConfig, rope_cache
-from .mb_models_llama_config import LLAMA_TRAITS  # the lm family's traits (DyT's embedding gain and α0 table)
 from .mb_plugins import PLACEMENTS  # noqa: F401  (registers the project's placements the model uses)
 
 
@@ -33,7 +32,7 @@ class MixbenchForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: MixbenchConfig):
         super().__init__(config)
-        self.model = Llama(LlamaConfig(**config.mixbench_options), NormSpec.from_dict(config.mixbench_norm), LLAMA_TRAITS)
+        self.model = Llama(LlamaConfig(**config.mixbench_options), NormSpec.from_dict(config.mixbench_norm))
         self.post_init()
 
     @torch.no_grad()
