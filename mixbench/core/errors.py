@@ -26,6 +26,7 @@ class DiskFull(MixbenchError):
 
 
 RESUMABLE_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped (preempted, disk full); the same command with resume=auto continues
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a Ctrl-C: stopped by Ctrl-C; resume=auto continues a run
 
 
 USER_ERRORS = (MixbenchError, FileNotFoundError)  # what the CLI reports as one line and exit status 2

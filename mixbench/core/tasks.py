@@ -18,7 +18,6 @@ task of the same name as a shipped one replaces it.  What a project's code regis
 
 from __future__ import annotations
 
-import difflib
 import functools
 import hashlib
 import importlib.util
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from .errors import ConfigError
+from .errors import ConfigError, did_you_mean
 from .families import list_families
 from .project import PLUGIN_MODULE, project_folder, project_roots
 
@@ -167,8 +166,7 @@ def _merged(folders: tuple[tuple[tuple[str, int, int], ...], ...]) -> dict[str, 
 def get_task(name: str, root: str | Path | None = None) -> TaskSpec:
     tasks = discover_tasks(root)
     if name not in tasks:
-        hint = difflib.get_close_matches(name, tasks, n=1)
-        raise TaskError(f"unknown task {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(tasks)}")
+        raise TaskError(f"unknown task {name!r}{did_you_mean(name, tasks)} Valid: {', '.join(tasks)}")
     return tasks[name]
 
 

@@ -5,11 +5,10 @@ A task plugin may add its own with :func:`register_datamodule`.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from pathlib import Path
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, did_you_mean
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
@@ -36,9 +35,6 @@ def list_datamodules() -> list[str]:
 
 def get_datamodule_class(name: str):
     if name not in _DATAMODULES:
-        hint = difflib.get_close_matches(name, _DATAMODULES, n=1)
-        raise ConfigError(
-            f"unknown data loader {name!r}" + (f" — did you mean {hint[0]!r}?" if hint else "") + f" Valid: {', '.join(list_datamodules())}"
-        )
+        raise ConfigError(f"unknown data loader {name!r}{did_you_mean(name, _DATAMODULES)} Valid: {', '.join(list_datamodules())}")
     module, attr = _DATAMODULES[name].split(":")
     return getattr(importlib.import_module(module), attr)
