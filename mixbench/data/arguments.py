@@ -7,6 +7,7 @@ built-in loader)."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 
@@ -65,6 +66,7 @@ def _own_init(tree: ast.Module, name: str) -> ast.FunctionDef | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)  # a grid composes the same loader once a run: its source is read once
 def declared_arguments(target: str) -> dict | None:
     """:func:`data_arguments` of the class at ``"module:attr"``, read from its source without importing it; None where
     the source does not state them plainly (the module is not a file found on the path, the class is decorated or
