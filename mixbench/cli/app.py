@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..core.constants import VERSION
-from ..core.errors import USER_ERRORS, ConfigError, one_line
+from ..core.errors import INTERRUPTED_EXIT, USER_ERRORS, ConfigError, one_line
 from ..core.logs import configure_logging
 from .eval import add_eval_commands
 
@@ -724,7 +724,7 @@ def entry() -> None:
     Ctrl-C stopped the command (130), a Ctrl-C pressed again while the process exits (finalizers, the data workers'
     shutdown) is ignored instead of printing a traceback from the middle of the exit."""
     status = main()
-    if status == 130:
+    if status == INTERRUPTED_EXIT:
         import signal
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -755,4 +755,4 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # a run stops on Ctrl-C at its step (exit 130 through stops_resumably): none had started
         starts_runs = args.command in ("run", "reproduce")
         log.error("interrupted (Ctrl-C)%s", " before any run started: nothing written" if starts_runs else "")
-        return 130  # 128 + SIGINT, as a shell reports it (mixbench.training.preemption.INTERRUPTED_EXIT)
+        return INTERRUPTED_EXIT

@@ -39,11 +39,10 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from ..core.errors import RESUMABLE_EXIT
+from ..core.errors import INTERRUPTED_EXIT, RESUMABLE_EXIT
 
 log = logging.getLogger(__name__)
 PREEMPTED_EXIT = RESUMABLE_EXIT  # 75, sysexits' EX_TEMPFAIL: stopped on request; the same command (resume=auto) continues
-INTERRUPTED_EXIT = 130  # 128 + SIGINT: stopped by Ctrl-C; the same command with resume=auto continues
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 AGAIN = "Ctrl-C again: ignored, the run is already stopping (its checkpoint and record are being written; kill -9 ends it at once)"
 
