@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 
 from ..core.errors import ConfigError
 from ..core.settings import flat_settings
-from .cell import NOT_FINISHED, Cell
+from .cell import MEASURED, NOT_FINISHED, Cell
 from .records import _finite, _is_recipe, _seed_key, annotate_recipes, outcome
 from .sensitivity import LOSS, capped, init_loss, lr_sensitivity
 
 log = logging.getLogger("mixbench")
-ENDED = ("diverged", "stalled")  # seeds that trained and did not finish: they count against their value
+ENDED = MEASURED  # seeds that trained and did not finish (diverged, stalled): they count against their value
 TRAINED = ("completed", *ENDED)  # a seed's outcome that says something about its value (not a crash or a pruned trial)
 RULE = (
     "the value with the smallest share of its seeds stalled or diverged, crashed seeds not counted; then the best mean "
@@ -105,11 +105,12 @@ def best_value(cells: dict, higher_is_better: bool):
     return min(scored, key=lambda s: s[:4])[4] if scored else None
 
 
-def loss_at(records: list[dict], init: float) -> float | None:
+def loss_at(records: list[dict], init: float, decided: dict | None = None) -> float | None:
     """ℓ(η) of the records at one value: the mean over its seeds that trained (finished, stalled or diverged) of each
     seed's val/loss, :func:`~.sensitivity.capped` at ℓ₀ (``init``; ℓ₀ where it is not finite).  A seed's outcome is
-    decided as in :class:`Cell` and its repeats with that outcome are averaged.  None where no seed trained."""
-    decided = Cell.from_records(records).outcomes
+    decided as in :class:`Cell` (``decided``: the outcomes of the records' cell where it is built already) and its
+    repeats with that outcome are averaged.  None where no seed trained."""
+    decided = Cell.from_records(records).outcomes if decided is None else decided
 
     def view(r: dict) -> dict:
         if outcome(r) != decided[_seed_key(r["seed"])] or outcome(r) not in TRAINED:
@@ -146,7 +147,7 @@ class Sweep:
         inits = [x for x in map(init_loss, records) if x is not None]
         init = statistics.fmean(inits) if inits else None
         complete = init is not None and all(_finite(_metrics(r).get(LOSS)) for r in records if outcome(r) == "completed")
-        losses = {v: loss_at(groups[repr(v)], init) for v in values} if complete else {}
+        losses = {v: loss_at(groups[repr(v)], init, cells[v].outcomes) for v in values} if complete else {}
         return cls(key, cells, losses, best_value(cells, higher_is_better), init, higher_is_better=higher_is_better)
 
     @property
@@ -204,7 +205,7 @@ class Sweep:
         outcomes = [self.outcome(v) for v in self.cells]
         unit = self._unit(len(outcomes))
         counts = " ".join(f"{outcomes.count(o)}/{len(outcomes)} {unit} {o}" for o in NOT_FINISHED if o in outcomes)
-        measured = [(m, v) for v, c in self.cells.items() for o in ("stalled", "diverged") if (m := c.measured_mean(o)) is not None]
+        measured = [(m, v) for v, c in self.cells.items() for o in ENDED if (m := c.measured_mean(o)) is not None]
         if not measured:
             return counts
         value, at = (max if self.higher_is_better else min)(measured, key=lambda mv: mv[0])
