@@ -10,7 +10,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .errors import ConfigError, did_you_mean, one_line  # noqa: F401 (did_you_mean: used here and re-exported)
+from .errors import ConfigError, did_you_mean, one_line
 from .project import config_choices, config_file
 
 

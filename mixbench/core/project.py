@@ -70,3 +70,15 @@ def config_file(*parts: str, root: str | Path | None = None) -> Path | None:
 def config_choices(group: str, root: str | Path | None = None) -> list[str]:
     """Names of ``configs/<group>/*.yaml`` over the whole search path."""
     return sorted({p.stem for base in project_roots(root) for p in (base / "configs" / group).glob("*.yaml")})
+
+
+def runs_root(results_dir: str | Path | None = None) -> Path:
+    """Where ``mixbench run`` puts its run folders: ``<results_dir>/runs`` (by default the ``results_dir`` of the
+    project's ``configs/defaults.yaml``, ``results``), the folder ``mixbench table`` and ``status`` read unless told
+    another.  Light: reading commands call it without the training stack."""
+    if results_dir is None:
+        from omegaconf import OmegaConf
+
+        path = config_file("defaults.yaml")
+        results_dir = OmegaConf.load(path).results_dir if path else "results"
+    return Path(results_dir) / "runs"

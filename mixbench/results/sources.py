@@ -13,21 +13,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ..core.project import runs_root
 from .records import annotate_recipes, column_key, read_records, recipe_settings, results_folder, run_identity
 
 log = logging.getLogger("mixbench")
 
 
 def default_runs_dir() -> Path:
-    """Where ``mixbench run`` puts its run folders, ``<results_dir>/runs`` with the ``results_dir`` of the project's
-    ``configs/defaults.yaml``: what :func:`mixbench.training.config.runs_root` says, without importing the training
-    stack (``mixbench table`` starts without torch)."""
-    from omegaconf import OmegaConf
-
-    from ..core.project import config_file
-
-    path = config_file("defaults.yaml")
-    return Path(OmegaConf.load(path).results_dir if path else "results") / "runs"
+    """Where ``mixbench run`` puts its run folders (:func:`mixbench.core.project.runs_root`)."""
+    return runs_root()
 
 
 def unique_folders(folders: list[str | Path]) -> list[str]:

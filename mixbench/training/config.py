@@ -24,10 +24,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..core.configs import did_you_mean, load_group
-from ..core.errors import ConfigError, one_line
+from ..core.configs import load_group
+from ..core.errors import ConfigError, did_you_mean, one_line
 from ..core.families import family_of_model, get_family
-from ..core.project import config_choices, config_file
+from ..core.project import config_choices, config_file, runs_root  # noqa: F401 (runs_root: imported from here too)
 from ..core.tasks import discover_tasks, get_task
 from ..data.arguments import data_arguments, datamodule_arguments  # noqa: F401 (data_arguments: its old home was here)
 from ..layers import NormSpec, block_placements, get_placement, list_placements
@@ -53,14 +53,6 @@ BOOLEAN_SHORTHANDS = {"compile": "compile.enabled"}
 
 def group_choices(group: str, root: str | Path | None = None) -> list[str]:
     return config_choices(group, root)
-
-
-def runs_root(results_dir: str | Path | None = None) -> Path:
-    """Where ``mixbench run`` puts its run folders: ``<results_dir>/runs`` (by default the ``results_dir`` of
-    ``configs/defaults.yaml``, ``results``), the folder ``mixbench table`` reads unless told another."""
-    if results_dir is None:
-        results_dir = OmegaConf.load(config_file("defaults.yaml")).results_dir
-    return Path(results_dir) / "runs"
 
 
 def check_known_keys(base: DictConfig, update, where: str, prefix: str = "") -> None:
