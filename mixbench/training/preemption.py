@@ -80,10 +80,11 @@ class InterruptHandler:
     """The SIGINT handler of a run (:func:`interrupts_stop`): the first Ctrl-C raises :class:`Interrupted` where the
     run is (no new checkpoint; inside the training loop :class:`PreemptionCheckpoint` takes SIGINT over and stops at
     the step's end instead), later ones are logged and ignored while the run stops.  A forked process (a DataLoader
-    worker) ignores it: the run stops its workers."""
+    worker) ignores it: the run stops its workers.  ``step()``: the optimizer step it stopped at (the run sets it once
+    it has a trainer)."""
 
-    def __init__(self, step=lambda: None):
-        self.step, self.pid, self.stopping = step, os.getpid(), False
+    def __init__(self):
+        self.step, self.pid, self.stopping = lambda: None, os.getpid(), False
 
     def __call__(self, signum, frame) -> None:
         if os.getpid() != self.pid:
@@ -96,13 +97,13 @@ class InterruptHandler:
 
 
 @contextlib.contextmanager
-def interrupts_stop(step=lambda: None) -> Iterator[InterruptHandler | None]:
+def interrupts_stop() -> Iterator[InterruptHandler | None]:
     """While the block runs (in the main thread; elsewhere signals cannot be handled), Ctrl-C stops the run through an
-    :class:`InterruptHandler` (``step()``: the optimizer step it stopped at); the previous handler is restored after."""
+    :class:`InterruptHandler`; the previous handler is restored after."""
     if threading.current_thread() is not threading.main_thread():
         yield None
         return
-    handler = InterruptHandler(step)
+    handler = InterruptHandler()
     previous = signal.signal(signal.SIGINT, handler)
     try:
         yield handler
@@ -160,7 +161,6 @@ class PreemptionCheckpoint(Callback):
         self.received: int | None = None
         self._previous: dict = {}
         self._step_before = -1
-        self._pid = os.getpid()
 
     def _notice(self, signum, frame) -> None:
         if os.getpid() != self._pid:  # a DataLoader worker forked during training: the run stops its workers
