@@ -136,6 +136,11 @@ class Cell:
             parts.append(f"({_repeats(self.repeats)})")
         return " ".join(parts)
 
+    def ended_text(self, outcomes: tuple[str, ...] | None = None) -> str:
+        """``1/3 stalled``, ``2/5 diverged, 1/5 stalled``: the seeds that ended one of ``outcomes`` (default: every
+        outcome but finishing, :data:`NOT_FINISHED`); blank where none did."""
+        return ", ".join(f"{self.count(o)}/{self.n_seeds} {o}" for o in outcomes or NOT_FINISHED if self.count(o))
+
     def _measured_text(self, what: str, digits: int) -> str:
         """``(1367.42) `` for :meth:`summary`; ``, n=k`` where only k of the seeds that ended ``what`` left a value."""
         value = self.measured_mean(what)

@@ -31,7 +31,6 @@ from ..core.project import config_file
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text
 from ..core.tasks import task_files_merged
-from .cell import NOT_FINISHED, Cell
 from .lr_curves import EDGE_MARKERS, _slug
 from .records import column_key
 from .sweep import RULE, Sweep, value_text, with_setting
@@ -143,11 +142,6 @@ def _params_text(n: int) -> str:
     return str(n)
 
 
-def ended_text(cell: Cell) -> str:
-    """``1/3 stalled``, ``2/5 diverged, 1/5 stalled``: the seeds of ``cell`` that did not finish; blank where all did."""
-    return ", ".join(f"{cell.count(o)}/{cell.n_seeds} {o}" for o in NOT_FINISHED if cell.count(o))
-
-
 def breaks_at(ladder: Ladder, row: str) -> Rung | None:
     """The smallest rung where ``row`` trained at some lr (stalled or diverged) and finished at none."""
     for rung in ladder.rungs:
@@ -181,7 +175,7 @@ def cell_text(ladder: Ladder, row: str, rung: Rung, digits: int = 2) -> str:
     seeds = [f"n={cell.n}"] if cell.n < 2 else []
     seeds += [f"{ladder.baseline(rung)} n={base.n}"] if base.n < 2 else []
     text = cell.delta_text(digits) + (f" ({', '.join(seeds)})" if seeds else "") + f" @lr {value_text(sweep.best)}"
-    return text + (f" ({ended})" if (ended := ended_text(cell)) else "")
+    return text + (f" ({ended})" if (ended := cell.ended_text()) else "")
 
 
 def markdown(ladder: Ladder) -> str:
@@ -274,7 +268,7 @@ def delta_figure(ladder: Ladder):
                 ax.errorbar([x], [d.diff], yerr=[[d.diff - d.low], [d.high - d.diff]], color=color, capsize=3, linewidth=1)
             face = color if cell.n >= 2 else "none"
             ax.plot([x], [d.diff], marker="o", markersize=6, color=color, markerfacecolor=face, linestyle="")
-            if ended := ended_text(cell):
+            if ended := cell.ended_text():
                 ax.annotate(ended, (x, d.diff), xytext=(5, 4), textcoords="offset points", fontsize=7, color=color)
         ax.plot(xs, ys, color=color, linewidth=1.5, label=row)
         ax.fill_between(xs, lows, highs, color=color, alpha=0.15, linewidth=0)
@@ -340,7 +334,7 @@ def lr_figure(ladder: Ladder):
             best.append(float(sweep.best) if sweep is not None and sweep.best is not None else float("nan"))
             for value in sweep.cells if sweep is not None else ():
                 ended = sweep.outcome(value)
-                if ended == "completed" and ended_text(sweep.cells[value]):  # some seeds finished, others did not
+                if ended == "completed" and sweep.cells[value].ended_text():  # some seeds finished, others did not
                     ended_seen.add("some")
                     ax.plot([x], [float(value)], marker="o", markersize=5, fillstyle="bottom", color=colors[row], linestyle="")
                 elif ended == "completed":

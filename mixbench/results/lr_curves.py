@@ -114,9 +114,9 @@ def _draw_row(ax, sweep, higher_is_better: bool, color, offset: float) -> None:
         ax.plot(xs, means, marker="o", markersize=4, color=color)
         ax.fill_between(xs, lows, highs, color=color, alpha=0.2, linewidth=0)
     for value, cell in sweep.cells.items():
-        ended = [f"{cell.count(o)}/{cell.n_seeds} {o}" for o in ENDED if cell.count(o)]
+        ended = cell.ended_text(ENDED)
         if cell.n and ended:
-            ax.annotate(", ".join(ended), (float(value), cell.mean), xytext=(4, 4), textcoords="offset points", fontsize=7, color=color)
+            ax.annotate(ended, (float(value), cell.mean), xytext=(4, 4), textcoords="offset points", fontsize=7, color=color)
     if sweep.best is not None:
         ax.plot([float(sweep.best)], [sweep.cell.mean], marker="*", markersize=12, color=color, linestyle="")
     edge = 0.03 if higher_is_better else 0.97
