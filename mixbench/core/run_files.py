@@ -14,4 +14,5 @@ CHECKPOINT_STEP = re.compile(r"step=(\d+)")  # the optimizer step in a checkpoin
 METRICS_FILE = "logs/metrics.csv"  # Lightning's CSV logger (training/loggers.py), appended every 100 logged steps
 CONSOLE_FILE = "console.log"  # a grid's run in a subprocess (grids/runner.py, --jobs N): its console output
 GRIDS_DIR = ".grids"  # <results_dir>/runs/.grids/<utc time>-<pid>.json: a grid's manifest (grids/manifest.py)
-GRID_RUN_ENDED = "ended"  # a manifest run's state once it ran (its status beside it); before: planned, then running
+# a manifest run's states: planned (no run folder yet), running, ended (its status beside it)
+GRID_RUN_PLANNED, GRID_RUN_RUNNING, GRID_RUN_ENDED = "planned", "running", "ended"

@@ -25,7 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..core.errors import DiskFull
-from ..core.run_files import GRID_RUN_ENDED, GRIDS_DIR
+from ..core.run_files import GRID_RUN_ENDED, GRID_RUN_PLANNED, GRID_RUN_RUNNING, GRIDS_DIR
 from ..core.storage import atomic_write_text
 from ..training.config import norm_spec, runs_root
 from ..training.run import existing_run, runs_parent
@@ -47,7 +47,7 @@ def planned_run(argv: list[str], cfg: DictConfig) -> dict:
         "argv": list(argv),
         "parent": str(parent.resolve()),
         "run_dir": str(run_dir.resolve()) if run_dir is not None else None,
-        "state": "planned",
+        "state": GRID_RUN_PLANNED,
         "status": None,
         "wall_time_s": None,
         "started_at": None,
@@ -87,7 +87,7 @@ class GridManifest:
         """Run ``i`` starts (in ``run_dir`` where that is known before it runs)."""
         with self.lock:
             run = self.data["runs"][i]
-            run.update(state="running", started_at=_now())
+            run.update(state=GRID_RUN_RUNNING, started_at=_now())
             if run_dir is not None:
                 run["run_dir"] = str(Path(run_dir).resolve())
             self.any_started = True
@@ -96,7 +96,7 @@ class GridManifest:
     def not_started(self, i: int) -> None:
         """Run ``i`` was stopped as it started (a Ctrl-C before it took Ctrl-C over): planned again."""
         with self.lock:
-            self.data["runs"][i].update(state="planned", started_at=None)
+            self.data["runs"][i].update(state=GRID_RUN_PLANNED, started_at=None)
             self._write()
 
     def ended(self, i: int, run_dir: Path | None, record: dict | None, status: str = "failed") -> None:

@@ -49,6 +49,7 @@ from ..core.run_files import (
     CONFIG_FILE,
     CONSOLE_FILE,
     GRID_RUN_ENDED,
+    GRID_RUN_PLANNED,
     GRIDS_DIR,
     HOLDER_FILE,
     LOCK_FILE,
@@ -507,7 +508,7 @@ def planned_runs(root: Path, grids: list[Path], host: str) -> tuple[list[RunProg
         waiting = [
             run
             for run in runs
-            if run.get("state") == PLANNED
+            if run.get("state") == GRID_RUN_PLANNED
             and _under(run.get("parent"), root)
             and not (isinstance(run.get("run_dir"), str) and Path(run["run_dir"]).is_dir())
             and (live or json.dumps(run.get("argv")) not in later)

@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 
 from ..core.errors import ConfigError
+from ..core.run_files import CHECKPOINT_DIR
+from ..core.run_files import CONFIG_FILE as RUN_CONFIG  # config.yaml (CONFIG_FILE here: model_config.json)
 from ..core.storage import atomic_write_text, fsync_file, replacing
 from ..layers import NormSpec
 from ..layers.placements import plan_summary
@@ -96,16 +98,16 @@ def description_of(source: Path) -> dict | None:
 
 def _run_of(weights: Path) -> Path:
     """The run folder a weights file lies in: its folder, or two levels up for ``checkpoints/*.ckpt``."""
-    return weights.parent.parent if weights.parent.name == "checkpoints" else weights.parent
+    return weights.parent.parent if weights.parent.name == CHECKPOINT_DIR else weights.parent
 
 
 def _description_of_run(run_dir: Path) -> dict | None:
     if (run_dir / CONFIG_FILE).is_file():
         return json.loads((run_dir / CONFIG_FILE).read_text())
-    if (run_dir / "config.yaml").is_file():  # older runs: the resolved run config
+    if (run_dir / RUN_CONFIG).is_file():  # older runs: the resolved run config
         from omegaconf import OmegaConf
 
-        cfg = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
+        cfg = OmegaConf.to_container(OmegaConf.load(run_dir / RUN_CONFIG), resolve=True)
         options = {k: v for k, v in cfg["model"].items() if k != "name"}
         return {"family": cfg["task"]["family"], "model": cfg["model"]["name"], "options": options, "norm": cfg["norm"]}
     return None
