@@ -168,3 +168,21 @@ def test_an_unknown_placement_says_where_it_was_looked_for(project, tmp_path, mo
     monkeypatch.chdir(elsewhere)
     assert main(["run", "task=llama_lm", "norm.placement=quarterpre", "--print-config"]) == 2
     assert "no project folder" in caplog.records[-1].getMessage() and "--project DIR" in caplog.records[-1].getMessage()
+
+
+def test_a_project_task_of_a_family_its_plugins_module_registers(tmp_path, registry):
+    """The project's code is imported before its tasks are checked: a task whose family the project's ``plugins.py``
+    registers composes (the tasks' YAML is not validated before the code that makes it valid has run)."""
+    from mixbench.core import families
+
+    root = tmp_path / "lab"
+    (root / "tasks" / "my_task").mkdir(parents=True)
+    (root / "tasks" / "my_task" / "task.yaml").write_text("name: my_task\nbase: llama_lm\nfamily: mylm\nmodel: mylm_debug\n")
+    (root / "plugins.py").write_text(
+        "import dataclasses\nfrom mixbench.core.families import get_family, register_family\nlm = get_family('lm')\n"
+        "register_family(dataclasses.replace(lm, name='mylm', models={'mylm_debug': lm.models['llama_debug']}))\n"
+    )
+    try:
+        assert main(["--project", str(root), "run", "task=my_task", "--print-config"]) == 0
+    finally:
+        families._FAMILIES.pop("mylm", None)

@@ -177,9 +177,9 @@ def load_project_plugins(root: str | Path | None = None) -> Path | None:
     project = project_folder(root)
     if project is None:
         return None
-    for task in discover_tasks(root).values():
-        if task.path.parent == project / "tasks":
-            task.load_plugin()
+    for name, (path, _) in _merged(_task_files(root)).items():  # the files, not yet checked: the code may register
+        if path.parent.parent == project / "tasks":  # the family or data loader a task names
+            _import_file(path.parent / "task.py", f"mixbench_tasks.{name}")
     plugins = project / PLUGIN_MODULE
     _import_file(plugins, "mixbench_project_plugins_" + hashlib.sha1(str(plugins).encode()).hexdigest()[:12])
     return project
