@@ -186,3 +186,21 @@ def test_a_project_task_of_a_family_its_plugins_module_registers(tmp_path, regis
         assert main(["--project", str(root), "run", "task=my_task", "--print-config"]) == 0
     finally:
         families._FAMILIES.pop("mylm", None)
+
+
+def test_composing_a_config_knows_the_project_s_data_loader(tmp_path, registry):
+    """Config composition itself imports the project's code (as a SLURM job's run does, without the CLI): a data
+    group whose loader the project's ``plugins.py`` registers composes."""
+    from mixbench import data
+    from mixbench.training.config import compose
+
+    root = tmp_path / "lab"
+    (root / "configs" / "data").mkdir(parents=True)
+    (root / "configs" / "data" / "mytext.yaml").write_text("loader: mytext\nname: mytext\n")
+    registering = "from mixbench.data import register_datamodule\nregister_datamodule('mytext', 'mixbench.data.text:TextDataModule')\n"
+    (root / "plugins.py").write_text(registering)
+    select_project(root)
+    try:
+        assert compose(["task=llama_lm", "data=mytext"]).data.loader == "mytext"
+    finally:
+        data._DATAMODULES.pop("mytext", None)

@@ -28,7 +28,7 @@ from ..core.configs import load_group
 from ..core.errors import ConfigError, did_you_mean, one_line
 from ..core.families import family_of_model, get_family
 from ..core.project import config_choices, config_file, runs_root  # noqa: F401 (runs_root: imported from here too)
-from ..core.tasks import discover_tasks, get_task
+from ..core.tasks import discover_tasks, get_task, load_project_plugins
 from ..data.arguments import data_arguments, datamodule_arguments  # noqa: F401 (data_arguments: its old home was here)
 from ..layers import NormSpec, block_placements, get_placement, list_placements
 from .compile import check_compile_settings, upgrade_compile
@@ -215,6 +215,7 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     choices, overrides = split_arguments(args)
     if "task" not in choices:
         raise ConfigError(f"choose a task with task=NAME; available: {', '.join(discover_tasks(root))}")
+    load_project_plugins(root)  # the project's code first: its families, data loaders and placements (each file once)
     task = get_task(choices["task"], root)
     task.load_plugin()  # may register families, data loaders and placements
     family = get_family(task.family)
