@@ -250,6 +250,10 @@ class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
         )
         return train, val
 
+    def check_sources(self) -> None:
+        """The folders or parquet files under ``data.root`` exist, as :meth:`setup` will look for them."""
+        detect_layout(self.root, self.train_dir, self.val_dir)
+
     def setup(self, stage: str | None = None) -> None:
         if hasattr(self, "train_set"):
             return

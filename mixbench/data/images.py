@@ -102,14 +102,22 @@ class CifarArrayDataModule(ResumableOrder, L.LightningDataModule):
         self._on_device: dict[tuple[str, str], DeviceArrays] = {}
         self.dataset_name = name or ("cifar10_embedded" if path == "embedded" else "cifar10_" + Path(path).stem)
 
+    def check_sources(self) -> None:
+        """The ``.npz`` exists (the embedded arrays ship with the package)."""
+        if self.path != "embedded":
+            self._file()
+
+    def _file(self) -> Path:
+        file = Path(self.path).expanduser()
+        if not file.is_file():
+            raise FileNotFoundError(f"data.path={self.path!r} does not exist; set it to a CIFAR-10 .npz with arrays x, y, classes")
+        return file
+
     def _arrays(self):
         if self.path == "embedded":
             data = np.load(ASSETS_DIR / "cifar10_embedded.npz")
             return data["train_x"], data["train_y"], data["val_x"], data["val_y"], data["classes"]
-        file = Path(self.path).expanduser()
-        if not file.is_file():
-            raise FileNotFoundError(f"data.path={self.path!r} does not exist; set it to a CIFAR-10 .npz with arrays x, y, classes")
-        data = np.load(file)
+        data = np.load(self._file())
         train, val = stratified_split(data["y"], self.val_per_class)
         return data["x"][train], data["y"][train], data["x"][val], data["y"][val], data["classes"]
 

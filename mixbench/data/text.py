@@ -158,6 +158,11 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
             return [{"files": [f]} for f in resolve_files(pattern)]
         return [{"hub": self.hub, "name": self.hub_name, "split": split, "shuffle_seed": self.shuffle_seed if split == "train" else None}]
 
+    def check_sources(self) -> None:
+        """The local shards of both splits exist (their globs, as :meth:`_sources` looks them up); a hub stream has none."""
+        for split in ("train", "validation"):
+            self._sources(split)
+
     def _budget(self, split: str) -> int | None:
         """Streams are cut at a token budget (the run's need); local files are cached whole."""
         if self.path is not None:

@@ -53,22 +53,12 @@ def check_init_from(cfg: DictConfig) -> None:
 
 
 def check_data_sources(datamodule) -> None:
-    """The local files a built-in data module will read exist (``FileNotFoundError`` / ``ConfigError`` naming the
-    setting): C4-format shards (``data.path`` and its validation glob, or ``data.val_path``), image folders
-    (``data.root``), a CIFAR ``.npz`` (``data.path``).  Each check is the module's own lookup (its globs and folder
-    tests), made before it reads anything; a hub stream or the embedded data need none."""
-    from ..data.folders import ImageFolderDataModule, detect_layout
-    from ..data.images import CifarArrayDataModule
-    from ..data.text import TextDataModule, resolve_files, validation_glob
-
-    if isinstance(datamodule, TextDataModule) and datamodule.path is not None:
-        resolve_files(datamodule.path)
-        resolve_files(datamodule.val_path or validation_glob(datamodule.path))
-    elif isinstance(datamodule, ImageFolderDataModule):
-        detect_layout(datamodule.root, datamodule.train_dir, datamodule.val_dir)
-    elif isinstance(datamodule, CifarArrayDataModule) and datamodule.path != "embedded":
-        if not Path(datamodule.path).expanduser().is_file():
-            raise FileNotFoundError(f"data.path={datamodule.path!r}: no such file; give the CIFAR-10 .npz (arrays x, y, classes)")
+    """The local files a data module will read exist (``FileNotFoundError`` / ``ConfigError`` naming the setting):
+    its own ``check_sources()`` — the lookups it makes before reading (C4-format shards and their validation glob,
+    image folders, a CIFAR ``.npz``) — where it has one (a plugin's data module may add it too)."""
+    check = getattr(datamodule, "check_sources", None)
+    if check is not None:
+        check()
 
 
 def preflight(cfg: DictConfig) -> None:
