@@ -135,3 +135,10 @@ def test_dry_run_lists_every_size_with_its_placements_at_three_lrs(tmp_path, cap
         assert len(mine) == 5 * 3 and not any("data.tokenizer" in line for line in mine)
         assert {line.split("optim.lr=")[1].split()[0] for line in mine} == {"0.004", "0.012", "0.04"}
     assert main(["reproduce", "ladder", "--dry-run", "--seeds", "2", f"results_dir={tmp_path}"]) == 2  # the ladder picks seeds
+
+
+def test_a_round_lists_every_placement_at_its_start_lr_before_the_steps_around_it(tmp_path, capsys):
+    argv = ["reproduce", "ladder", "--dry-run", "--only", "task=c4_llama_1b", f"results_dir={tmp_path}"]
+    assert main(argv) == 0
+    lrs = [line.split("optim.lr=")[1].split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert lrs[:8] == ["0.0005"] * 8 and sorted(set(lrs[8:])) == ["0.00015", "0.0015"]  # a round cut short has tried all 8

@@ -17,7 +17,9 @@
 #
 # A chain runs rounds for its rungs: `mixbench reproduce ladder --dry-run --only task=T` (the plan: each placement's
 # next lrs and seeds from the records finished so far) → bench/grids/grid_lanes.py over its GPUs and cores → again,
-# until the plan is empty.  LANES (default for 4 GPUs below): "RUNG_TASKS@GPUS@CORES@JOBS;..." — the rungs run in order
+# until the plan is empty.  ANALYSIS="RUNG_TASKS@GPU@CORES" (none by default) also starts `mixbench reproduce ladder
+# --analyze` of those rungs on that GPU (Pre-LN and Mix-LN again at their best lr with weights kept, then angular
+# distance and layer-pruning ΔP; the JSON and PNG files come back under .ladder/analysis/<task>/).  LANES (default for 4 GPUs below): "RUNG_TASKS@GPUS@CORES@JOBS;..." — the rungs run in order
 # on those GPUs (comma-separated), pinned to those cores, JOBS runs a GPU.  A plan takes a few seconds of the chain's own
 # cores while its GPUs wait; the other chains go on meanwhile.
 #
@@ -78,8 +80,22 @@ chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASK
     done
 }
 
+analysis_chain() {  # analysis_chain TASKS GPU CORES: `reproduce ladder --analyze` of the rungs TASKS, one after another
+    # (Pre-LN and Mix-LN again at the rung's best lr with weights kept, then angular distance and ΔP; .ladder/analysis/)
+    local tasks=$1 gpu=$2 cores=$3 task
+    cd "$MB" || exit 2
+    until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
+    for task in ${tasks//,/ }; do
+        echo "== analysis $task at $(date +%T)"
+        CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cores" python3 -m mixbench.cli reproduce ladder --analyze --only "task=$task" \
+            "${SETTINGS[@]}" "${COMMON[@]}" || echo "== analysis $task failed"
+    done
+    echo "== analyses done at $(date +%T)"
+}
+
 pack() {  # (written aside, then moved: a call cut off at its limit still brings back the last whole archive)
-    { echo "${LOGS#/}"; (cd / && finished_run_files /tmp/mb/.started tmp/mb/.ladder); } | tar czf "$OUT/.ladder.tmp" -C / -T - 2>/dev/null
+    { echo "${LOGS#/}"; (cd / && finished_run_files /tmp/mb/.started tmp/mb/.ladder \
+        && find tmp/mb/.ladder/analysis -mindepth 2 -maxdepth 2 \( -name '*.json' -o -name '*.png' \) 2>/dev/null); } | tar czf "$OUT/.ladder.tmp" -C / -T - 2>/dev/null
     mv "$OUT/.ladder.tmp" "$OUT/ladder_$STEP.tgz"
     echo "records finished since the start: $(find $MB/.ladder -name record.json -newer $MB/.started 2>/dev/null | wc -l)"
     tail -q -n 3 "$LOGS"/chain_*.log 2>/dev/null
@@ -101,13 +117,18 @@ case $STEP in
         seed_records "$MB/.ladder"
         [ -d .plans ] && cp -r .plans "$MB/"
         touch "$MB/.started"
-        export -f chain plan_rung; export MB LOGS
+        export -f chain plan_rung analysis_chain; export MB LOGS
         IFS=';' read -ra lanes <<< "${LANES:-$DEFAULT_LANES}"
         for lane in "${lanes[@]}"; do
             IFS='@' read -r tasks gpus cores jobs <<< "$lane"
             (source /tmp/ladder_env
              setsid -f bash -c "$(declare -p COMMON SETTINGS); chain $tasks $gpus $cores $jobs" > "$LOGS/chain_${tasks%%,*}.log" 2>&1 < /dev/null)
         done
+        if [ -n "${ANALYSIS:-}" ]; then  # "RUNG_TASKS@GPU@CORES": the layer analyses of those rungs on that GPU
+            IFS='@' read -r tasks gpus cores <<< "$ANALYSIS"
+            (source /tmp/ladder_env
+             setsid -f bash -c "$(declare -p COMMON SETTINGS); analysis_chain $tasks $gpus $cores" > "$LOGS/chain_analysis.log" 2>&1 < /dev/null)
+        fi
         sleep 40 ;;
     text)
         mkdir -p "$MB/.data/textmix3" && cp .data/textmix3/* "$MB/.data/textmix3/"

@@ -160,6 +160,28 @@ def describe_data(subject: Subject) -> dict:
     return {"dataset": info.get("name"), "dataset_label": info.get("label")}
 
 
+def measure(what: str, subjects: list[Subject], out_dir: Path, batches: int = 8, tokens: int = 262_144, limit_val_batches=None):
+    """One analysis (``grad-norm``, ``angular`` or ``prune``) of ``subjects`` side by side, written as
+    ``<out_dir>/<what>.json`` + ``.png`` (the paths returned)."""
+    from . import plots
+
+    data = describe_data(subjects[0])
+    if what == "grad-norm":
+        profiles = [grad_norm_profile(s, batches) for s in subjects]
+        figure = plots.grad_norm_figure(profiles, f"per-block gradient norm, {batches} batches of {data['dataset']}")
+    elif what == "angular":
+        profiles = [angular_profile(s, tokens) for s in subjects]
+        figure = plots.angular_figure(profiles, f"angular distance between block inputs on {data['dataset']}")
+    elif what == "prune":
+        profiles = [prune_profile(s, limit_val_batches) for s in subjects]
+        figure = plots.prune_figure(profiles, f"performance drop of removing one block ({data['dataset']})")
+    else:
+        raise ValueError(f"no analysis {what!r}: grad-norm, angular or prune")
+    for profile in profiles:
+        profile.update(data)
+    return write(out_dir, what.replace("-", "_"), profiles, figure)
+
+
 def write(out_dir: Path, name: str, results: list[dict], figure) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"

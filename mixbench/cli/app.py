@@ -141,7 +141,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     scale = args.scale or grid_scales(args.table)[0]
     settings = (tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher, args.best_from)
-    outcomes = reproduce(args.table, scale, args.seeds, *settings)
+    outcomes = reproduce(args.table, scale, args.seeds, *settings, analyze=args.analyze)
     if outcomes is None:  # --dry-run
         return 0
     status = summarize(outcomes, f"{args.table} ({scale} scale)")
@@ -219,19 +219,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         rest = [a for a in args.overrides if not a.startswith("norm=")]
         subjects = [runner.subject_at_init([*rest, f"norm={n}"], Path(args.out)) for n in norms]
         out_dir = Path(args.out)
-    data = runner.describe_data(subjects[0])
-    if args.what == "grad-norm":
-        profiles = [runner.grad_norm_profile(s, args.batches) for s in subjects]
-        figure = plots.grad_norm_figure(profiles, f"per-block gradient norm, {args.batches} batches of {data['dataset']}")
-    elif args.what == "angular":
-        profiles = [runner.angular_profile(s, args.tokens) for s in subjects]
-        figure = plots.angular_figure(profiles, f"angular distance between block inputs on {data['dataset']}")
-    else:
-        profiles = [runner.prune_profile(s, args.limit_val_batches) for s in subjects]
-        figure = plots.prune_figure(profiles, f"performance drop of removing one block ({data['dataset']})")
-    for profile in profiles:
-        profile.update(data)
-    runner.write(out_dir, args.what.replace("-", "_"), profiles, figure)
+    runner.measure(args.what, subjects, out_dir, batches=args.batches, tokens=args.tokens, limit_val_batches=args.limit_val_batches)
     return 0
 
 
@@ -596,6 +584,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a grid that sweeps a setting (lr_sensitivity): run each placement at the value `mixbench table --best-over` picks "
         "from the runs in DIR (fewest stalled/diverged seeds, then the best mean; e.g. --best-from results/proxy/lr_sensitivity "
         "--seeds 0,1,2 --resume)",
+    )
+    rep.add_argument(
+        "--analyze",
+        action="store_true",
+        help="a ladder grid (ladder): train its analysis section's placements again at each size's best lr with weights kept "
+        "and measure angular distance and layer-pruning ΔP side by side (<results_dir>/analysis/<task>/)",
     )
     rep.add_argument(
         "--launcher",

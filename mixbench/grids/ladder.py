@@ -142,11 +142,12 @@ def family_settings(extras: tuple[str, ...], family: str, families: set[str]) ->
 
 def plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), root=None) -> tuple[list[list[str]], list[str]]:
     """The next round of ladder ``name``: the ``mixbench run`` argument lists, and one line a (rung, placement) saying
-    what it needs or why it is done.  ``extras``: settings of every run (``llama:data.path=...``: of one family's).
+    what it needs or why it is done; the runs at each placement's start lr come first (then one step away, …), so that a
+    round cut short has tried every placement there.  ``extras``: settings of every run (``llama:data.path=...``: of one family's).
     ``only``: the (rung, placement)s whose arguments include every one of these."""
     spec = grid(name, root)
     seeds, max_lrs = spec.get("seeds", {"best": 3, "disagree": 5}), int(spec.get("max_lrs", 7))
-    argvs, lines = [], []
+    ranked, lines = [], []  # (how far the run's lr is from its start lr, argv): a round cut short has every start lr first
     ladder_rungs = rungs(name, root)
     families = {r.family for r in ladder_rungs}
     for rung in ladder_rungs:
@@ -159,11 +160,11 @@ def plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), ro
             by_k = _finished_by_index(cfg, rung.anchor)
             start = grid_index(rung.anchor, start_lr if start_lr is not None else rung.anchor)
             step = next_step(by_k, start, _higher_is_better(cfg), seeds, max_lrs)
-            runs = [[*base, f"{LR_KEY}={lr_at(rung.anchor, k)}", f"seed={seed}", *extra] for k, seed in step.runs]
-            argvs += [argv for argv in runs if all(item in argv for item in only)]
+            runs = [(abs(k - start), [*base, f"{LR_KEY}={lr_at(rung.anchor, k)}", f"seed={seed}", *extra]) for k, seed in step.runs]
+            ranked += [(rank, argv) for rank, argv in runs if all(item in argv for item in only)]
             lrs = ", ".join(f"{lr_at(rung.anchor, k):g}×{len(rs)}" for k, rs in sorted(by_k.items())) or "none"
             lines.append(f"{rung.task} {placement}: finished {lrs}; " + (step.done or f"next {len(runs)} run(s)"))
-    return argvs, lines
+    return [argv for _, argv in sorted(ranked, key=lambda item: item[0])], lines  # stable: rungs and placements in order
 
 
 def _finished_by_index(cfg, anchor: float) -> dict[int, list[dict]]:

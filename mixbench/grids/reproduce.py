@@ -21,6 +21,7 @@ from ..training.run import existing_run, finished_record, finished_runs
 from .downstream import paper_comparison as downstream_comparison
 from .downstream import reproduce_downstream
 from .ladder import reproduce_ladder
+from .ladder_analysis import reproduce_ladder_analysis
 from .paper import grid, grid_scales, paper_runs
 from .rlhf import paper_comparison as rlhf_comparison
 from .rlhf import reproduce_rlhf
@@ -137,10 +138,12 @@ def reproduce(
     only: tuple[str, ...] = (),
     launcher: str = "local",
     best_from: str | None = None,
+    analyze: bool = False,
 ) -> list | None:
     """Run a paper grid (see :mod:`mixbench.grids.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
     ``only``: run just the configurations whose arguments include every one of these ``key=value`` items.  ``scale``
-    None: the grid's default.  ``best_from``: a swept grid's placements at their best values there (:func:`expand`)."""
+    None: the grid's default.  ``best_from``: a swept grid's placements at their best values there (:func:`expand`).
+    ``analyze``: a ladder grid's layer analyses (:mod:`mixbench.grids.ladder_analysis`)."""
     scale = scale or grid_scales(name)[0]
     if best_from is not None and not any(_sweep(b)[0] for b in _proxy_blocks(name)):
         raise ConfigError(f"--best-from needs a grid that sweeps a setting (e.g. lr_sensitivity); {name} sweeps none")
@@ -153,6 +156,10 @@ def reproduce(
         return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
     if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
         return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
+    if analyze:
+        if grid(name).get("kind") != "ladder":
+            raise ConfigError(f"--analyze belongs to ladder grids (mixbench reproduce ladder --analyze); {name} is not one")
+        return reproduce_ladder_analysis(name, extra, dry_run, jobs, only, launcher)
     if grid(name).get("kind") == "ladder":  # placements across model sizes, lrs planned round by round
         return reproduce_ladder(name, seeds, extra, dry_run, jobs, resume, only, launcher)
 
