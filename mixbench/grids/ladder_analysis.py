@@ -6,8 +6,8 @@ The ladder's own runs keep no weights.  For every rung of the grid's ``analysis.
 kept, into ``<results_dir>/analysis/`` (so that the ladder's records are untouched); then each of
 ``analysis.analyses`` (``angular``: d(x^l, x^(l+n)) between block inputs, Eq. 8; ``prune``: ΔP(l), Eq. 9) measures them
 side by side into ``<results_dir>/analysis/<task>/<what>.json`` + ``.png`` (angular over ``analysis.tokens``
-validation tokens, default the paper's 256K; ΔP over ``analysis.limit_val_batches`` batches, default all).  A rung where a placement has no best lr yet
-(no finished sweep) is left out, with a line saying so.  Reruns are ``resume=auto``: a finished one is analysed again
+validation tokens, default the paper's 256K; ΔP over ``analysis.limit_val_batches`` batches, default all).  A rung
+where a placement has no best lr yet (no finished sweep) is left out, with a line saying so.  Reruns are ``resume=auto``: a finished one is analysed again
 without training.
 """
 
@@ -74,8 +74,9 @@ def analysis_plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...]
                 missing.append(placement)
                 continue
             results_dir = Path(str(cfg.results_dir)) / ANALYSIS_FOLDER
-            argvs.append((*base, f"{LR_KEY}={best:g}", f"seed={int(spec.get('seed', 0))}", *extra,
-                          "save_weights=true", f"results_dir={results_dir}"))
+            argvs.append(
+                (*base, f"{LR_KEY}={best:g}", f"seed={int(spec.get('seed', 0))}", *extra, "save_weights=true", f"results_dir={results_dir}")
+            )
         if missing:
             skipped.append(f"{rung.task}: no best lr yet for {', '.join(missing)} (its sweep has not finished); not analysed")
         else:
@@ -110,6 +111,7 @@ def reproduce_ladder_analysis(
             log.error("%s: a rerun did not complete (%s); its analyses are skipped", rung.task, ", ".join(o.status for o in ran))
             continue
         subjects = [runner.subject_from_run(o.run_dir) for o in ran]
+        tokens, batches = int(spec.get("tokens", 262_144)), spec.get("limit_val_batches")
         for what in whats:
-            runner.measure(what, subjects, rung.out_dir, tokens=int(spec.get("tokens", 262_144)), limit_val_batches=spec.get("limit_val_batches"))
+            runner.measure(what, subjects, rung.out_dir, tokens=tokens, limit_val_batches=batches)
     return outcomes
