@@ -7,8 +7,8 @@ kept, into ``<results_dir>/analysis/`` (so that the ladder's records are untouch
 ``analysis.analyses`` (``angular``: d(x^l, x^(l+n)) between block inputs, Eq. 8; ``prune``: ΔP(l), Eq. 9) measures them
 side by side into ``<results_dir>/analysis/<task>/<what>.json`` + ``.png`` (angular over ``analysis.tokens``
 validation tokens, default the paper's 256K; ΔP over ``analysis.limit_val_batches`` batches, default all).  A rung
-where a placement has no best lr yet (no finished sweep) is left out, with a line saying so.  Reruns are ``resume=auto``: a finished one is analysed again
-without training.
+where a placement has no best lr yet (no finished sweep) is left out, with a line saying so.  Reruns are
+``resume=auto``: a finished one is analysed again without training.
 """
 
 from __future__ import annotations
