@@ -53,12 +53,13 @@ def test_analyze_reruns_each_placement_at_its_best_lr_and_measures_them_side_by_
     assert skipped == [] and rung.out_dir == tmp_path / "analysis" / "llama_lm"
     pre_argv, mix_argv = rung.argvs
     assert f"optim.lr={min(pre, key=pre.get):g}" in pre_argv and "optim.lr=0.003" in mix_argv  # the lower val/ppl
-    assert all(a[-2:] == ("save_weights=true", f"results_dir={tmp_path / 'analysis'}") and "seed=0" in a for a in rung.argvs)
+    reruns = tmp_path.with_name(f"{tmp_path.name}_analysis")  # beside the ladder's folder: no table counts them as seeds
+    assert all(a[-2:] == ("save_weights=true", f"results_dir={reruns}") and "seed=0" in a for a in rung.argvs)
 
     outcomes = reproduce_ladder_analysis("tiny", extras, dry_run=False, jobs=1, only=(), launcher="local")
     assert [o.status for o in outcomes] == ["completed", "completed"]
-    assert records(tmp_path / "runs") == swept  # the ladder's records are untouched; the reruns are beside them
-    assert all((o.run_dir / "model.safetensors").is_file() and o.run_dir.is_relative_to(tmp_path / "analysis") for o in outcomes)
+    assert records(tmp_path) == swept  # the ladder's folder holds its own records only; the reruns are beside it
+    assert all((o.run_dir / "model.safetensors").is_file() and o.run_dir.is_relative_to(reruns) for o in outcomes)
     angular = json.loads((rung.out_dir / "angular.json").read_text())
     prune = json.loads((rung.out_dir / "prune.json").read_text())
     assert [p["name"] for p in angular] == ["pre", "mix(α=0.25)"] == [p["name"] for p in prune]

@@ -88,15 +88,21 @@ def test_the_table_shows_aggregates_delta_and_interval_each_at_its_best_lr():
 
 def test_breaks_at_the_smallest_size_where_every_lr_failed_and_the_lr_below_the_default():
     (ladder,) = ladders(RUNS).values()
-    assert breaks_at(ladder, "post").label == "llama_l · 4M" and breaks_at(ladder, "mix") is None
+    assert breaks_at(ladder, "post").text == "llama_l · 4M" and breaks_at(ladder, "mix") is None  # 1e-4 … 1e-3 all stalled
     rows = md_rows(markdown(ladder))
     assert rows["post"][1] == "(950.00 @lr 1e-4) 3/3 lrs stalled"  # the table's text: the best a stalled seed measured
     assert rows["post"][2] == "llama_l · 4M" and rows["mix"][2] == rows["pre (baseline)"][2] == "—"
     assert rows["mix"][3] == "3e-4 at llama_l · 4M" and rows["post"][3] == "—"  # post's best at the small size is 1e-3
-    # a placement that stalls at every lr of the small size too breaks there, the smallest
+    # a placement that stalls at every lr of the small size too breaks there, the smallest — provisionally: its 2 lrs
+    # (1e-3, 3e-3) are not yet the 3 spanning a decade that stop the sweep
     stalled_small = [r for r in RUNS if not (r["norm"]["label"] == "post" and r["status"] == "completed")]
     (ladder,) = ladders(stalled_small).values()
-    assert breaks_at(ladder, "post").label == "llama_s · 1M"
+    broken = breaks_at(ladder, "post")
+    assert broken.rung.label == "llama_s · 1M" and not broken.settled and broken.text == "llama_s · 1M? (2 lrs tried)"
+    assert md_rows(markdown(ladder))["post"][2] == "llama_s · 1M? (2 lrs tried)"
+    stalled_small.append(run("post", 900.0, 3e-4, "s", status="stalled"))  # 3e-4 … 3e-3: settled
+    (ladder,) = ladders(stalled_small).values()
+    assert breaks_at(ladder, "post").text == "llama_s · 1M"
 
 
 def test_the_delta_figure_marks_one_seed_cells_seed_failures_and_the_fails_strip():

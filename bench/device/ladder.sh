@@ -94,7 +94,7 @@ analysis_chain() {  # analysis_chain TASKS GPU CORES: `reproduce ladder --analyz
 }
 
 pack() {  # (written aside, then moved: a call cut off at its limit still brings back the last whole archive)
-    { echo "${LOGS#/}"; (cd / && finished_run_files /tmp/mb/.started tmp/mb/.ladder \
+    { echo "${LOGS#/}"; (cd / && finished_run_files /tmp/mb/.started tmp/mb/.ladder && finished_run_files /tmp/mb/.started tmp/mb/.ladder_analysis \
         && find tmp/mb/.ladder/analysis -mindepth 2 -maxdepth 2 \( -name '*.json' -o -name '*.png' \) 2>/dev/null); } | tar czf "$OUT/.ladder.tmp" -C / -T - 2>/dev/null
     mv "$OUT/.ladder.tmp" "$OUT/ladder_$STEP.tgz"
     echo "records finished since the start: $(find $MB/.ladder -name record.json -newer $MB/.started 2>/dev/null | wc -l)"

@@ -589,7 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--analyze",
         action="store_true",
         help="a ladder grid (ladder): train its analysis section's placements again at each size's best lr with weights kept "
-        "and measure angular distance and layer-pruning ΔP side by side (<results_dir>/analysis/<task>/)",
+        "(into <results_dir>_analysis) and measure angular distance and layer-pruning ΔP side by side (<results_dir>/analysis/<task>/)",
     )
     rep.add_argument(
         "--launcher",

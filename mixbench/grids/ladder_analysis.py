@@ -3,7 +3,8 @@
 The ladder's own runs keep no weights.  For every rung of the grid's ``analysis.family``, each placement of
 ``analysis.placements`` (Pre-LN and Mix-LN) is trained again at its best lr there (the tuned table's rule,
 :class:`mixbench.results.sweep.Sweep`, over the ladder's finished records), seed ``analysis.seed``, with its weights
-kept, into ``<results_dir>/analysis/`` (so that the ladder's records are untouched); then each of
+kept, into ``<results_dir>_analysis/``, a folder beside the ladder's (so that neither the ladder's planner nor ``mixbench
+table --results-dir <results_dir>`` counts a rerun as another seed); then each of
 ``analysis.analyses`` (``angular``: d(x^l, x^(l+n)) between block inputs, Eq. 8; ``prune``: ΔP(l), Eq. 9) measures them
 side by side into ``<results_dir>/analysis/<task>/<what>.json`` + ``.png`` (angular over ``analysis.tokens``
 validation tokens, default the paper's 256K; ΔP over ``analysis.limit_val_batches`` batches, default all).  A rung
@@ -51,6 +52,12 @@ def analysis_spec(name: str, root=None) -> dict:
     return spec
 
 
+def reruns_folder(results_dir: Path) -> Path:
+    """``<results_dir>_analysis``: where the reruns with weights go, beside the ladder's folder, never inside it."""
+    results_dir = results_dir if results_dir.name else results_dir.resolve()
+    return results_dir.with_name(f"{results_dir.name}_{ANALYSIS_FOLDER}")
+
+
 def analysis_plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), root=None) -> tuple[list[RungAnalysis], list[str]]:
     """The rungs whose placements all have a best lr, as reruns with weights kept; and a line for each rung left out.
     ``only``: the rungs whose settings include every one of these (e.g. ``task=c4_llama_130m``)."""
@@ -73,14 +80,21 @@ def analysis_plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...]
             if best is None:
                 missing.append(placement)
                 continue
-            results_dir = Path(str(cfg.results_dir)) / ANALYSIS_FOLDER
+            results_dir = Path(str(cfg.results_dir))
             argvs.append(
-                (*base, f"{LR_KEY}={best:g}", f"seed={int(spec.get('seed', 0))}", *extra, "save_weights=true", f"results_dir={results_dir}")
+                (
+                    *base,
+                    f"{LR_KEY}={best:g}",
+                    f"seed={int(spec.get('seed', 0))}",
+                    *extra,
+                    "save_weights=true",
+                    f"results_dir={reruns_folder(results_dir)}",
+                )
             )
         if missing:
             skipped.append(f"{rung.task}: no best lr yet for {', '.join(missing)} (its sweep has not finished); not analysed")
         else:
-            planned.append(RungAnalysis(rung.task, tuple(argvs), results_dir / rung.task))
+            planned.append(RungAnalysis(rung.task, tuple(argvs), results_dir / ANALYSIS_FOLDER / rung.task))
     return planned, skipped
 
 

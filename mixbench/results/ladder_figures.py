@@ -12,7 +12,8 @@ cells' own, each placement at its best lr (:data:`~.sweep.RULE`) against the bas
   their seeds did not finish), the lrs where no seed finished as hollow markers (▲ diverged, ○ stalled, × crashed), the
   rung's default lr as a grey bar;
 - ``ladder_<family>.md``: the table of the two, with the size each placement *breaks at* (the smallest where it fails
-  at every lr tried) and the rungs where its best lr is below the rung's default (the task's ``optim.lr``).
+  at every lr tried; with ? until those are ≥ 3 lrs spanning a decade) and the rungs where its best lr is below the
+  rung's default (the task's ``optim.lr``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .table import Table, aggregate
 
 log = logging.getLogger(__name__)
 KEY = "optim.lr"
+DECADE = 9.5  # lrs a decade apart on a half-decade grid (1.5e-4 → 1.5e-3; 3 ≈ √10 rounds some steps down)
 SPREAD = 0.02  # decades between the x positions of neighbouring placements at one size (keeps their markers apart)
 
 
@@ -142,12 +144,28 @@ def _params_text(n: int) -> str:
     return str(n)
 
 
-def breaks_at(ladder: Ladder, row: str) -> Rung | None:
-    """The smallest rung where ``row`` trained at some lr (stalled or diverged) and finished at none."""
+@dataclass(frozen=True)
+class Break:
+    """Where a placement breaks: the smallest rung where it trained at some lr and finished at none; ``settled`` once
+    those failed lrs are ≥ 3 spanning a decade (the ladder's rule to stop sweeping), else ``lrs`` tried so far."""
+
+    rung: Rung
+    settled: bool
+    lrs: int
+
+    @property
+    def text(self) -> str:
+        return self.rung.label if self.settled else f"{self.rung.label}? ({self.lrs} lr{'s' if self.lrs > 1 else ''} tried)"
+
+
+def breaks_at(ladder: Ladder, row: str) -> Break | None:
+    """The smallest rung where ``row`` trained at some lr (stalled or diverged) and finished at none (:class:`Break`)."""
     for rung in ladder.rungs:
         sweep = ladder.sweep(row, rung)
         if sweep is not None and sweep.best is None and sweep.trained:
-            return rung
+            lrs = sorted(v for v in sweep.cells if isinstance(v, (int, float)))
+            settled = len(lrs) >= 3 and lrs[-1] >= DECADE * lrs[0]
+            return Break(rung, settled, len(sweep.cells))
     return None
 
 
@@ -194,7 +212,7 @@ def markdown(ladder: Ladder) -> str:
         broken = breaks_at(ladder, row)
         needs = ", ".join(f"{value_text(lr)} at {rung.label}" for rung, lr in below_default(ladder, row))
         cells = [cell_text(ladder, row, rung) for rung in ladder.rungs]
-        where = broken.label if broken else "—"
+        where = broken.text if broken else "—"
         name = row + (" (baseline)" if row in bases else "")
         lines.append("| " + " | ".join(c.replace("|", "\\|").replace("*", "\\*") for c in [name, *cells, where, needs or "—"]) + " |")
     confidence = f"{ladder.table.confidence * 100:g} %"
@@ -204,7 +222,8 @@ def markdown(ladder: Ladder) -> str:
         f"[low, high] = Welch's {confidence} interval (none where either cell has fewer than 2 finished seeds: n= says "
         "which), \\* = it excludes 0. k/n stalled (diverged, failed = crashed): seeds of the chosen cell that did not "
         "finish. The baseline row shows its own mean ± std. k/n lrs stalled: no seed finished at any lr tried. Breaks at: "
-        "the smallest size where the placement trained at some lr and finished at none. Best lr below the default: the "
+        "the smallest size where the placement trained at some lr and finished at none, with ? until those lrs are ≥ 3 "
+        "spanning a decade (the sweep's rule). Best lr below the default: the "
         "sizes where the placement's best lr is below the task's default lr (the column's header).",
         "",
     ]
