@@ -269,8 +269,9 @@ def plot_ladder(args: argparse.Namespace) -> int:
     records, folders = records_of(args.results_dir)
     if not records:
         raise ConfigError(f"no result records under {folders}: nothing to plot")
-    out = args.out or (args.results_dir or [str(default_runs_dir())])[0]
-    for path in write_ladder(records, out, args.baseline or "pre"):
+    first = (args.results_dir or [str(default_runs_dir())])[0]
+    out = args.out or first
+    for path in write_ladder(records, out, args.baseline or "pre", analysis_dir=Path(first) / "analysis"):
         log.info("wrote %s", path)
     return 0
 

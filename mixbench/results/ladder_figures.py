@@ -386,16 +386,21 @@ def lr_figure(ladder: Ladder):
     return fig
 
 
-def write_ladder(records: list[dict], out: str | Path, baseline: str = "pre") -> list[Path]:
-    """The figures and table of each family's ladder, written to the folder ``out``; the paths written."""
+def write_ladder(records: list[dict], out: str | Path, baseline: str = "pre", analysis_dir: str | Path | None = None) -> list[Path]:
+    """The figures and table of each family's ladder, written to the folder ``out``; with ``analysis_dir`` (the
+    ladder's ``analysis/`` folder, where it exists) also the layer analyses by size (:mod:`.ladder_layers`); the paths
+    written."""
     import matplotlib.pyplot as plt
 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; plot ladder writes its figures and tables to a folder, e.g. --out {out.parent}")
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths, label_of, size_of = [], {}, {}
     for family, ladder in ladders(records, baseline).items():
+        for rung in ladder.rungs:
+            task = ladder.table.info[rung.column]["task"]
+            label_of[task], size_of[task] = rung.label, rung.params
         name = _slug([family])
         table = out / f"ladder_{name}.md"
         atomic_write_text(table, markdown(ladder))
@@ -405,4 +410,8 @@ def write_ladder(records: list[dict], out: str | Path, baseline: str = "pre") ->
             fig.savefig(out / f"{stem}_{name}.png", dpi=120)
             plt.close(fig)
             paths.append(out / f"{stem}_{name}.png")
+    if analysis_dir is not None:
+        from .ladder_layers import write_layers
+
+        paths += write_layers(analysis_dir, out, label_of, size_of)
     return paths
