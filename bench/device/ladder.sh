@@ -150,6 +150,6 @@ case $STEP in
     collect) ;;
     watch)
         end=$(($(date +%s) + ${WATCH_S:-540}))
-        while [ "$(date +%s)" -lt "$end" ]; do sleep 60; pack > /dev/null; done ;;
+        while [ "$(($(date +%s) + 60))" -le "$end" ]; do sleep 60; pack > /dev/null; done ;;  # ends by WATCH_S (+ one pack)
 esac
 pack
