@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mixbench.cli.app import build_parser
-from mixbench.grids.runner import expand_sweep
+from mixbench.grids.sweep_args import expand_sweep
 from mixbench.training.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,6 +13,7 @@ from test_project_plugins import TINY_LM as PROJECT_LM
 from test_project_plugins import project, registry  # noqa: F401  (fixtures: the project folder of docs/extending.md)
 
 from mixbench.cli.app import main
+from mixbench.grids.sweep_args import expand_sweep
 
 TINY_VIT = [
     "divergence.unigram_floor=false",
@@ -250,7 +251,7 @@ def test_jobs_give_each_run_its_share_of_the_cores(tmp_path, monkeypatch, cores,
 
     monkeypatch.setattr(runner, "cores", lambda: cores)
     monkeypatch.setattr(runner.subprocess, "Popen", Process)
-    argvs = runner.expand_sweep([*TINY_LM, "seed=0,1", f"data.num_workers={workers}", f"results_dir={tmp_path}"])
+    argvs = expand_sweep([*TINY_LM, "seed=0,1", f"data.num_workers={workers}", f"results_dir={tmp_path}"])
     outcomes = runner.run_many(argvs, jobs=jobs)
     assert len(started) == 2 and all(o.status == "failed" for o in outcomes)  # the fake processes wrote no record
     for command, env in started:
@@ -378,7 +379,7 @@ def test_a_grid_whose_manifest_cannot_be_written_still_runs(tmp_path, monkeypatc
         runner, "_in_process", lambda i, total, argv, cfg: ran.append(argv) or runner.Outcome(argv, None, {"status": "completed"})
     )
     caplog.clear()
-    assert len(runner.run_many(runner.expand_sweep([*TINY_LM, "seed=0,1", f"results_dir={tmp_path}"]))) == len(ran) == 2
+    assert len(runner.run_many(expand_sweep([*TINY_LM, "seed=0,1", f"results_dir={tmp_path}"]))) == len(ran) == 2
     assert "could not write the grid's manifest" in caplog.text and "No space left" in caplog.text
 
 

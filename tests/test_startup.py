@@ -139,3 +139,11 @@ def test_lazy_names_resolve():
     assert "build_model" in dir(mixbench) and callable(mixbench.compose)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         mixbench.nope  # noqa: B018
+
+
+def test_a_sweep_with_a_bad_setting_fails_before_lightning_loads():
+    """``run -m``: every configuration of the sweep is composed (which loads torch, as a single run's does) before the
+    grid runner, and Lightning with it, is imported."""
+    argv = ["run", "-m", "task=llama_lm", "norm=pre,bogus"]
+    loaded = heavy_modules_after([argv])[" ".join(argv)]  # main() returned its exit status 2 (unknown norm)
+    assert "torch" in loaded and "lightning" not in loaded and "pytorch_lightning" not in loaded

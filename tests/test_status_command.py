@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from mixbench.cli.app import main
 from mixbench.core import run_files
 from mixbench.core.storage import atomic_write_text
+from mixbench.grids.sweep_args import expand_sweep
 from mixbench.results.progress import STATES, folder_progress, locked_files, read_metrics_log, run_progress, steps_per_epoch
 from mixbench.results.records import write_record
 
@@ -430,7 +431,7 @@ def test_a_running_grid_s_manifest_counts_the_runs_it_has_not_started(tmp_path, 
             return 0
 
     monkeypatch.setattr(runner.subprocess, "Popen", Process)
-    argvs = runner.expand_sweep(["task=llama_lm", "model=llama_tiny", "trainer.max_steps=2", "seed=0,1,2,3", f"results_dir={tmp_path}"])
+    argvs = expand_sweep(["task=llama_lm", "model=llama_tiny", "trainer.max_steps=2", "seed=0,1,2,3", f"results_dir={tmp_path}"])
     runner.run_many(argvs, jobs=2)
     assert seen == [{"starting": 2, "planned": 2}] * 2
     (manifest,) = [json.loads(p.read_text()) for p in (tmp_path / "runs" / run_files.GRIDS_DIR).glob("*.json")]

@@ -50,9 +50,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.multirun:
         if args.config or args.print_config:
             raise ConfigError("-m (a sweep) cannot be combined with --config or --print-config")
-        from ..grids.runner import expand_sweep, run_many, summarize
+        from ..grids.sweep_args import expand_sweep
 
-        outcomes = run_many(expand_sweep(args.overrides), args.jobs, args.resume, args.launcher)
+        argvs = expand_sweep(args.overrides)
+        for argv in argvs:  # a configuration error in any run, before the runner (and Lightning) loads
+            compose(argv)
+        from ..grids.runner import run_many, summarize
+
+        outcomes = run_many(argvs, args.jobs, args.resume, args.launcher)
         return summarize(outcomes, "sweep")
     if args.jobs != 1 or args.resume or args.launcher != "local":
         raise ConfigError("--jobs, --resume and --launcher belong to sweeps (-m); a single run resumes with resume=auto")

@@ -14,7 +14,6 @@ process is given this one's project folder (``--project``).  A grid run here wri
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import os
@@ -36,37 +35,6 @@ from .launchers import Outcome, project_arguments, submit_many
 from .manifest import GridManifest, grid_manifest
 
 log = logging.getLogger(__name__)
-
-
-def split_top_level(value: str) -> list[str]:
-    """``'pre,post'`` → ``['pre', 'post']``; commas inside brackets, braces or quotes do not split (``[pre,post]``)."""
-    parts, depth, quote, current = [], 0, None, ""
-    for ch in value:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-            continue
-        current += ch
-    return [*parts, current]
-
-
-def expand_sweep(args: list[str]) -> list[list[str]]:
-    """``['norm=pre,post', 'seed=0,1', 'task=x']`` → the 4 argument lists of the product (first axis slowest)."""
-    axes = []
-    for arg in args:
-        if "=" not in arg:
-            raise ConfigError(f"argument {arg!r} is not key=value (e.g. norm=pre,post,mix seed=0,1,2)")
-        key, value = arg.split("=", 1)
-        axes.append([f"{key}={v}" for v in split_top_level(value)])
-    return [list(combo) for combo in itertools.product(*axes)]
 
 
 def run_many(argvs: list[list[str]], jobs: int = 1, resume: bool = False, launcher: str = "local") -> list[Outcome]:
