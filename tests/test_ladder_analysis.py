@@ -42,7 +42,7 @@ def records(folder: Path) -> list[dict]:
 def test_analyze_reruns_each_placement_at_its_best_lr_and_measures_them_side_by_side(tmp_path, token_cache, tiny_ladder):
     extras = (f"data.cache_dir={token_cache}", f"results_dir={tmp_path}")
     planned, skipped = analysis_plan("tiny", extras)
-    assert planned == [] and skipped == ["llama_lm: no best lr yet for pre, mix (its sweep has not finished); not analysed"]
+    assert planned == [] and skipped == ["llama_lm: no best lr yet for pre, mix (no finished run, or it failed at every lr); not analysed"]
     for norm, lr in [("pre", 1e-3), ("pre", 1e-2), ("mix", 3e-3)]:  # the ladder's own seed-0 sweep runs
         assert main(["run", "task=llama_lm", f"norm={norm}", *TINY, f"optim.lr={lr}", "seed=0", *extras]) == 0
     swept = records(tmp_path)

@@ -175,6 +175,13 @@ def _finished_by_index(cfg, anchor: float) -> dict[int, list[dict]]:
     return found
 
 
+def best_lr(cfg, anchor: float) -> float | None:
+    """The best lr of ``cfg``'s finished records at any lr (the tuned table's rule); None where none finished or every
+    lr tried failed."""
+    records = [r for found in _finished_by_index(cfg, anchor).values() for r in found]
+    return Sweep.from_records(records, LR_KEY, _higher_is_better(cfg)).best if records else None
+
+
 def _higher_is_better(cfg) -> bool:
     return bool(next(m.higher_is_better for m in cfg.task.metrics if m.primary))
 

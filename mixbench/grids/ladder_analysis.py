@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..results.sweep import Sweep
 from ..training.config import compose
-from .ladder import LR_KEY, _finished_by_index, _higher_is_better, family_settings, rungs
+from .ladder import LR_KEY, best_lr, family_settings, rungs
 from .paper import grid
 from .runner import run_many
 
@@ -46,6 +45,8 @@ def analysis_spec(name: str, root=None) -> dict:
     spec = grid(name, root).get("analysis")
     if not spec:
         raise ConfigError(f"{name} has no analysis section: --analyze is for ladder grids that name one (e.g. ladder)")
+    if not spec.get("family") or not spec.get("placements"):
+        raise ConfigError(f"{name} analysis: name a family and its placements, e.g. {{family: llama, placements: [pre, mix]}}")
     unknown = set(spec.get("analyses", ANALYSES)) - set(ANALYSES)
     if unknown:
         raise ConfigError(f"{name} analysis: unknown analyses {sorted(unknown)}; choose from {', '.join(ANALYSES)}")
@@ -75,8 +76,7 @@ def analysis_plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...]
         for placement in spec["placements"]:
             base = [f"task={rung.task}", f"norm={placement}", *rung.overrides]
             cfg = compose([*base, *extra], root)
-            records = [r for rs in _finished_by_index(cfg, rung.anchor).values() for r in rs]
-            best = Sweep.from_records(records, LR_KEY, _higher_is_better(cfg)).best if records else None
+            best = best_lr(cfg, rung.anchor)
             if best is None:
                 missing.append(placement)
                 continue
@@ -92,7 +92,9 @@ def analysis_plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...]
                 )
             )
         if missing:
-            skipped.append(f"{rung.task}: no best lr yet for {', '.join(missing)} (its sweep has not finished); not analysed")
+            skipped.append(
+                f"{rung.task}: no best lr yet for {', '.join(missing)} (no finished run, or it failed at every lr); not analysed"
+            )
         else:
             planned.append(RungAnalysis(rung.task, tuple(argvs), results_dir / ANALYSIS_FOLDER / rung.task))
     return planned, skipped
