@@ -441,3 +441,29 @@ def test_a_running_grid_s_manifest_counts_the_runs_it_has_not_started(tmp_path, 
     assert sorted(r["run_dir"] for r in manifest["runs"]) == sorted(str(p.run_dir.resolve()) for p in started)
     assert manifest["ended_at"] and manifest["jobs"] == 2
     assert "planned" not in folder_progress(tmp_path / "runs").counts()
+
+
+def test_a_run_that_stops_a_grid_in_this_process_ends_in_its_manifest(tmp_path, monkeypatch):
+    """``run -m`` one run at a time: a Ctrl-C inside run 1 stops it and the grid; the manifest says run 0 completed,
+    run 1 interrupted (not still running), run 2 never started."""
+    import mixbench.grids.runner as runner
+    from mixbench.grids.launchers import Outcome
+    from mixbench.training.preemption import Interrupted
+
+    def in_process(i, total, argv, cfg):
+        if i == 1:
+            raise Interrupted("SIGINT", 3, None, False)
+        return Outcome(argv, None, {"status": "completed", "wall_time_s": 5.0})
+
+    monkeypatch.setattr(runner, "_in_process", in_process)
+    monkeypatch.setattr(runner, "preflight", lambda cfg: None)
+    argvs = expand_sweep(["task=llama_lm", "model=llama_tiny", "seed=0,1,2", f"results_dir={tmp_path}"])
+    with pytest.raises(Interrupted):
+        runner.run_many(argvs, jobs=1)
+    (manifest,) = [json.loads(p.read_text()) for p in (tmp_path / "runs" / run_files.GRIDS_DIR).glob("*.json")]
+    assert [(r["state"], r.get("status")) for r in manifest["runs"]] == [
+        ("ended", "completed"),
+        ("ended", "interrupted"),
+        ("planned", None),
+    ]
+    assert manifest["ended_at"]

@@ -77,7 +77,11 @@ def in_turn(argvs: list[list[str]], configs: list, manifest: GridManifest) -> li
     try:
         for i, (argv, cfg) in enumerate(zip(argvs, configs)):
             manifest.started(i)
-            outcomes.append(_in_process(i, len(argvs), argv, cfg))
+            try:
+                outcomes.append(_in_process(i, len(argvs), argv, cfg))
+            except RESUMABLE_STOPS as stop:  # the run stopped at its step and the grid with it: not "running" any more
+                manifest.ended(i, None, None, status=getattr(stop, "status", "failed"))
+                raise
             manifest.ended(i, outcomes[-1].run_dir, outcomes[-1].record)
     except KeyboardInterrupt:  # as a run started, before it took Ctrl-C over (or between two runs)
         if len(outcomes) < len(argvs):
