@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 
 from ..core.errors import ConfigError
-from ..results.sweep import Sweep
+from ..results.sweep import Sweep, failed_everywhere
 from ..training.config import compose, norm_spec
 from ..training.run import finished_runs
 from .paper import grid
@@ -103,7 +103,7 @@ def next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better:
     k_of = {k: records_by_k[k][0]["config"]["optim"]["lr"] for k in records_by_k}
     tried = sorted(records_by_k)
     if sweep.best is None:  # every lr tried failed
-        if len(tried) >= 3 and tried[-1] - tried[0] >= 2:
+        if failed_everywhere(k_of.values()):
             return Step(done=f"failed at every lr tried ({len(tried)} lrs spanning ≥ a decade)")
         return _within(Step(((tried[0] - 1, 0),)), tried, max_lrs)
     best = next(k for k in tried if k_of[k] == sweep.best)

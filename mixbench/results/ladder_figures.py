@@ -34,12 +34,11 @@ from ..core.storage import atomic_write_text
 from ..core.tasks import task_files_merged
 from .lr_curves import EDGE_MARKERS, _slug
 from .records import column_key
-from .sweep import RULE, Sweep, value_text, with_setting
+from .sweep import RULE, Sweep, failed_everywhere, value_text, with_setting
 from .table import Table, aggregate
 
 log = logging.getLogger(__name__)
 KEY = "optim.lr"
-DECADE = 9.5  # lrs a decade apart on a half-decade grid (1.5e-4 → 1.5e-3; 3 ≈ √10 rounds some steps down)
 SPREAD = 0.02  # decades between the x positions of neighbouring placements at one size (keeps their markers apart)
 
 
@@ -163,9 +162,7 @@ def breaks_at(ladder: Ladder, row: str) -> Break | None:
     for rung in ladder.rungs:
         sweep = ladder.sweep(row, rung)
         if sweep is not None and sweep.best is None and sweep.trained:
-            lrs = sorted(v for v in sweep.cells if isinstance(v, (int, float)))
-            settled = len(lrs) >= 3 and lrs[-1] >= DECADE * lrs[0]
-            return Break(rung, settled, len(sweep.cells))
+            return Break(rung, failed_everywhere(sweep.cells), len(sweep.cells))
     return None
 
 

@@ -99,6 +99,17 @@ def ended_share(cell: Cell) -> float | None:
     return sum(cell.count(o) for o in ENDED) / trained if trained else None
 
 
+FAILED_LRS = 3  # a placement "fails at every lr" once it failed at ≥ this many lrs …
+DECADE = 9.5  # … spanning at least this ratio: a decade on a half-decade grid (3 ≈ √10 rounds some steps down)
+
+
+def failed_everywhere(values) -> bool:
+    """Whether the lrs ``values`` (every one of them failed) are enough to say a placement fails at every lr: ≥
+    :data:`FAILED_LRS` of them spanning a decade (the size ladder stops sweeping there; its "breaks at" says so)."""
+    lrs = sorted(float(v) for v in values)
+    return len(lrs) >= FAILED_LRS and lrs[-1] >= DECADE * lrs[0]
+
+
 def best_value(cells: dict, higher_is_better: bool):
     """The value of ``cells`` (value → :class:`Cell`, in order) picked by :data:`RULE`; None where no seed finished."""
     scored = [(ended_share(c), -c.mean if higher_is_better else c.mean, -c.n, _order(v), v) for v, c in cells.items() if c.n]
