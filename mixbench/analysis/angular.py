@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 import torch
 
+from ..core.constants import ANGULAR_TOKENS
+
 
 def angular_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per-row angular distance in [0, 1] between vectors a and b (..., d)."""
@@ -54,7 +56,7 @@ class AngularAccumulator:
         return out[:, : self.L]
 
 
-def angular_distance_matrix(model, batches, token_budget: int = 262_144, forward=None) -> tuple[torch.Tensor, int]:
+def angular_distance_matrix(model, batches, token_budget: int = ANGULAR_TOKENS, forward=None) -> tuple[torch.Tensor, int]:
     """Run ``batches`` (``(inputs, mask)`` pairs) through ``model`` until ``token_budget`` tokens; returns (D, tokens)."""
     acc = AngularAccumulator(len(model.blocks))
     forward = forward or model

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from ..core.constants import ANGULAR_TOKENS
 from ..core.families import get_family
 from ..core.tasks import get_task
 from ..training.builders import build_datamodule, build_lightning_module, build_run_model, model_options
@@ -106,7 +107,7 @@ def _token_batches(subject: Subject):
         yield inputs(subject.datamodule.transfer_batch_to_device(batch, analysis_device(), 0))  # as in training (e.g. GPU augmentation)
 
 
-def angular_profile(subject: Subject, token_budget: int = 262_144) -> dict:
+def angular_profile(subject: Subject, token_budget: int = ANGULAR_TOKENS) -> dict:
     matrix, tokens = angular_distance_matrix(subject.model.eval(), _token_batches(subject), token_budget)
     return {
         "name": subject.name,
@@ -160,7 +161,7 @@ def describe_data(subject: Subject) -> dict:
     return {"dataset": info.get("name"), "dataset_label": info.get("label")}
 
 
-def measure(what: str, subjects: list[Subject], out_dir: Path, batches: int = 8, tokens: int = 262_144, limit_val_batches=None):
+def measure(what: str, subjects: list[Subject], out_dir: Path, batches: int = 8, tokens: int = ANGULAR_TOKENS, limit_val_batches=None):
     """One analysis (``grad-norm``, ``angular`` or ``prune``) of ``subjects`` side by side, written as
     ``<out_dir>/<what>.json`` + ``.png`` (the paths returned)."""
     from . import plots

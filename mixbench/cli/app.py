@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..core.constants import VERSION
+from ..core.constants import ANGULAR_TOKENS, VERSION
 from ..core.errors import INTERRUPTED_EXIT, USER_ERRORS, ConfigError, one_line
 from ..core.logs import configure_logging
 from .eval import add_eval_commands
@@ -628,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[0, 100, 1000, -1],
         help="training-grad-norm: the logged steps to show (nearest recorded; -1 = last)",
     )
-    ana.add_argument("--tokens", type=int, default=262_144, help="angular: token budget (the paper: 256K)")
+    ana.add_argument("--tokens", type=int, default=ANGULAR_TOKENS, help="angular: token budget (the paper: 256K)")
     ana.add_argument("--limit-val-batches", type=int, default=None, help="prune: evaluate on this many validation batches")
     ana.set_defaults(func=cmd_analyze)
     plot = sub.add_parser(

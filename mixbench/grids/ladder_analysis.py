@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.constants import ANGULAR_TOKENS
 from ..core.errors import ConfigError
 from ..training.config import compose
 from .ladder import LR_KEY, best_lr, family_settings, rungs
@@ -120,6 +121,7 @@ def reproduce_ladder_analysis(
 
     spec = analysis_spec(name, root)
     whats = spec.get("analyses", list(ANALYSES))
+    tokens, batches = int(spec.get("tokens", ANGULAR_TOKENS)), spec.get("limit_val_batches")
     by_rung = iter(outcomes)
     for rung in planned:
         ran = [next(by_rung) for _ in rung.argvs]
@@ -127,7 +129,6 @@ def reproduce_ladder_analysis(
             log.error("%s: a rerun did not complete (%s); its analyses are skipped", rung.task, ", ".join(o.status for o in ran))
             continue
         subjects = [runner.subject_from_run(o.run_dir) for o in ran]
-        tokens, batches = int(spec.get("tokens", 262_144)), spec.get("limit_val_batches")
         for what in whats:
             runner.measure(what, subjects, rung.out_dir, tokens=tokens, limit_val_batches=batches)
     return outcomes
