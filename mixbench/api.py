@@ -24,10 +24,7 @@ def compose(args: list[str] | None = None, /, *, project: str | Path | None = No
     line: strings are parsed as YAML, other values formatted as YAML)."""
     from omegaconf import OmegaConf
 
-    from .core.tasks import load_project_plugins
     from .training.config import compose as compose_args  # compose/run/load_records import their stack on first use
-
-    load_project_plugins(project)  # the placements (data loaders, families) the project's code registers
 
     def as_text(value) -> str:
         return value if isinstance(value, str) else OmegaConf.to_yaml(OmegaConf.create({"v": value})).strip()[3:]

@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 
 from ..core.errors import ConfigError
+from ..core.tasks import get_task
 from ..results.sweep import Sweep, failed_everywhere
 from ..training.config import compose, norm_spec
 from ..training.run import finished_runs
@@ -183,7 +184,7 @@ def best_lr(cfg, anchor: float) -> float | None:
 
 
 def _higher_is_better(cfg) -> bool:
-    return bool(next(m.higher_is_better for m in cfg.task.metrics if m.primary))
+    return get_task(cfg.task.name).primary_metric.higher_is_better  # as the task's records say
 
 
 def reproduce_ladder(

@@ -51,10 +51,6 @@ RESERVED_TRAINER_KEYS = {
 BOOLEAN_SHORTHANDS = {"compile": "compile.enabled"}
 
 
-def group_choices(group: str, root: str | Path | None = None) -> list[str]:
-    return config_choices(group, root)
-
-
 def check_known_keys(base: DictConfig, update, where: str, prefix: str = "") -> None:
     """Fail on the first key of ``update`` (recursively) that ``base`` does not have."""
     for key, value in update.items():
@@ -184,7 +180,7 @@ def check_norm_options(cfg: DictConfig, options: list[str], root=None) -> None:
                 plan = []
             if {placement, *plan} & set(readers):
                 continue
-        choices = [f"norm={c}" for c in group_choices("norm", root) if load_group("norm", c, root).get("placement") in readers]
+        choices = [f"norm={c}" for c in config_choices("norm", root) if load_group("norm", c, root).get("placement") in readers]
         choices = choices or [f"norm.placement={name}" for name in readers]
         blocks = [name for name in readers if name in block_placements() and option in get_placement(name).reads]
         also = f" (or {'/'.join(blocks)} blocks in norm.layers)" if blocks else ""
