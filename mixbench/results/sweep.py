@@ -116,12 +116,11 @@ def best_value(cells: dict, higher_is_better: bool):
     return min(scored, key=lambda s: s[:4])[4] if scored else None
 
 
-def loss_at(records: list[dict], init: float, decided: dict | None = None) -> float | None:
+def loss_at(records: list[dict], init: float, decided: dict) -> float | None:
     """ℓ(η) of the records at one value: the mean over its seeds that trained (finished, stalled or diverged) of each
     seed's val/loss, :func:`~.sensitivity.capped` at ℓ₀ (``init``; ℓ₀ where it is not finite).  A seed's outcome is
-    decided as in :class:`Cell` (``decided``: the outcomes of the records' cell where it is built already) and its
+    decided as in :class:`Cell` (``decided``: the outcomes of the records' cell, :attr:`Cell.outcomes`) and its
     repeats with that outcome are averaged.  None where no seed trained."""
-    decided = Cell.from_records(records).outcomes if decided is None else decided
 
     def view(r: dict) -> dict:
         if outcome(r) != decided[_seed_key(r["seed"])] or outcome(r) not in TRAINED:
