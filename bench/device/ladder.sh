@@ -11,7 +11,9 @@
 #   bash bench/device/ladder.sh cifar     # carrying .data/cifar: the CIFAR-10 images the ViT chains wait for (three
 #                                         #   calls: each stays under a call's 64 MiB)
 #   bash bench/device/ladder.sh plan      # HERE, before the lease: round 1 of each rung from the committed records
-#                                         #   (results/proxy/ladder/runs) into .plans/, which start carries along
+#                                         #   (results/proxy/ladder/runs) into .plans/, which start carries along;
+#                                         #   LAST="peri dyt" (here and at start) puts those placements' runs at the
+#                                         #   end of every round's plan
 #   bash bench/device/ladder.sh collect   # any time: the records finished so far and the chains' logs
 #   bash bench/device/ladder.sh watch     # collect every 60 s for WATCH_S seconds (default 540)
 #
@@ -44,6 +46,15 @@ plan_rung() {  # plan_rung TASK [CORES]: the next round of one rung from the rec
     taskset -c "${2:-0-$(($(nproc) - 1))}" python3 -m mixbench.cli reproduce ladder --dry-run --only "task=$1" "${SETTINGS[@]}" "${COMMON[@]}"
 }
 
+put_last() {  # put_last PLAN: the runs of the placements LAST (e.g. "peri dyt") moved to the end of the plan, so that
+    # a lease cut short has run the others' first
+    [ -n "${LAST:-}" ] || return 0
+    local last
+    last=$(printf ' norm=%s |' $LAST)
+    { grep -Ev "${last%|}" "$1"; grep -E "${last%|}" "$1"; } > "$1.tmp"
+    mv "$1.tmp" "$1"
+}
+
 seed_records() {  # seed_records DIR: the ladder's committed records (ViT-Ti from the lr_sensitivity grid where it has none)
     mkdir -p "$1/runs"
     [ -d results/proxy/ladder/runs ] && cp -r results/proxy/ladder/runs/. "$1/runs/"
@@ -69,6 +80,7 @@ chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASK
             else
                 plan_rung "$task" "$cores" > "$LOGS/plan_${name}_$round.txt" 2> "$LOGS/plan_${name}_$round.log" \
                     || { echo "== $task: planning failed"; break; }
+                put_last "$LOGS/plan_${name}_$round.txt"
             fi
             n=$(grep -c '^mixbench' "$LOGS/plan_${name}_$round.txt")
             echo "== $task round $round: $n run(s) at $(date +%T)"
@@ -117,7 +129,7 @@ case $STEP in
         seed_records "$MB/.ladder"
         [ -d .plans ] && cp -r .plans "$MB/"
         touch "$MB/.started"
-        export -f chain plan_rung analysis_chain; export MB LOGS
+        export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST
         IFS=';' read -ra lanes <<< "${LANES:-$DEFAULT_LANES}"
         for lane in "${lanes[@]}"; do
             IFS='@' read -r tasks gpus cores jobs <<< "$lane"
@@ -142,8 +154,10 @@ case $STEP in
         rm -rf .ladder && seed_records .ladder && mkdir -p .plans
         export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
         for task in ${RUNGS:-in1k_vit_tiny in1k_vit_small c4_llama_71m c4_llama_130m c4_llama_250m c4_llama_1b}; do
-            plan_rung "$task" > ".plans/ladder_${task#*_}.txt" 2> ".plans/ladder_${task#*_}.log" || { echo "planning $task failed"; exit 2; }
-            echo "$task: $(grep -c '^mixbench' ".plans/ladder_${task#*_}.txt") run(s) planned"
+            plan=".plans/ladder_${task#*_}.txt"
+            plan_rung "$task" > "$plan" 2> ".plans/ladder_${task#*_}.log" || { echo "planning $task failed"; exit 2; }
+            put_last "$plan"
+            echo "$task: $(grep -c '^mixbench' "$plan") run(s) planned"
         done
         rm -rf .ladder
         exit 0 ;;
