@@ -80,8 +80,8 @@ chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASK
             else
                 plan_rung "$task" "$cores" > "$LOGS/plan_${name}_$round.txt" 2> "$LOGS/plan_${name}_$round.log" \
                     || { echo "== $task: planning failed"; break; }
-                put_last "$LOGS/plan_${name}_$round.txt"
             fi
+            put_last "$LOGS/plan_${name}_$round.txt"   # a plan made ahead without LAST too
             n=$(grep -c '^mixbench' "$LOGS/plan_${name}_$round.txt")
             echo "== $task round $round: $n run(s) at $(date +%T)"
             [ "$n" -gt 0 ] || break
