@@ -71,8 +71,9 @@ def test_analyze_reruns_each_placement_at_its_best_lr_and_measures_them_side_by_
     assert [o.run_dir for o in again] == [o.run_dir for o in outcomes]  # finished reruns are analysed, not trained again
 
 
-def test_analyze_belongs_to_ladder_grids(caplog):
-    assert main(["reproduce", "table1", "--analyze", "--dry-run"]) == 2
+@pytest.mark.parametrize("name", ["table1", "table2", "table3"])  # a plain grid, the SFT + eval chains, the RLHF chains
+def test_analyze_belongs_to_ladder_grids(caplog, name):
+    assert main(["reproduce", name, "--analyze", "--dry-run"]) == 2
     assert "--analyze belongs to ladder grids" in caplog.text
 
 

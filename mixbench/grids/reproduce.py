@@ -147,20 +147,21 @@ def reproduce(
     scale = scale or grid_scales(name)[0]
     if best_from is not None and not any(_sweep(b)[0] for b in _proxy_blocks(name)):
         raise ConfigError(f"--best-from needs a grid that sweeps a setting (e.g. lr_sensitivity); {name} sweeps none")
-    if grid(name).get("kind") == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
+    kind = grid(name).get("kind")
+    if analyze and kind != "ladder":  # before any chain starts: the flag is refused, not ignored
+        raise ConfigError(f"--analyze belongs to ladder grids (mixbench reproduce ladder --analyze); {name} is not one")
+    if kind == "downstream":  # pretrain → SFT → eval chains (paper Table 2)
         if launcher != "local":
             raise ConfigError(
                 f"{name}'s pretrain → fine-tune → evaluate chains run with the local launcher only; "
                 "submit the chain itself as one job (e.g. sbatch --wrap 'mixbench reproduce ...')"
             )
         return reproduce_downstream(name, scale, seeds, extra, dry_run, jobs, resume, only)
-    if grid(name).get("kind") == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
+    if kind == "rlhf":  # pretrain → SFT → RM → ReMax chains (paper Table 3)
         return reproduce_rlhf(name, scale, seeds, extra, dry_run, jobs, resume, only)
     if analyze:
-        if grid(name).get("kind") != "ladder":
-            raise ConfigError(f"--analyze belongs to ladder grids (mixbench reproduce ladder --analyze); {name} is not one")
         return reproduce_ladder_analysis(name, extra, dry_run, jobs, only, launcher)
-    if grid(name).get("kind") == "ladder":  # placements across model sizes, lrs planned round by round
+    if kind == "ladder":  # placements across model sizes, lrs planned round by round
         return reproduce_ladder(name, seeds, extra, dry_run, jobs, resume, only, launcher)
 
     argvs = expand(name, scale, seeds, extra, best_from=best_from, only=only)
