@@ -176,10 +176,10 @@ def _finished_by_index(cfg, anchor: float) -> dict[int, list[dict]]:
     return found
 
 
-def best_lr(cfg, anchor: float) -> float | None:
+def best_lr(cfg) -> float | None:
     """The best lr of ``cfg``'s finished records at any lr (the tuned table's rule); None where none finished or every
     lr tried failed."""
-    records = [r for found in _finished_by_index(cfg, anchor).values() for r in found]
+    records = finished_runs(cfg, norm_spec(cfg).label(), aside=(LR_KEY,))
     return Sweep.from_records(records, LR_KEY, _higher_is_better(cfg)).best if records else None
 
 

@@ -77,7 +77,7 @@ def analysis_plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...]
         for placement in spec["placements"]:
             base = [f"task={rung.task}", f"norm={placement}", *rung.overrides]
             cfg = compose([*base, *extra], root)
-            best = best_lr(cfg, rung.anchor)
+            best = best_lr(cfg)
             if best is None:
                 missing.append(placement)
                 continue
