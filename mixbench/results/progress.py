@@ -480,8 +480,10 @@ def manifests(root: Path, grids: list[Path]) -> list[tuple[str, dict]]:
         except OSError:
             continue
         for path in files:
+            if path.name in found:
+                continue
             data = _json(path)
-            if path.name not in found and data is not None and isinstance(data.get("runs"), list):
+            if data is not None and isinstance(data.get("runs"), list):
                 found[path.name] = data
     return sorted(found.items())  # by name: the grid's start time first
 
