@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from ..core.constants import ANGULAR_TOKENS
 from ..core.families import get_family
+from ..core.run_files import ANALYSIS_DIR
 from ..core.tasks import get_task
 from ..training.builders import build_datamodule, build_lightning_module, build_run_model, model_options
 from ..training.config import compose, load_run_config, norm_spec
@@ -49,7 +50,7 @@ def subject_from_run(run_dir: str | Path) -> Subject:
     datamodule = build_datamodule(cfg)
     model = _build(cfg, datamodule)
     model.load_state_dict(state)
-    return Subject(norm_spec(cfg).label(), cfg, model.to(analysis_device()).eval(), datamodule, run_dir / "analysis")
+    return Subject(norm_spec(cfg).label(), cfg, model.to(analysis_device()).eval(), datamodule, run_dir / ANALYSIS_DIR)
 
 
 def subject_at_init(args: list[str], out_dir: Path) -> Subject:

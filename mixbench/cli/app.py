@@ -14,6 +14,7 @@ from pathlib import Path
 from ..core.constants import ANGULAR_TOKENS, VERSION
 from ..core.errors import INTERRUPTED_EXIT, USER_ERRORS, ConfigError, one_line
 from ..core.logs import configure_logging
+from ..core.run_files import ANALYSIS_DIR
 from .eval import add_eval_commands
 
 log = logging.getLogger("mixbench")
@@ -212,7 +213,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise ConfigError("training-grad-norm reads runs' gradnorm.json: give --run DIR or --compare DIR DIR ...")
         runs = [runner.training_grad_norms(d, args.steps) for d in run_dirs]
         figure = plots.training_grad_norm_figure(runs, f"per-block gradient norm during training ({runs[0]['dataset']})")
-        runner.write(Path(args.run) / "analysis" if args.run else Path(args.out), "training_grad_norm", runs, figure)
+        runner.write(Path(args.run) / ANALYSIS_DIR if args.run else Path(args.out), "training_grad_norm", runs, figure)
         return 0
     if args.run or args.compare:
         if args.overrides:
@@ -276,7 +277,7 @@ def plot_ladder(args: argparse.Namespace) -> int:
         raise ConfigError(f"no result records under {folders}: nothing to plot")
     first = (args.results_dir or [str(default_runs_dir())])[0]
     out = args.out or first
-    for path in write_ladder(records, out, args.baseline or "pre", analysis_dir=Path(first) / "analysis"):
+    for path in write_ladder(records, out, args.baseline or "pre", analysis_dir=Path(first) / ANALYSIS_DIR):
         log.info("wrote %s", path)
     return 0
 

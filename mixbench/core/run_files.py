@@ -12,6 +12,7 @@ LOCK_FILE, HOLDER_FILE = ".run.lock", ".run.holder"  # training/run_lock.py: the
 CHECKPOINT_DIR = "checkpoints"  # training/checkpointing.py: epoch=E-step=S.ckpt and last.ckpt
 CHECKPOINT_STEP = re.compile(r"step=(\d+)")  # the optimizer step in a checkpoint's name
 METRICS_FILE = "logs/metrics.csv"  # Lightning's CSV logger (training/loggers.py), appended every 100 logged steps
+ANALYSIS_DIR = "analysis"  # mixbench analyze's JSON + PNG in a run's folder; a ladder's in <results_dir>/analysis/<task>
 CONSOLE_FILE = "console.log"  # a grid's run in a subprocess (grids/runner.py, --jobs N): its console output
 GRIDS_DIR = ".grids"  # <results_dir>/runs/.grids/<utc time>-<pid>.json: a grid's manifest (grids/manifest.py)
 # a manifest run's states: planned (no run folder yet), running, ended (its status beside it)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..core.constants import ANGULAR_TOKENS
 from ..core.errors import ConfigError
+from ..core.run_files import ANALYSIS_DIR
 from ..training.config import compose
 from .ladder import LR_KEY, best_lr, family_settings, rungs
 from .paper import grid
@@ -30,7 +31,6 @@ from .runner import run_many
 log = logging.getLogger(__name__)
 
 ANALYSES = ("angular", "prune")
-ANALYSIS_FOLDER = "analysis"
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def analysis_spec(name: str, root=None) -> dict:
 def reruns_folder(results_dir: Path) -> Path:
     """``<results_dir>_analysis``: where the reruns with weights go, beside the ladder's folder, never inside it."""
     results_dir = results_dir if results_dir.name else results_dir.resolve()
-    return results_dir.with_name(f"{results_dir.name}_{ANALYSIS_FOLDER}")
+    return results_dir.with_name(f"{results_dir.name}_{ANALYSIS_DIR}")
 
 
 def analysis_plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), root=None) -> tuple[list[RungAnalysis], list[str]]:
@@ -97,7 +97,7 @@ def analysis_plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...]
                 f"{rung.task}: no best lr yet for {', '.join(missing)} (no finished run, or it failed at every lr); not analysed"
             )
         else:
-            planned.append(RungAnalysis(rung.task, tuple(argvs), results_dir / ANALYSIS_FOLDER / rung.task))
+            planned.append(RungAnalysis(rung.task, tuple(argvs), results_dir / ANALYSIS_DIR / rung.task))
     return planned, skipped
 
 
