@@ -61,7 +61,13 @@ class TaskSpec:
 
     def load_plugin(self) -> None:
         """Import the task's ``task.py`` (if any) under the module name ``mixbench_tasks.<name>``."""
-        _import_file(self.path / "task.py", f"mixbench_tasks.{self.name}")
+        _import_task_code(self.path, self.name)
+
+
+def _import_task_code(folder: Path, name: str) -> None:
+    """A task's ``task.py`` under ``mixbench_tasks.<name>``: one module name wherever it is imported from, so that the
+    file runs (and registers what it registers) once."""
+    _import_file(folder / "task.py", f"mixbench_tasks.{name}")
 
 
 def _import_file(code: Path, module_name: str) -> None:
@@ -179,7 +185,7 @@ def load_project_plugins(root: str | Path | None = None) -> Path | None:
         return None
     for name, (path, _) in _merged(_task_files(root)).items():  # the files, not yet checked: the code may register
         if path.parent.parent == project / "tasks":  # the family or data loader a task names
-            _import_file(path.parent / "task.py", f"mixbench_tasks.{name}")
+            _import_task_code(path.parent, name)
     plugins = project / PLUGIN_MODULE
     _import_file(plugins, "mixbench_project_plugins_" + hashlib.sha1(str(plugins).encode()).hexdigest()[:12])
     return project
