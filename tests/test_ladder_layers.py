@@ -64,3 +64,20 @@ def test_plot_ladder_sums_up_the_committed_analyses_by_size(tmp_path):
     assert [r.split(" | ")[:3] for r in rows[:2]] == [["| llama_71m · 46.2M", "pre", "12"], ["| llama_71m · 46.2M", "mix(α=0.25)", "12"]]
     assert rows[0].split(" | ")[3:6] == ["0.489", "0.056", "0.030"]  # results/proxy/ladder/README.md quotes these
     assert (tmp_path / "ladder_layers.png").stat().st_size > 0
+
+
+def test_plot_ladder_without_a_results_dir_finds_the_analyses_beside_the_default_runs_folder(tmp_path, monkeypatch):
+    """``reproduce ladder --analyze`` writes ``<results_dir>/analysis``; the runs are in ``<results_dir>/runs``."""
+    import shutil
+    from pathlib import Path
+
+    from mixbench.cli.app import main
+    from mixbench.results import sources
+
+    ladder = Path(__file__).resolve().parents[1] / "results" / "proxy" / "ladder"
+    shutil.copytree(ladder / "runs" / "c4_llama_71m", tmp_path / "results" / "runs" / "c4_llama_71m")
+    shutil.copytree(ladder / "analysis" / "c4_llama_71m", tmp_path / "results" / "analysis" / "c4_llama_71m")
+    monkeypatch.setattr(sources, "default_runs_dir", lambda: tmp_path / "results" / "runs")
+    assert main(["plot", "ladder", "--out", str(tmp_path / "out")]) == 0
+    rows = [line for line in (tmp_path / "out" / "ladder_layers.md").read_text().splitlines() if line.startswith("| llama_71m")]
+    assert [r.split(" | ")[1] for r in rows] == ["pre", "mix(α=0.25)"]

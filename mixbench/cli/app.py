@@ -276,8 +276,10 @@ def plot_ladder(args: argparse.Namespace) -> int:
     if not records:
         raise ConfigError(f"no result records under {folders}: nothing to plot")
     first = (args.results_dir or [str(default_runs_dir())])[0]
+    # --analyze writes <results_dir>/analysis: beside the default runs folder (<results_dir>/runs), not inside it
+    analyses = Path(args.results_dir[0]) if args.results_dir else default_runs_dir().parent
     out = args.out or first
-    for path in write_ladder(records, out, args.baseline or "pre", analysis_dir=Path(first) / ANALYSIS_DIR):
+    for path in write_ladder(records, out, args.baseline or "pre", analysis_dir=analyses / ANALYSIS_DIR):
         log.info("wrote %s", path)
     return 0
 
