@@ -142,3 +142,70 @@ def test_a_round_lists_every_placement_at_its_start_lr_before_the_steps_around_i
     assert main(argv) == 0
     lrs = [line.split("optim.lr=")[1].split()[0] for line in capsys.readouterr().out.splitlines()]
     assert lrs[:8] == ["0.0005"] * 8 and sorted(set(lrs[8:])) == ["0.00015", "0.0015"]  # a round cut short has tried all 8
+
+
+def test_a_fixed_token_budget_gives_every_size_the_same_steps():
+    budget = {"tokens": 2.5e7, "tokens_per_step": 128 * 256}
+    assert [lm_budget(budget, tokens) for tokens in (1.1e9, 5e9, None)] == [764, 764, 764]  # the 1B rung's 764 steps
+    with pytest.raises(ConfigError, match="either fraction"):
+        lm_budget({"tokens": 2.5e7, "fraction": 0.005, "tokens_per_step": 1}, 1e9)
+    with pytest.raises(ConfigError, match="paper_tokens"):
+        lm_budget({"fraction": 0.005, "tokens_per_step": 1}, None)
+
+
+def test_the_equal_data_ladder_runs_four_sizes_at_764_steps_from_each_sizes_ladder_best():
+    sizes = rungs("ladder_tokens")
+    assert [r.task for r in sizes] == ["c4_llama_71m", "c4_llama_130m", "c4_llama_250m", "c4_llama_1b"]
+    assert all("trainer.max_steps=764" in r.overrides and "trainer.val_check_interval=191" in r.overrides for r in sizes)
+    assert dict(sizes[0].starts) == {"pre": 3e-3, "mix": None, "post": 3e-4, "deepnorm": None}  # 71M's ladder bests
+    one_b = {r.task: r for r in rungs("ladder")}["c4_llama_1b"]
+    assert sizes[-1].overrides == one_b.overrides and sizes[-1].anchor == one_b.anchor  # the 1B records count in both
+
+
+def test_a_rung_start_for_an_unknown_placement_is_refused(tmp_path):
+    grids = tmp_path / "configs" / "grids"
+    grids.mkdir(parents=True)
+    (grids / "tiny.yaml").write_text(
+        "tiny:\n  kind: ladder\n  runs: []\n  families:\n    - name: llama\n      placements: {pre: null}\n"
+        "      rungs:\n        - {task: c4_llama_71m, lr: 1.0e-3, starts: {psot: 3.0e-4}}\n"
+    )
+    with pytest.raises(ConfigError, match="psot"):
+        rungs("tiny", root=tmp_path)
+
+
+def stalled(k, losses, seed=0):
+    """A stalled record at the k-th lr whose validations at 25/50/75/100 % gave ``losses``."""
+    record = run(963, k, seed=seed, status="stalled")
+    record["validations"] = [{"fraction": f, "metrics": {"val/loss": x}} for f, x in zip((0.25, 0.5, 0.75, 1.0), losses)]
+    return record
+
+
+def test_a_sweep_that_fails_everywhere_goes_on_below_a_lowest_lr_that_was_still_improving():
+    flat = (6.9995, 6.9784, 6.9597, 6.9584)  # 1B Post-LN at 5e-4: 0.02 nats over its second half
+    falling = (6.9809, 6.9727, 6.8896, 6.8734)  # at 1.5e-4: 0.099 nats, still learning
+    ended = step(stalled(-1, flat), stalled(0, flat), stalled(1, flat))
+    assert ended.runs == () and "failed at every lr" in ended.done
+    more = step(stalled(-1, falling), stalled(0, flat), stalled(1, flat))
+    assert more.runs == ((-2, 0), (-1, 1))  # one lr lower, and a second seed at the lowest failed lr
+    seeded = step(stalled(-1, falling), stalled(-1, falling, seed=1), stalled(0, flat), stalled(1, flat))
+    assert seeded.runs == ((-2, 0),)
+    lower_flat = step(stalled(-2, flat), stalled(-1, falling), stalled(-1, falling, seed=1), stalled(0, flat), stalled(1, flat))
+    assert lower_flat.runs == () and "failed at every lr" in lower_flat.done  # the new lowest lr was not improving: the sweep ends
+    capped = step(stalled(-1, falling), stalled(0, flat), stalled(1, flat), max_lrs=3)
+    assert capped.runs == () and "max_lrs" in capped.done
+
+
+def test_dry_run_of_the_equal_data_ladder_lists_the_four_sizes_at_764_steps(tmp_path, capsys):
+    argv = [
+        "reproduce",
+        "ladder_tokens",
+        "--dry-run",
+        "llama:data.tokenizer=embedded",
+        "llama:model.vocab_size=8192",
+        f"results_dir={tmp_path}",
+    ]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for task in ("c4_llama_71m", "c4_llama_130m", "c4_llama_250m", "c4_llama_1b"):
+        mine = [line for line in lines if f"task={task} " in line]
+        assert len(mine) == 4 * 3 and all("trainer.max_steps=764" in line for line in mine)

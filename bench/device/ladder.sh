@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The size ladder (`mixbench reproduce ladder`, configs/grids/ladder.yaml) on one GPU machine, over back-to-back device
+# The size ladder (`mixbench reproduce ladder`, configs/grids/ladder.yaml; GRID=ladder_tokens: every size at 25M tokens,
+# configs/grids/ladder_tokens.yaml) on one GPU machine, over back-to-back device
 # calls of one lease (a warm machine keeps /tmp between calls that follow within ≈ 30 s):
 #
 #   bash bench/device/ladder.sh start     # carrying .snap, .whl and .plans: copies the code to /tmp/mb, seeds the
@@ -38,12 +39,17 @@ OUT=${OUT:-/tmp/ladder_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
 DEFAULT_LANES="in1k_vit_tiny,in1k_vit_small,c4_llama_71m,c4_llama_130m,c4_llama_250m@0@0-15@3;c4_llama_1b@1,2,3@16-63@1"  # the 1B rung alone on three cards
-COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false results_dir=.ladder resume=auto)
+GRID=${GRID:-ladder}   # or ladder_tokens (every size at 25M tokens); its records: results/proxy/$GRID, on the machine .$GRID
+RESULTS=.$GRID
+COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false "results_dir=$RESULTS" resume=auto)
 SETTINGS=("llama:${TEXTMIX[0]}" "llama:${TEXTMIX[1]}" "llama:${TEXTMIX[2]}" llama:data.num_workers=2
           vit:data.path=.data/cifar/cifar10_bigbench.npz vit:data.num_workers=3)
 
-plan_rung() {  # plan_rung TASK [CORES]: the next round of one rung from the records in .ladder (stdout)
-    taskset -c "${2:-0-$(($(nproc) - 1))}" python3 -m mixbench.cli reproduce ladder --dry-run --only "task=$1" "${SETTINGS[@]}" "${COMMON[@]}"
+plan_rung() {  # plan_rung TASK [CORES]: the next round of one rung from the records in $RESULTS (stdout); ONLY="norm=post"
+    # (space-separated key=value) keeps the runs with those arguments too
+    local only=(--only "task=$1") item
+    for item in ${ONLY:-}; do only+=(--only "$item"); done
+    taskset -c "${2:-0-$(($(nproc) - 1))}" python3 -m mixbench.cli reproduce "$GRID" --dry-run "${only[@]}" "${SETTINGS[@]}" "${COMMON[@]}"
 }
 
 put_last() {  # put_last PLAN: the runs of the placements LAST (e.g. "peri dyt") moved to the end of the plan, so that
@@ -57,8 +63,8 @@ put_last() {  # put_last PLAN: the runs of the placements LAST (e.g. "peri dyt")
 
 seed_records() {  # seed_records DIR: the ladder's committed records (ViT-Ti from the lr_sensitivity grid where it has none)
     mkdir -p "$1/runs"
-    [ -d results/proxy/ladder/runs ] && cp -r results/proxy/ladder/runs/. "$1/runs/"
-    if [ ! -d "$1/runs/in1k_vit_tiny" ]; then
+    [ -d "results/proxy/$GRID/runs" ] && cp -r "results/proxy/$GRID/runs/." "$1/runs/"
+    if [ "$GRID" = ladder ] && [ ! -d "$1/runs/in1k_vit_tiny" ]; then
         for src in results/proxy/placements/runs results/proxy/lr_sensitivity/runs; do
             [ -d "$src/in1k_vit_tiny" ] && cp -r "$src/in1k_vit_tiny" "$1/runs/"
         done
@@ -75,8 +81,8 @@ chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASK
         name=${task#*_}; round=0
         while :; do
             round=$((round + 1))
-            if [ "$round" = 1 ] && [ -f ".plans/ladder_$name.txt" ]; then  # made ahead on the CPU (step plan): no GPU waits for it
-                cp ".plans/ladder_$name.txt" "$LOGS/plan_${name}_$round.txt"
+            if [ "$round" = 1 ] && [ -f ".plans/${GRID}_$name.txt" ]; then  # made ahead on the CPU (step plan): no GPU waits for it
+                cp ".plans/${GRID}_$name.txt" "$LOGS/plan_${name}_$round.txt"
             else
                 plan_rung "$task" "$cores" > "$LOGS/plan_${name}_$round.txt" 2> "$LOGS/plan_${name}_$round.log" \
                     || { echo "== $task: planning failed"; break; }
@@ -99,17 +105,17 @@ analysis_chain() {  # analysis_chain TASKS GPU CORES: `reproduce ladder --analyz
     until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
     for task in ${tasks//,/ }; do
         echo "== analysis $task at $(date +%T)"
-        CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cores" python3 -m mixbench.cli reproduce ladder --analyze --only "task=$task" \
+        CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cores" python3 -m mixbench.cli reproduce "$GRID" --analyze --only "task=$task" \
             "${SETTINGS[@]}" "${COMMON[@]}" || echo "== analysis $task failed"
     done
     echo "== analyses done at $(date +%T)"
 }
 
 pack() {  # (written aside, then moved: a call cut off at its limit still brings back the last whole archive)
-    { echo "${LOGS#/}"; (cd / && finished_run_files /tmp/mb/.started tmp/mb/.ladder && finished_run_files /tmp/mb/.started tmp/mb/.ladder_analysis \
-        && find tmp/mb/.ladder/analysis -mindepth 2 -maxdepth 2 \( -name '*.json' -o -name '*.png' \) 2>/dev/null); } | tar czf "$OUT/.ladder.tmp" -C / -T - 2>/dev/null
+    { echo "${LOGS#/}"; (cd / && finished_run_files /tmp/mb/.started "tmp/mb/$RESULTS" && finished_run_files /tmp/mb/.started "tmp/mb/${RESULTS}_analysis" \
+        && find "tmp/mb/$RESULTS/analysis" -mindepth 2 -maxdepth 2 \( -name '*.json' -o -name '*.png' \) 2>/dev/null); } | tar czf "$OUT/.ladder.tmp" -C / -T - 2>/dev/null
     mv "$OUT/.ladder.tmp" "$OUT/ladder_$STEP.tgz"
-    echo "records finished since the start: $(find $MB/.ladder -name record.json -newer $MB/.started 2>/dev/null | wc -l)"
+    echo "records finished since the start: $(find "$MB/$RESULTS" -name record.json -newer $MB/.started 2>/dev/null | wc -l)"
     tail -q -n 3 "$LOGS"/chain_*.log 2>/dev/null
     return 0
 }
@@ -126,10 +132,10 @@ case $STEP in
             cp -a . "$MB/"
         fi
         (cd "$MB" && use_wheels omegaconf datasets && echo "export PYTHONPATH=$MB${PYTHONPATH:+:$PYTHONPATH}" > /tmp/ladder_env)
-        seed_records "$MB/.ladder"
+        seed_records "$MB/$RESULTS"
         [ -d .plans ] && cp -r .plans "$MB/"
         touch "$MB/.started"
-        export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST
+        export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST GRID RESULTS ONLY
         IFS=';' read -ra lanes <<< "${LANES:-$DEFAULT_LANES}"
         for lane in "${lanes[@]}"; do
             IFS='@' read -r tasks gpus cores jobs <<< "$lane"
@@ -151,15 +157,15 @@ case $STEP in
         mkdir -p "$MB/.data/cifar" && cp .data/cifar/cifar10_bigbench.npz "$MB/.data/cifar/" && touch "$MB/.data/cifar/.ready" ;;
     plan)  # HERE, on the CPU before a lease: round 1 of every rung from the committed records, into .plans/ (carry it in
         # the snapshot or with the start call); the chains plan later rounds themselves
-        rm -rf .ladder && seed_records .ladder && mkdir -p .plans
+        rm -rf "$RESULTS" && seed_records "$RESULTS" && mkdir -p .plans
         export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
         for task in ${RUNGS:-in1k_vit_tiny in1k_vit_small c4_llama_71m c4_llama_130m c4_llama_250m c4_llama_1b}; do
-            plan=".plans/ladder_${task#*_}.txt"
-            plan_rung "$task" > "$plan" 2> ".plans/ladder_${task#*_}.log" || { echo "planning $task failed"; exit 2; }
+            plan=".plans/${GRID}_${task#*_}.txt"
+            plan_rung "$task" > "$plan" 2> ".plans/${GRID}_${task#*_}.log" || { echo "planning $task failed"; exit 2; }
             put_last "$plan"
             echo "$task: $(grep -c '^mixbench' "$plan") run(s) planned"
         done
-        rm -rf .ladder
+        rm -rf "$RESULTS"
         exit 0 ;;
     collect) ;;
     watch)

@@ -7,7 +7,9 @@ in ``results_dir`` and plans the next runs of every (rung, placement) on the run
 
 1. **sweep** (seed 0): the start lr (the placement's, else the rung's) and one half-decade step on each side; then one
    step beyond the best lr wherever the best is the highest or the lowest lr tried; where every lr tried failed
-   (stalled or diverged), one step below the lowest, until ≥ 3 failed lrs span a decade;
+   (stalled or diverged), one step below the lowest, until ≥ 3 failed lrs span a decade — and where the lowest of
+   them was still improving when its budget ended (:func:`mixbench.results.sweep.still_improving`), its seeds (2) and
+   one step lower, until the lowest failed lr stops improving or ``max_lrs`` is reached;
 2. **seeds**: 3 at the best lr (chosen by the tuned table's rule, :class:`mixbench.results.sweep.Sweep`), up to 5 where
    they disagree (some train, some stall or diverge).
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 
 from ..core.errors import ConfigError
 from ..core.tasks import get_task
-from ..results.sweep import Sweep, failed_everywhere
+from ..results.sweep import Sweep, failed_everywhere, still_improving
 from ..training.config import compose, norm_spec
 from ..training.run import finished_runs
 from .paper import grid
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 LR_KEY = "optim.lr"
 VALIDATIONS = 4  # validations a run: at 25 / 50 / 75 / 100 % of its steps
+LOWEST_FAILED_SEEDS = 2  # seeds at the lowest failed lr where it was still improving (results.sweep.still_improving)
 
 
 def lr_at(anchor: float, k: int) -> float:
@@ -69,13 +72,25 @@ class Step:
     done: str = ""
 
 
-def lm_budget(budget: dict, paper_tokens: float) -> int:
-    """Optimizer steps of ``budget.fraction`` × ``paper_tokens`` at ``budget.tokens_per_step``, a multiple of
-    :data:`VALIDATIONS` (at least that many)."""
-    fraction, per_step = float(budget["fraction"]), int(budget["tokens_per_step"])
-    if not 0 < fraction <= 1 or per_step < 1:
-        raise ConfigError(f"ladder budget: fraction must be in (0, 1] and tokens_per_step ≥ 1, got {budget}")
-    return max(VALIDATIONS, VALIDATIONS * round(fraction * paper_tokens / per_step / VALIDATIONS))
+def lm_budget(budget: dict, paper_tokens: float | None) -> int:
+    """Optimizer steps of the rung's token budget at ``budget.tokens_per_step``, a multiple of :data:`VALIDATIONS` (at
+    least that many).  The budget is either ``budget.fraction`` × the rung's ``paper_tokens`` (size and data grow
+    together) or ``budget.tokens``, the same for every rung (size at equal data)."""
+    per_step = int(budget["tokens_per_step"])
+    if ("fraction" in budget) == ("tokens" in budget):
+        raise ConfigError(f"ladder budget: give either fraction (of each rung's paper_tokens) or tokens (every rung), got {budget}")
+    if "tokens" in budget:
+        tokens = float(budget["tokens"])
+    else:
+        fraction = float(budget["fraction"])
+        if not 0 < fraction <= 1:
+            raise ConfigError(f"ladder budget: fraction must be in (0, 1], got {budget}")
+        if paper_tokens is None:
+            raise ConfigError(f"ladder budget: fraction {fraction} needs each rung's paper_tokens, or give budget.tokens")
+        tokens = fraction * paper_tokens
+    if per_step < 1 or not tokens > 0:
+        raise ConfigError(f"ladder budget: tokens and tokens_per_step must be > 0, got {budget}")
+    return max(VALIDATIONS, VALIDATIONS * round(tokens / per_step / VALIDATIONS))
 
 
 def rungs(name: str, root=None) -> list[Rung]:
@@ -84,14 +99,24 @@ def rungs(name: str, root=None) -> list[Rung]:
     out = []
     for family in spec["families"]:
         placements = family["placements"]
-        starts = tuple((p, None if v is None else float(v)) for p, v in placements.items())
         for rung in family["rungs"]:
             overrides = [*family.get("overrides", []), *rung.get("overrides", [])]
-            if "paper_tokens" in rung:
-                steps = lm_budget(family["budget"], float(rung["paper_tokens"]))
+            if "budget" in family:
+                paper_tokens = rung.get("paper_tokens")
+                steps = lm_budget(family["budget"], None if paper_tokens is None else float(paper_tokens))
                 overrides += [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps // VALIDATIONS}"]
-            out.append(Rung(family["name"], rung["task"], float(rung["lr"]), tuple(overrides), starts))
+            out.append(Rung(family["name"], rung["task"], float(rung["lr"]), tuple(overrides), _starts(placements, rung)))
     return out
+
+
+def _starts(placements: dict, rung: dict) -> tuple[tuple[str, float | None], ...]:
+    """Each placement's start lr on ``rung``: the rung's own ``starts`` entry (e.g. a size's best lr in another grid),
+    else the family's, else None (the rung's anchor)."""
+    own = rung.get("starts") or {}
+    unknown = set(own) - set(placements)
+    if unknown:
+        raise ConfigError(f"ladder rung {rung['task']}: starts names {', '.join(sorted(unknown))}, not among the family's placements")
+    return tuple((p, float(own[p]) if own.get(p) is not None else None if v is None else float(v)) for p, v in placements.items())
 
 
 def next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int) -> Step:
@@ -104,9 +129,15 @@ def next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better:
     k_of = {k: records_by_k[k][0]["config"]["optim"]["lr"] for k in records_by_k}
     tried = sorted(records_by_k)
     if sweep.best is None:  # every lr tried failed
-        if failed_everywhere(k_of.values()):
+        if not failed_everywhere(k_of.values()):
+            return _within(Step(((tried[0] - 1, 0),)), tried, max_lrs)
+        lowest = records_by_k[tried[0]]
+        if not any(still_improving(r) for r in lowest):
             return Step(done=f"failed at every lr tried ({len(tried)} lrs spanning ≥ a decade)")
-        return _within(Step(((tried[0] - 1, 0),)), tried, max_lrs)
+        # the lowest lr was still learning when its budget ended: its seeds, and one lr lower
+        have = {r["seed"] for r in lowest}
+        missing = tuple((tried[0], s) for s in range(LOWEST_FAILED_SEEDS) if s not in have)
+        return _within(Step(((tried[0] - 1, 0), *missing)), tried, max_lrs)
     best = next(k for k in tried if k_of[k] == sweep.best)
     if best == tried[-1]:
         return _within(Step(((best + 1, 0),)), tried, max_lrs)
