@@ -44,6 +44,7 @@ RESULTS=.$GRID
 COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false "results_dir=$RESULTS" resume=auto)
 SETTINGS=("llama:${TEXTMIX[0]}" "llama:${TEXTMIX[1]}" "llama:${TEXTMIX[2]}" llama:data.num_workers=2
           vit:data.path=.data/cifar/cifar10_bigbench.npz vit:data.num_workers=3)
+[ "$GRID" = ladder ] || SETTINGS=("${SETTINGS[@]:0:4}")  # ladder_tokens has no ViT family
 
 plan_rung() {  # plan_rung TASK [CORES]: the next round of one rung from the records in $RESULTS (stdout); ONLY="norm=post"
     # (space-separated key=value) keeps the runs with those arguments too
