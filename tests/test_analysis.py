@@ -10,8 +10,9 @@ import torch
 import mixbench
 from mixbench.analysis import angular_distance, block_grad_norms
 from mixbench.analysis.angular import AngularAccumulator
-from mixbench.analysis.runner import prune_profile, subject_at_init
+from mixbench.analysis.runner import prune_profile, subject_at_init, subject_from_run
 from mixbench.cli.app import main
+from mixbench.core.errors import AnalysisMismatch
 
 TINY_LM = [
     "task=llama_lm",
@@ -105,6 +106,16 @@ def test_analyze_commands_on_a_run_and_at_init(tmp_path, token_cache):
     assert angular["tokens"] >= 2000 and angular["dataset"] == "text_embedded" and len(angular["distance"]) == 4
     prune = json.loads((run_dir / "analysis" / "prune.json").read_text())[0]
     assert prune["metric"] == "val/ppl" and len(prune["delta"]) == 4
+    # on the run's own validation batches the unpruned model must give the run's recorded value, or ΔP stops
+    whole = prune_profile(subject_from_run(run_dir))
+    assert whole["original"] == pytest.approx(record["metrics"]["val/ppl"], rel=1e-5)
+    assert whole["original_check"]["relative_difference"] < 1e-5
+    assert whole["precision"] == "32-true" and len(whole["delta"]) == 4
+    tampered = {**record, "primary_metric": {**record["primary_metric"], "value": record["metrics"]["val/ppl"] * 1.02}}
+    (run_dir / "record.json").write_text(json.dumps(tampered))
+    with pytest.raises(AnalysisMismatch, match="recorded"):
+        prune_profile(subject_from_run(run_dir))
+    (run_dir / "record.json").write_text(json.dumps(record))
     assert (run_dir / "analysis" / "grad_norm.png").stat().st_size > 0
     assert main(["analyze", "training-grad-norm", "--run", str(run_dir), "--steps", "0", "1", "-1"]) == 0
     (logged,) = json.loads((run_dir / "analysis" / "training_grad_norm.json").read_text())

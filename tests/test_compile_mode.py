@@ -19,11 +19,15 @@ TINY_VIT = [*CLI_TINY_VIT, "save_weights=false"]
 @pytest.mark.parametrize(
     "args, expected",
     [
-        ([], {"enabled": True, "mode": None}),  # the ImageNet recipe's `compile: true`, read as the group
-        (["compile=false"], {"enabled": False, "mode": None}),
-        (["compile=true"], {"enabled": True, "mode": None}),
-        (["compile.mode=reduce-overhead"], {"enabled": True, "mode": "reduce-overhead"}),
-        (["compile=false", "compile.mode=max-autotune-no-cudagraphs"], {"enabled": False, "mode": "max-autotune-no-cudagraphs"}),
+        ([], {"enabled": True, "mode": None, "scope": "model"}),  # the ImageNet recipe's `compile: true`, read as the group
+        (["compile=false"], {"enabled": False, "mode": None, "scope": "model"}),
+        (["compile=true"], {"enabled": True, "mode": None, "scope": "model"}),
+        (["compile.mode=reduce-overhead"], {"enabled": True, "mode": "reduce-overhead", "scope": "model"}),
+        (
+            ["compile=false", "compile.mode=max-autotune-no-cudagraphs"],
+            {"enabled": False, "mode": "max-autotune-no-cudagraphs", "scope": "model"},
+        ),
+        (["compile.scope=blocks"], {"enabled": True, "mode": None, "scope": "blocks"}),
     ],
 )
 def test_compile_settings_compose(args, expected):
@@ -43,7 +47,7 @@ def test_a_config_saved_with_a_boolean_compile_still_loads(tmp_path):
     saved = OmegaConf.to_container(cfg)
     saved["compile"] = True
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(saved)))
-    assert OmegaConf.to_container(load_run_config(tmp_path).compile) == {"enabled": True, "mode": None}
+    assert OmegaConf.to_container(load_run_config(tmp_path).compile) == {"enabled": True, "mode": None, "scope": "model"}
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
@@ -64,7 +68,7 @@ def test_the_mode_reaches_module_compile_and_the_record(tmp_path, monkeypatch, m
     assert main(["run", "task=vit_tiny", *setting, f"results_dir={tmp_path}", *TINY_VIT]) == 0
     (record,) = records(tmp_path)
     assert calls == [("VisionTransformer", {"mode": mode} if mode else {})]
-    assert record["compile"] == {"mode": mode or "default", "cudagraphs": mode == "reduce-overhead"}
+    assert record["compile"] == {"mode": mode or "default", "cudagraphs": mode == "reduce-overhead", "scope": "model"}
     if mode == "reduce-overhead":
         (marker,) = markers
         assert marker.marks == 3 + 1  # 3 training batches (max_steps stops fit before its validation), 1 final validation batch
@@ -72,11 +76,26 @@ def test_the_mode_reaches_module_compile_and_the_record(tmp_path, monkeypatch, m
         assert markers == []
 
 
+def test_regional_compilation_compiles_each_block_and_not_the_model():
+    """compile.scope=blocks: Module.compile on every block (one code object, compiled once and reused), none on the
+    model; an unknown scope is one error naming both."""
+    from mixbench.training.compile import compile_model
+
+    model = torch.nn.Module()
+    model.blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+    cfg = compose(["task=llama_lm", "compile=true", "compile.scope=blocks"])
+    assert compile_model(cfg, model) == {"mode": "default", "cudagraphs": False, "scope": "blocks"}
+    assert model._compiled_call_impl is None
+    assert all(block._compiled_call_impl is not None for block in model.blocks)
+    with pytest.raises(ConfigError, match="compile.scope='layers'.*model.*blocks"):
+        compose(["task=llama_lm", "compile.scope=layers"])
+
+
 @pytest.mark.slow
 def test_a_tiny_cpu_run_compiles_with_mode_default(tmp_path):
     assert main(["run", "task=vit_tiny", "compile.mode=default", "ema.decay=0.99", f"results_dir={tmp_path}", *TINY_VIT]) == 0
     (record,) = records(tmp_path)
-    assert record["status"] == "completed" and record["compile"] == {"mode": "default", "cudagraphs": False}
+    assert record["status"] == "completed" and record["compile"] == {"mode": "default", "cudagraphs": False, "scope": "model"}
     assert record["metrics"]["val_ema/loss"] != record["metrics"]["val/loss"]
 
 

@@ -12,12 +12,14 @@ import torch
 from omegaconf import DictConfig
 
 from ..core.constants import ANGULAR_TOKENS
+from ..core.errors import AnalysisMismatch
 from ..core.families import get_family
 from ..core.run_files import ANALYSIS_DIR
 from ..core.tasks import get_task
 from ..training.builders import build_datamodule, build_lightning_module, build_run_model, model_options
 from ..training.config import compose, load_run_config, norm_spec
 from ..training.gradnorm import block_grad_norms
+from ..training.precision import lightning_precision
 from ..training.weights import load_weights
 from .angular import angular_distance_matrix
 from .prune import skip_block
@@ -39,6 +41,7 @@ class Subject:
     model: torch.nn.Module
     datamodule: object
     out_dir: Path
+    recorded: float | None = None  # the run's own final value of the task's primary metric (its record.json), if any
 
 
 def subject_from_run(run_dir: str | Path) -> Subject:
@@ -50,7 +53,17 @@ def subject_from_run(run_dir: str | Path) -> Subject:
     datamodule = build_datamodule(cfg)
     model = _build(cfg, datamodule)
     model.load_state_dict(state)
-    return Subject(norm_spec(cfg).label(), cfg, model.to(analysis_device()).eval(), datamodule, run_dir / ANALYSIS_DIR)
+    model = model.to(analysis_device()).eval()
+    return Subject(norm_spec(cfg).label(), cfg, model, datamodule, run_dir / ANALYSIS_DIR, recorded_value(run_dir))
+
+
+def recorded_value(run_dir: Path) -> float | None:
+    """The primary metric's final value in ``run_dir/record.json`` (None where there is no such record or value)."""
+    try:
+        value = json.loads((run_dir / "record.json").read_text())["primary_metric"]["value"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def subject_at_init(args: list[str], out_dir: Path) -> Subject:
@@ -120,31 +133,73 @@ def angular_profile(subject: Subject, token_budget: int = ANGULAR_TOKENS) -> dic
     }
 
 
-def evaluate(subject: Subject, limit_val_batches=None) -> float:
-    """The task's primary metric on the validation data."""
-    import lightning as L
+PRUNE_MATCH_REL = 0.01  # the unpruned model's value within 1 % of what the run recorded, or the analysis stops
 
-    module = build_lightning_module(subject.cfg, subject.model, subject.datamodule)
-    trainer = L.Trainer(
-        accelerator="auto",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=limit_val_batches,
-        use_distributed_sampler=get_family(subject.cfg.task.family).distributed_sampler,
-    )
-    metrics = trainer.validate(module, datamodule=subject.datamodule, verbose=False)[0]
-    return float(metrics[get_task(subject.cfg.task.name).primary_metric.name])
+
+class Evaluator:
+    """The task's primary metric of ``subject`` on its validation data, as often as asked, through one Lightning
+    ``Trainer`` and LightningModule at the run's precision (``bf16-mixed`` on a GPU, as the run validated; fp32 on the
+    CPU) and on the validation batches the run used (its ``trainer.limit_val_batches`` unless ``limit_val_batches``):
+    ΔP evaluates the model once per block."""
+
+    def __init__(self, subject: Subject, limit_val_batches=None):
+        import lightning as L
+
+        cfg = subject.cfg
+        accelerator = analysis_device().type
+        self.subject, self.metric = subject, get_task(cfg.task.name).primary_metric.name
+        self.precision = lightning_precision(cfg.trainer.get("precision"), "gpu" if accelerator == "cuda" else "cpu")
+        self.module = build_lightning_module(cfg, subject.model, subject.datamodule)
+        self.trainer = L.Trainer(
+            accelerator="auto",
+            devices=1,
+            precision=self.precision,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            limit_val_batches=cfg.trainer.get("limit_val_batches") if limit_val_batches is None else limit_val_batches,
+            use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
+        )
+
+    def __call__(self) -> float:
+        metrics = self.trainer.validate(self.module, datamodule=self.subject.datamodule, verbose=False)[0]
+        return float(metrics[self.metric])
+
+
+def evaluate(subject: Subject, limit_val_batches=None) -> float:
+    """The task's primary metric on the validation data (one evaluation; :class:`Evaluator` for many)."""
+    return Evaluator(subject, limit_val_batches)()
 
 
 def prune_profile(subject: Subject, limit_val_batches=None) -> dict:
-    """ΔP(l) = P with block l skipped − P of the whole model, for every block l."""
-    original = evaluate(subject, limit_val_batches)
+    """ΔP(l) = P with block l skipped − P of the whole model, for every block l, at the run's precision.  Where the
+    run recorded its final value (``subject.recorded``) and its own validation batches are used, the unpruned value must
+    match it within :data:`PRUNE_MATCH_REL` (relative), or :class:`AnalysisMismatch` says both."""
+    evaluate_now = Evaluator(subject, limit_val_batches)
+    original = evaluate_now()
+    check = None
+    if subject.recorded is not None and limit_val_batches is None:
+        rel = abs(original - subject.recorded) / max(abs(subject.recorded), 1e-12)
+        check = {"recorded": subject.recorded, "relative_difference": rel, "tolerance": PRUNE_MATCH_REL}
+        if rel > PRUNE_MATCH_REL:
+            raise AnalysisMismatch(
+                f"{subject.name}: the unpruned model evaluates to {evaluate_now.metric}={original:.6g} at {evaluate_now.precision}, "
+                f"but the run recorded {subject.recorded:.6g} ({rel:.2%} apart, more than {PRUNE_MATCH_REL:.0%}): the weights, "
+                "data or precision differ from the run's; ΔP against this value would not be the run's"
+            )
+        log.info(
+            "%s: unpruned %s=%.6g, the run recorded %.6g (%.3f%% apart)",
+            subject.name,
+            evaluate_now.metric,
+            original,
+            subject.recorded,
+            100 * rel,
+        )
     deltas = []
     for index in range(len(subject.model.blocks)):
         with skip_block(subject.model, index):
-            deltas.append(evaluate(subject, limit_val_batches) - original)
+            deltas.append(evaluate_now() - original)
 
     metric = get_task(subject.cfg.task.name).primary_metric
     return {
@@ -152,7 +207,9 @@ def prune_profile(subject: Subject, limit_val_batches=None) -> dict:
         "plan": list(subject.model.plan),
         "metric": metric.name,
         "higher_is_better": metric.higher_is_better,
+        "precision": evaluate_now.precision,
         "original": original,
+        "original_check": check,
         "delta": deltas,
     }
 

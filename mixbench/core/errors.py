@@ -20,6 +20,11 @@ class UntrustedFile(MixbenchError):
     refused before any of it runs (:mod:`mixbench.training.trusted`)."""
 
 
+class AnalysisMismatch(MixbenchError):
+    """An analysed model does not reproduce the value its run recorded (e.g. ΔP's unpruned model): the weights, data
+    or precision differ from the run's (:mod:`mixbench.analysis.runner`)."""
+
+
 class DiskFull(MixbenchError):
     """A write failed for lack of space (:mod:`mixbench.core.storage`): the run stops with :data:`RESUMABLE_EXIT`, and
     once space is freed ``resume=auto`` continues it."""

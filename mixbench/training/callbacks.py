@@ -1,10 +1,12 @@
 """Lightning callbacks: divergence detection, the validation history, search-trial pruning, throughput / MFU logging,
-and the silencing of Lightning's "dataloader is not resumable" warning where the resume is exact."""
+where a run's wall time goes (:class:`RunClock`), and the silencing of Lightning's "dataloader is not resumable"
+warning where the resume is exact."""
 
 from __future__ import annotations
 
 import math
 import re
+import statistics
 import time
 import warnings
 
@@ -157,10 +159,6 @@ class ThroughputMonitor(Callback):
         self._epoch_t0 = self._epoch_items = self._epoch_steps = self._val_t0 = None
         self._val_s = 0.0
 
-    def _sync(self, trainer) -> None:
-        if trainer.strategy.root_device.type == "cuda":
-            torch.cuda.synchronize()
-
     def on_train_start(self, trainer, pl_module) -> None:
         name = torch.cuda.get_device_name() if trainer.strategy.root_device.type == "cuda" else "cpu"
         self.peak = peak_flops(name)
@@ -170,7 +168,7 @@ class ThroughputMonitor(Callback):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._epoch_t0 is None:
             return
-        self._sync(trainer)
+        _sync(trainer)
         now = time.perf_counter()
         seconds = now - self._epoch_t0 - self._val_s
         items = self._epoch_items * trainer.world_size
@@ -191,7 +189,7 @@ class ThroughputMonitor(Callback):
             self._epoch_items += self.items_fn(batch)
             self._epoch_steps += 1
         if self.t0 is None:  # start timing after the first (compiling) step
-            self._sync(trainer)
+            _sync(trainer)
             self.t0, self.last_step = time.perf_counter(), trainer.global_step
             return
         self.items += self.items_fn(batch)
@@ -199,7 +197,7 @@ class ThroughputMonitor(Callback):
         # already wait for the device: one host wait there instead of a second one a step later
         if trainer.global_step % self.every or trainer.global_step == self.last_step:
             return
-        self._sync(trainer)
+        _sync(trainer)
         elapsed = time.perf_counter() - self.t0
         per_sec = self.items * trainer.world_size / elapsed
         metrics = {"perf/items_per_sec": per_sec}
@@ -217,9 +215,99 @@ class ThroughputMonitor(Callback):
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if self._val_t0 is not None and trainer.state.fn == "fit":
-            self._sync(trainer)
+            _sync(trainer)
             self._val_s += time.perf_counter() - self._val_t0
         self._val_t0 = None
+
+
+class RunClock(Callback):
+    """Where a run's wall time goes, for its record (``time_parts``) and ``bench/speed/run_overhead.py``.
+
+    Counted from ``t0`` (the run's start, ``time.perf_counter``): ``before_fit_s`` (data, model build, trainer) up to
+    ``on_fit_start``; ``setup_s`` from there to the first training batch (Lightning's setup, sanity checks, loaders);
+    ``first_steps_s``, the first :data:`WINDOW` training steps (compilation and the step's capture happen here);
+    ``validations_s``, each validation inside fit; ``steady_step_s``, the median over the later windows of
+    :data:`WINDOW` steps that hold no validation, per step (the host's clock at each window's end: the steps queue
+    behind the device's work, and the divergence check waits for the device every 10 steps); ``steady_s`` = steady step ×
+    all steps, what the run would take at its steady rate with nothing else.  The caller adds the final validation and
+    the wall time (:meth:`parts`)."""
+
+    WINDOW = 10
+
+    def __init__(self, t0: float):
+        self.t0 = t0
+        self.fit_start = self.train_start = self.first_steps_end = self.fit_end = None
+        self.validations: list[float] = []
+        self.windows: list[float] = []  # seconds per step of each full window without a validation
+        self._window_t0, self._window_steps, self._window_clean, self._val_t0 = None, 0, True, None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.fit_start = time.perf_counter()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        if self.train_start is None:
+            self.train_start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self.first_steps_end is None:
+            self._window_steps += 1
+            if self._window_steps >= self.WINDOW:
+                _sync(trainer)
+                self.first_steps_end = self._window_t0 = time.perf_counter()
+                self._window_steps, self._window_clean = 0, True
+            return
+        self._window_steps += 1
+        if self._window_steps == self.WINDOW:
+            if self._window_clean:
+                self.windows.append((now - self._window_t0) / self.WINDOW)
+            self._window_t0, self._window_steps, self._window_clean = now, 0, True
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        _sync(trainer)
+        self._val_t0 = time.perf_counter()
+        self._window_clean = False
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._val_t0 is not None and trainer.state.fn == "fit":
+            _sync(trainer)
+            self.validations.append(time.perf_counter() - self._val_t0)
+        self._val_t0 = None
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        _sync(trainer)
+        self.fit_end = time.perf_counter()
+
+    def parts(self, steps: int, final_validation_s: float | None, wall_s: float) -> dict:
+        """The record's ``time_parts``: the pieces above, the final validation, the rest (``other_s``: before and after
+        fit, checkpoints, the time between), and the run against its steady time (``wall_over_steady``)."""
+        steady = statistics.median(self.windows) if self.windows else None
+        first_steps = (self.first_steps_end - self.train_start) if self.first_steps_end and self.train_start else None
+        out = {
+            "before_fit_s": _round(self.fit_start - self.t0 if self.fit_start else None),
+            "setup_s": _round(self.train_start - self.fit_start if self.train_start and self.fit_start else None),
+            "first_steps": self.WINDOW,
+            "first_steps_s": _round(first_steps),
+            "validations_s": [_round(v) for v in self.validations],
+            "final_validation_s": _round(final_validation_s),
+            "steady_step_s": _round(steady, 5),
+            "steps": steps,
+            "steady_s": _round(steady * steps if steady else None),
+            "wall_s": _round(wall_s),
+        }
+        if steady:
+            out["first_steps_over_steady_s"] = _round(first_steps - steady * self.WINDOW if first_steps else None)
+            out["wall_over_steady"] = _round(wall_s / (steady * steps), 3)
+        return out
+
+
+def _sync(trainer) -> None:
+    if trainer.strategy.root_device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 # the start of the warning Lightning gives on a resume mid-epoch when the training DataLoader has no state_dict

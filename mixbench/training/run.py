@@ -30,7 +30,7 @@ from ..models import model_defaults
 from ..results.provenance import git_commit, hardware, package_versions
 from ..results.records import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, build_run_model, model_options
-from .callbacks import DivergenceMonitor, ExactResumeNotice, ThroughputMonitor, ValidationHistory
+from .callbacks import DivergenceMonitor, ExactResumeNotice, RunClock, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .compile import compile_model, uses_cudagraphs
 from .config import compose, norm_spec, runs_root, upgrade_saved_config
@@ -369,6 +369,7 @@ def _run_locked(
         )
         monitor_options = {k: v for k, v in cfg.divergence.items() if k not in ("unigram_floor", "stall_nats")}
         divergence, throughput, history = DivergenceMonitor(**monitor_options), throughput_monitor(cfg, model), ValidationHistory()
+        clock = RunClock(t0)
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
         if (fp8 := apply_fp8(cfg, model)) is not None:
             record["fp8"] = fp8
@@ -384,12 +385,14 @@ def _run_locked(
         record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
         markers = [CudaGraphStepMarker()] if uses_cudagraphs(cfg) else []
         trainer = build_trainer(
-            cfg, run_dir, [divergence, throughput, history, *extra, *markers, *callbacks], block_class=type(model.blocks[0])
+            cfg, run_dir, [divergence, throughput, history, clock, *extra, *markers, *callbacks], block_class=type(model.blocks[0])
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)  # AtomicCheckpointIO: + allowlist
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         stop_profiling(trainer)  # the report covers fit; the evaluation below is not profiled
+        final_t0 = time.perf_counter()
         metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+        final_validation_s = time.perf_counter() - final_t0
         if trainer.received_sigterm:  # noted by Lightning's handler, which stops only between validation batches
             raise Preempted("SIGTERM", trainer.global_step, None, False)
         record["metrics"] = {k: float(v) for k, v in metrics.items()}
@@ -449,6 +452,7 @@ def _run_locked(
         for monitor in extra:
             if primary:
                 monitor.save(run_dir / "gradnorm.json")
+        record["time_parts"] = clock.parts(trainer.global_step, final_validation_s, time.perf_counter() - t0)
     except BaseException as err:
         stop = resumable_stop(err, run_dir, trainer.global_step if trainer is not None else 0)
         # also after its status was decided (e.g. its weights found no space): not finished; Ctrl-C: interrupted

@@ -1,0 +1,125 @@
+"""Where one ``mixbench run`` spends its wall time outside its steady-state steps: the LLaMA-1B ladder run, before and
+after the overhead fixes, on one GPU.
+
+Each variant is one ``mixbench run`` of the ladder's 1B settings (``task=c4_llama_1b``, packed 256-token text, micro-batch
+= global batch 128, bf16, ``compile=true``, the captured step) for ``--steps`` steps with four validations of the whole
+validation shard, as the ladder's 764-step run has, and the record's ``time_parts``
+(:class:`mixbench.training.callbacks.RunClock`): before fit (data, model build), Lightning's setup, the first 10 steps
+(compilation and capture), each validation, the final validation, the median steady step.  A short run measures every
+fixed cost of the full one; the projection to ``--full-steps`` adds the steady steps it lacks:
+
+    projected wall = wall + (full_steps − steps) × steady_step;   ratio = projected wall / (full_steps × steady_step)
+
+The target (issue 49) is ratio ≤ 1.15 at 764 steps on one H200.  Variants (``--variants``, comma-separated):
+``model`` (whole-model compile: the ladder's runs so far) and ``blocks`` (``compile.scope=blocks``: the repeated block
+compiled once).  Rows run one after another on the same card, in the order given.
+
+    python bench/speed/run_overhead.py --text '.data/textmix3/pkgtext-train.*.json.gz' --out bench/speed/results/run_overhead_1b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Runner, start_logging, text_table, write_table_result  # noqa: E402
+
+log = logging.getLogger("run_overhead")
+VARIANTS = {"model": ["compile.scope=model"], "blocks": ["compile.scope=blocks"]}
+VALIDATIONS = 4
+
+
+def run_args(args, variant: str) -> list[str]:
+    every = args.steps // VALIDATIONS
+    return [
+        f"task={args.task}",
+        f"norm={args.norm}",
+        "scale=proxy",
+        "data.mode=pack",
+        f"data.batch_size={args.batch}",
+        f"data.global_batch_size={args.batch}",
+        "data.max_val_tokens=1000000",
+        f"data.path={args.text}",
+        "data.tokenizer=embedded",
+        "model.vocab_size=8192",
+        "data.num_workers=2",
+        f"trainer.max_steps={args.steps}",
+        f"trainer.val_check_interval={every}",
+        "optim.lr=5e-4",
+        "compile=true",
+        "save_weights=false",
+        "trainer.enable_progress_bar=false",
+        *VARIANTS[variant],
+    ]
+
+
+def row(variant: str, record: dict, full_steps: int) -> dict:
+    parts = record.get("time_parts") or {}
+    out = {"variant": variant, "status": record.get("status"), "error": record.get("error"), **parts}
+    steady, wall, steps = parts.get("steady_step_s"), parts.get("wall_s"), parts.get("steps")
+    if steady and wall and steps:
+        out["overhead_s"] = round(wall - steps * steady, 1)
+        out["projected_wall_s"] = round(wall + (full_steps - steps) * steady, 1)
+        out["projected_ratio"] = round(out["projected_wall_s"] / (full_steps * steady), 3)
+        out["tokens_per_s"] = round(record["effective"]["global_batch_size"] * 256 / steady) if record.get("effective") else None
+    return out
+
+
+def table(rows: list[dict], markdown: bool = False) -> str:
+    def num(key: str, spec: str = ".1f"):
+        return lambda r: format(r[key], spec) if isinstance(r.get(key), (int, float)) else "-"
+
+    columns = [
+        ("variant", -8, lambda r: r["variant"]),
+        ("wall s", 8, num("wall_s")),
+        ("before fit", 11, num("before_fit_s")),
+        ("setup", 7, num("setup_s")),
+        ("first 10 steps", 15, num("first_steps_s")),
+        ("validations", 24, lambda r: "+".join(f"{v:.1f}" for v in r.get("validations_s") or []) or "-"),
+        ("final val", 10, num("final_validation_s")),
+        ("steady step", 12, num("steady_step_s", ".4f")),
+        ("overhead s", 11, num("overhead_s")),
+        ("proj. wall", 11, num("projected_wall_s")),
+        ("ratio", 7, num("projected_ratio", ".3f")),
+    ]
+    return text_table(rows, columns, ok=lambda r: r.get("status") in ("completed", "stalled"), lead=1, markdown=markdown)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--text", required=True, help="C4-format training shards (a glob), e.g. .data/textmix3/pkgtext-train.*.json.gz")
+    ap.add_argument("--task", default="c4_llama_1b")
+    ap.add_argument("--norm", default="pre")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=120, help="steps of each short run (a multiple of 4: four validations)")
+    ap.add_argument("--full-steps", type=int, default=764, help="the full run the short one is projected to (the 1B ladder run)")
+    ap.add_argument("--variants", default="model,blocks")
+    ap.add_argument("--gpu", default="0")
+    ap.add_argument("--out", type=Path, default=Path("bench/speed/results/run_overhead_1b.json"))
+    ap.add_argument("--dry-run", action="store_true", help="log the commands only")
+    args = ap.parse_args()
+    start_logging()
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or args.steps % VALIDATIONS:
+        ap.error(f"variants must be among {', '.join(VARIANTS)} and --steps a multiple of {VALIDATIONS}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="run_overhead_") as work:
+        runner = Runner(Path(work), args.dry_run, timeout=580)
+        for variant in variants:
+            record = runner.mixbench(run_args(args, variant), args.gpu)
+            rows.append(row(variant, record, args.full_steps))
+            log.info("%s: %s", variant, rows[-1])
+            if not args.dry_run:
+                write_table_result(args, "run_overhead", rows, table, final=False)
+    if not args.dry_run:
+        write_table_result(args, "run_overhead", rows, table)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
