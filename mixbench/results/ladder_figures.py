@@ -407,6 +407,16 @@ def write_ladder(records: list[dict], out: str | Path, baseline: str = "pre", an
             fig.savefig(out / f"{stem}_{name}.png", dpi=120)
             plt.close(fig)
             paths.append(out / f"{stem}_{name}.png")
+        if family == "lm":  # the same records at equal tokens (:mod:`.equal_tokens`)
+            from . import equal_tokens
+
+            points = equal_tokens.equal_token_points(ladder, records)
+            if points:
+                atomic_write_text(out / f"ladder_equal_tokens_{name}.md", equal_tokens.markdown(ladder, points))
+                fig = equal_tokens.figure(ladder, points)
+                fig.savefig(out / f"ladder_equal_tokens_{name}.png", dpi=120)
+                plt.close(fig)
+                paths += [out / f"ladder_equal_tokens_{name}.md", out / f"ladder_equal_tokens_{name}.png"]
     if analysis_dir is not None:
         from .ladder_layers import write_layers
 
