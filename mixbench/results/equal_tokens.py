@@ -179,7 +179,8 @@ def figure(ladder: Ladder, points: list[Point]):
 
     size = {rung.column: rung.params for rung in ladder.rungs}
     targets_ = sorted({p.target for p in points})
-    fig, axes = plt.subplots(1, max(1, len(targets_)), figsize=(4.2 * max(1, len(targets_)), 3.8), sharey=True, squeeze=False)
+    n = max(1, len(targets_))
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), sharex=True, sharey=True, squeeze=False)
     rows = [row for row in ladder.rows if any(p.row == row and p.delta is not None for p in points)]
     colors = {row: plt.get_cmap("tab10")(i % 10) for i, row in enumerate(rows)}
     for ax, target in zip(axes[0], targets_):
@@ -189,7 +190,7 @@ def figure(ladder: Ladder, points: list[Point]):
             if not mine:
                 continue
             xs, ys = [size[p.column] for p in mine], [p.delta for p in mine]
-            ax.plot(xs, ys, "-", color=colors[row], lw=1, label=row)
+            ax.plot(xs, ys, "-", color=colors[row], lw=1)
             for p, x, y in zip(mine, xs, ys):
                 resolved = p.low is not None
                 err = [[y - p.low], [p.high - y]] if resolved else None
@@ -198,7 +199,8 @@ def figure(ladder: Ladder, points: list[Point]):
         ax.set_title(f"{_tokens_text(target)} tokens", fontsize=9)
         ax.set_xlabel("parameters")
     axes[0][0].set_ylabel(f"Δ {LOSS} vs {ladder.baseline(ladder.rungs[0]) or 'baseline'} (nats)")
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    handles = [plt.Line2D([], [], color=colors[row], marker="o", lw=1, label=row) for row in rows]
+    axes[0][-1].legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.suptitle(f"{ladder.family}: placements by size at equal tokens, each at its own best lr (hollow: one seed)", fontsize=10)
     fig.tight_layout()
     return fig
