@@ -103,6 +103,12 @@ def test_breaks_at_the_smallest_size_where_every_lr_failed_and_the_lr_below_the_
     stalled_small.append(run("post", 900.0, 3e-4, "s", status="stalled"))  # 3e-4 … 3e-3: settled
     (ladder,) = ladders(stalled_small).values()
     assert breaks_at(ladder, "post").text == "llama_s · 1M"
+    # … unless the lowest failed lr was still improving when its run ended (0.1 nats over its second half): not settled
+    improving = run("post", 900.0, 3e-4, "s", status="stalled")
+    improving["validations"] = [{"fraction": f, "metrics": {"val/loss": x}} for f, x in ((0.5, 6.97), (1.0, 6.87))]
+    (ladder,) = ladders([*stalled_small[:-1], improving]).values()
+    broken = breaks_at(ladder, "post")
+    assert not broken.settled and broken.text == "llama_s · 1M? (3 lrs tried; the lowest was still improving)"
 
 
 def test_the_delta_figure_marks_one_seed_cells_seed_failures_and_the_fails_strip():

@@ -146,15 +146,21 @@ def _params_text(n: int) -> str:
 @dataclass(frozen=True)
 class Break:
     """Where a placement breaks: the smallest rung where it trained at some lr and finished at none; ``settled`` once
-    those failed lrs are ≥ 3 spanning a decade (the ladder's rule to stop sweeping), else ``lrs`` tried so far."""
+    those failed lrs are ≥ 3 spanning a decade and the lowest of them was no longer improving when its runs ended (the
+    ladder's rule to stop sweeping), else ``lrs`` tried so far."""
 
     rung: Rung
     settled: bool
     lrs: int
+    lowest_improving: bool = False
 
     @property
     def text(self) -> str:
-        return self.rung.label if self.settled else f"{self.rung.label}? ({self.lrs} lr{'s' if self.lrs > 1 else ''} tried)"
+        if self.settled:
+            return self.rung.label
+        if self.lowest_improving:
+            return f"{self.rung.label}? ({self.lrs} lrs tried; the lowest was still improving)"
+        return f"{self.rung.label}? ({self.lrs} lr{'s' if self.lrs > 1 else ''} tried)"
 
 
 def breaks_at(ladder: Ladder, row: str) -> Break | None:
@@ -162,7 +168,8 @@ def breaks_at(ladder: Ladder, row: str) -> Break | None:
     for rung in ladder.rungs:
         sweep = ladder.sweep(row, rung)
         if sweep is not None and sweep.best is None and sweep.trained:
-            return Break(rung, failed_everywhere(sweep.cells), len(sweep.cells))
+            settled = failed_everywhere(sweep.cells) and not sweep.lowest_improving
+            return Break(rung, settled, len(sweep.cells), sweep.lowest_improving)
     return None
 
 

@@ -158,6 +158,7 @@ class Sweep:
     init: float | None = None  # ℓ₀, mean over the records
     column_values: int = 0  # values of key in the whole column (set by the table)
     higher_is_better: bool = False  # the primary metric's direction
+    lowest_improving: bool = False  # a run at the lowest value was still improving when it ended (:func:`still_improving`)
 
     @classmethod
     def from_records(cls, records: list[dict], key: str, higher_is_better: bool) -> Sweep:
@@ -173,7 +174,9 @@ class Sweep:
         init = statistics.fmean(inits) if inits else None
         complete = init is not None and all(_finite(_metrics(r).get(LOSS)) for r in records if outcome(r) == "completed")
         losses = {v: loss_at(groups[repr(v)], init, cells[v].outcomes) for v in values} if complete else {}
-        return cls(key, cells, losses, best_value(cells, higher_is_better), init, higher_is_better=higher_is_better)
+        lowest_improving = bool(values) and any(still_improving(r) for r in groups[repr(values[0])] if outcome(r) in ENDED)
+        best = best_value(cells, higher_is_better)
+        return cls(key, cells, losses, best, init, higher_is_better=higher_is_better, lowest_improving=lowest_improving)
 
     @property
     def cell(self) -> Cell:
