@@ -139,6 +139,11 @@ def test_the_best_lr_figure_shows_each_sweep_and_its_failed_lrs():
     assert len(dots) == 8  # pre and mix: 2 lrs at each size, every seed finished
     bars = [line for line in ax.get_lines() if line.get_linewidth() == 6]
     assert [list(line.get_ydata()) for line in bars] == [[1e-3, 1e-3]] * 2  # llama_lm's default lr at both sizes
+    hollow = [line for line in ax.get_lines() if line.get_marker() == "*" and line.get_markerfacecolor() == "white"]
+    assert len(hollow) == 5  # every best here is an edge of its 2 lrs tried: none bracketed
+    bracketed_pre = [*RUNS, run("pre", 40.0, 3e-4, "s")]  # pre at the small size: 3e-4 < 1e-3 (best) < 3e-3
+    ax = lr_figure(ladders(bracketed_pre)["lm"]).axes[0]
+    assert len([line for line in ax.get_lines() if line.get_marker() == "*" and line.get_markerfacecolor() == "white"]) == 4
 
 
 def test_plot_ladder_writes_the_figures_and_tables(tmp_path):

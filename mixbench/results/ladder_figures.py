@@ -8,7 +8,8 @@ cells' own, each placement at its best lr (:data:`~.sweep.RULE`) against the bas
 - ``ladder_delta_<family>.png``: Δ by size, a line per placement, the Welch interval as a band and error bar where both
   cells have ≥ 2 finished seeds, a hollow marker where the placement's cell has one, ``k/n stalled`` beside a cell
   whose seeds did not all finish, and an × on the *fails* strip (at the bad side) where no seed finished at any lr;
-- ``ladder_best_lr_<family>.png``: each placement's best lr by size, the lrs tried as dots (half-filled where some of
+- ``ladder_best_lr_<family>.png``: each placement's best lr by size (a hollow star where it is not bracketed: no lr
+  was tried on one side of it, e.g. a size where one lr ran), the lrs tried as dots (half-filled where some of
   their seeds did not finish), the lrs where no seed finished as hollow markers (▲ diverged, ○ stalled, × crashed), the
   rung's default lr as a grey bar;
 - ``ladder_<family>.md``: the table of the two, with the size each placement *breaks at* (the smallest where it fails
@@ -171,6 +172,12 @@ def breaks_at(ladder: Ladder, row: str) -> Break | None:
             settled = failed_everywhere(sweep.cells) and not sweep.lowest_improving
             return Break(rung, settled, len(sweep.cells), sweep.lowest_improving)
     return None
+
+
+def bracketed(sweep: Sweep) -> bool:
+    """Whether the best lr of ``sweep`` has an lr tried on each side of it (its best is tuned, not an edge)."""
+    values = sorted(float(v) for v in sweep.cells)
+    return sweep.best is not None and values[0] < float(sweep.best) < values[-1]
 
 
 def below_default(ladder: Ladder, row: str) -> list[tuple[Rung, float]]:
@@ -366,6 +373,11 @@ def lr_figure(ladder: Ladder):
                     ended_seen.add(ended)
                     ax.plot([x], [float(value)], marker=EDGE_MARKERS[ended], markerfacecolor="none", color=colors[row], linestyle="")
         ax.plot(xs, best, marker="*", markersize=10, color=colors[row], label=row)
+        for rung, x, y in zip(ladder.rungs, xs, best):  # a best lr with no lr tried on one side of it: not tuned yet
+            sweep = ladder.sweep(row, rung)
+            if sweep is not None and sweep.best is not None and not bracketed(sweep):
+                ended_seen.add("untuned")
+                ax.plot([x], [y], marker="*", markersize=10, markerfacecolor="white", color=colors[row], linestyle="")
     for rung in ladder.rungs:  # under the points, as wide as the placements' spread
         if rung.default is not None:
             ends = [_x(rung, -1, len(rows)), _x(rung, len(rows), len(rows))]
@@ -379,6 +391,19 @@ def lr_figure(ladder: Ladder):
     handles.append(plt.Line2D([], [], marker=".", linestyle="", color="gray", label="an lr tried"))
     if "some" in ended_seen:
         handles.append(plt.Line2D([], [], marker="o", fillstyle="bottom", linestyle="", color="gray", label="some seeds did not finish"))
+    if "untuned" in ended_seen:
+        handles.append(
+            plt.Line2D(
+                [],
+                [],
+                marker="*",
+                markersize=10,
+                markerfacecolor="white",
+                linestyle="",
+                color="gray",
+                label="best of the lrs tried, not bracketed",
+            )
+        )
     handles.append(plt.Line2D([], [], color="gray", linewidth=6, alpha=0.3, label="the task's default lr"))
     handles += [
         plt.Line2D([], [], marker=m, linestyle="", markerfacecolor="none", color="gray", label=f"no seed finished: {o}")
