@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# On a GPU machine after `bench/device/ladder.sh start` (its code in /tmp/mb, its corpus tokenised there): waits for the
+# ladder chains to end (at most WAIT_S seconds, default 0 = no wait), collects their records as ladder.sh does, then runs
+# bench/speed/run_overhead.py (the 1B ladder run's time outside its steady steps, compile.scope=model vs blocks) on GPU 0,
+# its JSON and table into $OUT.  STEPS (default 120) steps a variant; VARIANTS (default model,blocks).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+end=$(($(date +%s) + ${WAIT_S:-0}))
+while [ "$(date +%s)" -lt "$end" ] && ! grep -qs "done at" /tmp/ladder_logs/chain_*.log; do sleep 10; done
+tail -q -n 2 /tmp/ladder_logs/chain_*.log 2>/dev/null
+GRID=${GRID:-ladder} bash bench/device/ladder.sh collect | tail -3
+source /tmp/ladder_env
+cd /tmp/mb || exit 2
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+python3 bench/speed/run_overhead.py --text '.data/textmix3/pkgtext-train.*.json.gz' --steps "${STEPS:-120}" \
+    --variants "${VARIANTS:-model,blocks}" --out "$OUT/run_overhead_1b.json"
