@@ -163,6 +163,10 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
         for split in ("train", "validation"):
             self._sources(split)
 
+    def streams(self) -> list[str]:
+        """The hub datasets this module would stream (none when it reads local files)."""
+        return [f"{self.hub} ({self.hub_name})" if self.hub_name else self.hub] if self.path is None else []
+
     def _budget(self, split: str) -> int | None:
         """Streams are cut at a token budget (the run's need); local files are cached whole."""
         if self.path is not None:
