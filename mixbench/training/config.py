@@ -143,8 +143,12 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
 
 
 def _norm_group(defaults: DictConfig, choice: str, root) -> DictConfig:
-    """The norm group: common settings, the chosen placement's own options, then ``configs/norm/<choice>.yaml``."""
-    chosen = load_group("norm", choice, root)
+    """The norm group: common settings, the chosen placement's own options, then ``configs/norm/<choice>.yaml`` — or,
+    without that file, the placement ``choice`` as registered (a project's own, from its code): an unknown name is then
+    :func:`mixbench.layers.placements.get_placement`'s error, the same as a config file naming it gets."""
+    chosen = (
+        load_group("norm", choice, root) if config_file("norm", f"{choice}.yaml", root=root) else OmegaConf.create({"placement": choice})
+    )
     placement = get_placement(chosen.get("placement", defaults.placement))
     base = OmegaConf.merge(defaults, placement.options)
     return merge_strict(base, chosen, f"configs/norm/{choice}.yaml")
