@@ -297,6 +297,7 @@ def cmd_reclassify(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -308,23 +309,30 @@ def cmd_list(args: argparse.Namespace) -> int:
     from ..data import list_datamodules
     from ..layers.placements import get_placement
 
+    def table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]], names: int) -> Table:
+        """Light lines and no edge padding (80 columns hold the stock names); the first ``names`` columns hold names,
+        never cut: they keep their full width, the others wrap."""
+        shown = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        for i, header in enumerate(headers):
+            width = max(len(header), *(len(row[i]) for row in rows)) if rows else None
+            shown.add_column(header, no_wrap=i < names, min_width=width if i < names else None)
+        for row in rows:
+            shown.add_row(*row)
+        return shown
+
     console = Console()
-    tasks = Table(title="tasks (task=...)")
-    for col in ("task", "family", "default model", "default data", "primary metric"):
-        tasks.add_column(col, no_wrap=True)
-    for t in discover_tasks().values():
-        pm = t.primary_metric
-        tasks.add_row(t.name, t.family, t.model, t.data, f"{pm.name} {'↑' if pm.higher_is_better else '↓'}")
-    console.print(tasks)
-    norms = Table(title="norms (norm=...)")
-    for col in ("norm", "placement", "what it computes"):
-        norms.add_column(col)
+    task_rows = [
+        (t.name, t.family, t.model, t.data, f"{t.primary_metric.name} {'↑' if t.primary_metric.higher_is_better else '↓'}")
+        for t in discover_tasks().values()
+    ]
+    console.print(table("tasks (task=...)", ("task", "family", "model", "data", "primary metric"), task_rows, names=4))
+    norm_rows = []
     for choice in config_choices("norm"):
         settings = load_group("norm", choice)
         placement = settings.get("placement", "pre")
         kind = f" (kind={settings.kind})" if settings.get("kind") else ""
-        norms.add_row(choice, placement + kind, escape(get_placement(placement).summary))
-    console.print(norms)
+        norm_rows.append((choice, placement + kind, escape(get_placement(placement).summary)))
+    console.print(table("norms (norm=...)", ("norm", "placement", "what it computes"), norm_rows, names=2))
     for name in list_families():
         family = get_family(name)
         console.print(f"[bold]models[/] of family [bold]{name}[/] ({family.description}): " + ", ".join(family.models))
