@@ -66,6 +66,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(OmegaConf.to_yaml(cfg))
         return 0
+    from ..data.sources import check_local_sources
+
+    check_local_sources(cfg.data)  # a missing data path named before the training stack (Lightning) loads
     from ..training.run import run_and_report
 
     return run_and_report(cfg, ["mixbench", *args.command_line])
