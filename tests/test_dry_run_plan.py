@@ -29,7 +29,7 @@ def test_the_ladder_without_data_lists_its_runs_then_exits_2_naming_what_is_miss
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and all(line.startswith("mixbench run task=c4_llama_71m") for line in out)  # stdout: the plan only
     assert "ladder: 3 run(s) planned" in logs.text
-    assert "allenai/c4 (en) would stream from the Hugging Face hub, off here" in logs.text and "[3 run(s)]" in logs.text
+    assert "dataset allenai/c4 (en) would come from the Hugging Face hub, off here" in logs.text and "[3 run(s)]" in logs.text
     logs.clear()
     assert main(["reproduce", "ladder", "--dry-run", *VIT_TINY, f"results_dir={tmp_path}"]) == 2
     assert "set data.path to a CIFAR-10 .npz" in logs.text
@@ -94,11 +94,25 @@ def test_the_estimate_is_each_runs_steps_times_the_median_gpu_seconds_a_step_of_
     assert unknown == 1 and used == 4  # llama_lm has no record
 
 
-def test_streams_are_named_and_pass_while_the_hub_is_on(tmp_path, logs, monkeypatch):
+def test_what_comes_from_the_hub_is_named_and_passes_while_the_hub_is_on(tmp_path, logs, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)  # t5-base not cached here
     for variable in dry_run.OFFLINE_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     assert main(["reproduce", "ladder", "--dry-run", *LLAMA_71M, f"results_dir={tmp_path}"]) == 0
-    assert "3 run(s) stream allenai/c4 (en) from the Hugging Face hub" in logs.text
+    assert "3 run(s) fetch dataset allenai/c4 (en) from the Hugging Face hub" in logs.text
+    assert "3 run(s) fetch tokenizer t5-base from the Hugging Face hub" in logs.text
+
+
+def test_local_shards_with_a_hub_tokenizer_fail_while_the_hub_is_off(tmp_path, logs, local_data, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
+    argv = ["reproduce", "ladder", "--dry-run", *LLAMA_71M, f"llama:data.path={local_data.text}", f"results_dir={tmp_path}"]
+    assert main(argv) == 2
+    assert "tokenizer t5-base would come from the Hugging Face hub, off here" in logs.records[-1].getMessage()
+    assert "dataset" not in logs.records[-1].getMessage()
 
 
 def test_a_chains_missing_stage_data_fails_its_dry_run_and_placeholders_do_not(tmp_path, logs, local_data):

@@ -25,7 +25,7 @@ def test_table2_grid_holds_the_paper_numbers():
 def test_dry_run_lists_every_stage_with_its_dependencies(capsys, local_data, tmp_path):
     sft_data = tmp_path / "commonsense_170k.json"
     sft_data.write_text("[]")
-    data = [f"pretrain:data.path={local_data.text}", f"sft:data.path={sft_data}"]
+    data = [f"pretrain:data.path={local_data.text}", "pretrain:data.tokenizer=embedded", f"sft:data.path={sft_data}"]
     assert main(["reproduce", "table2", "--dry-run", *data, "eval:limit=100"]) == 0
     out = capsys.readouterr().out
     assert (

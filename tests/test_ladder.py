@@ -154,6 +154,7 @@ def test_a_round_lists_every_placement_at_its_start_lr_before_the_steps_around_i
         "--only",
         "task=c4_llama_1b",
         f"llama:data.path={local_data.text}",
+        "llama:data.tokenizer=embedded",
         f"results_dir={tmp_path}",
     ]
     assert main(argv) == 0

@@ -210,7 +210,7 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path
 
 
 def test_reproduce_dry_run_and_proxy_grid(capsys, local_data):
-    assert main(["reproduce", "table1", "--dry-run", f"data.path={local_data.text}"]) == 0
+    assert main(["reproduce", "table1", "--dry-run", f"data.path={local_data.text}", "data.tokenizer=embedded"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 16 and lines[0].startswith("mixbench run task=c4_llama_71m norm=post")
     proxy = expand("table1", scale="proxy", seeds=(0, 1))

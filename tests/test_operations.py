@@ -417,7 +417,19 @@ def test_version(capsys):
 
 def test_placements_grid_lists_every_placement_and_only_filters(capsys, local_data):
     assert (
-        main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=24", f"data.path={local_data.text}"])
+        main(
+            [
+                "reproduce",
+                "placements",
+                "--scale",
+                "proxy",
+                "--dry-run",
+                "--only",
+                "model.num_layers=24",
+                f"data.path={local_data.text}",
+                "data.tokenizer=embedded",
+            ]
+        )
         == 0
     )
     lines = capsys.readouterr().out.splitlines()
@@ -444,6 +456,7 @@ def test_reproduce_dry_run_with_resume_lists_only_the_runs_still_to_train(tmp_pa
         "--only",
         "norm=mix",
         f"data.path={local_data.text}",
+        "data.tokenizer=embedded",
     ]
     assert main([*args, "--seeds", "2", f"results_dir={tmp_path}"]) == 0
     planned = [shlex.split(line)[2:] for line in capsys.readouterr().out.splitlines()]

@@ -325,6 +325,7 @@ def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys, local_
     (tmp_path / "commonsense.json").write_text("[]")
     data = [
         f"pretrain:data.path={local_data.text}",
+        "pretrain:data.tokenizer=embedded",
         *(f"{stage}:data.path={tmp_path / 'commonsense.json'}" for stage in ("sft", "rm", "rl")),
     ]
     assert main(["reproduce", "table3", "--scale", "proxy", "--seeds", "2", "--dry-run", *data]) == 0

@@ -145,9 +145,12 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
         for split in ("train", "validation"):
             self._sources(split)
 
-    def streams(self) -> list[str]:
-        """The hub datasets this module would stream (none when it reads local files)."""
-        return [f"{self.hub} ({self.hub_name})" if self.hub_name else self.hub] if self.path is None else []
+    def hub_sources(self) -> list[str]:
+        """What this module would fetch from the Hugging Face hub: the dataset it streams (none from local files), a
+        tokenizer not in the local hub cache."""
+        stream = [f"dataset {self.hub}" + (f" ({self.hub_name})" if self.hub_name else "")] if self.path is None else []
+        tokenizer = self.tokenizer.download()
+        return stream + ([f"tokenizer {tokenizer}"] if tokenizer else [])
 
     def _budget(self, split: str) -> int | None:
         """Streams are cut at a token budget (the run's need); local files are cached whole."""

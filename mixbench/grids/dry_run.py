@@ -1,5 +1,5 @@
 """What a ``mixbench reproduce … --dry-run`` plans, said under its command lines (on stderr): the number of runs, their
-GPU time per kind of card estimated from earlier records, the datasets they would stream, and the data they need
+GPU time per kind of card estimated from earlier records, what they would fetch from the hub, and the data they need
 that is not here — which fails the dry run (exit 2) as it would fail the real one, after the lines are printed.
 
 The plan is read back from the ``mixbench run`` lines the dry run printed (every grid kind prints them: plain grids,
@@ -51,15 +51,15 @@ def hub_offline() -> bool:
 @dataclass
 class DataNeeds:
     """What the planned runs read that is not in the package: problems (a message, e.g. a path that does not exist →
-    the runs it stops) and the hub datasets they would stream (→ runs)."""
+    the runs it stops) and what they would fetch from the hub (a dataset streamed, a tokenizer → runs)."""
 
     missing: Counter = field(default_factory=Counter)
-    streams: Counter = field(default_factory=Counter)
+    hub: Counter = field(default_factory=Counter)
 
 
 def data_needs(configs) -> DataNeeds:
     """Each configuration's data module made (nothing read) and its sources looked up as the run's preflight does; its
-    ``streams()`` (the hub datasets it would stream), where it has that method."""
+    ``hub_sources()`` (what it would fetch from the hub: a dataset it streams, a tokenizer), where it has that method."""
     needs = DataNeeds()
     for cfg in configs:
         try:
@@ -68,8 +68,8 @@ def data_needs(configs) -> DataNeeds:
         except USER_ERRORS as err:
             needs.missing[one_line(err)] += 1
             continue
-        for stream in getattr(datamodule, "streams", list)():
-            needs.streams[stream] += 1
+        for stream in getattr(datamodule, "hub_sources", list)():
+            needs.hub[stream] += 1
     return needs
 
 
@@ -146,7 +146,7 @@ def record_folders(configs) -> list[Path]:
 
 def summarize_plan(name: str, printed: str) -> None:
     """Log the plan's total, GPU-time estimate and data needs; a :class:`ConfigError` (exit 2) naming every piece of
-    data the runs need that is not here (a path that does not exist; a stream while the hub is off)."""
+    data the runs need that is not here (a path that does not exist; anything from the hub while it is off)."""
     argvs, configs, unusable = planned_runs(printed), [], Counter()
     for argv in argvs:  # a chain's later stages are composed here first (their data may be what is missing)
         try:
@@ -181,12 +181,12 @@ def _log_estimate(configs, total: int) -> None:
 def _check_data(name: str, configs, unusable: Counter) -> None:
     needs = data_needs(configs)
     missing = dict(unusable + needs.missing)
-    switches = "/".join(OFFLINE_VARIABLES)
-    for stream, runs in needs.streams.items():
+    off = f"would come from the Hugging Face hub, off here ({'/'.join(OFFLINE_VARIABLES)}): give local ones (data.path=, data.tokenizer=)"
+    for fetched, runs in needs.hub.items():
         if hub_offline():
-            missing[f"{stream} would stream from the Hugging Face hub, off here ({switches}): give local files (data.path=...)"] = runs
+            missing[f"{fetched} {off}"] = runs
         else:
-            log.warning("%d run(s) stream %s from the Hugging Face hub", runs, stream)
+            log.warning("%d run(s) fetch %s from the Hugging Face hub", runs, fetched)
     if missing:
         problems = "; ".join(f"{message} [{runs} run(s)]" for message, runs in missing.items())
         raise ConfigError(f"{name}: the planned runs need data that is not here: {problems}")
