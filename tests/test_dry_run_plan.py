@@ -119,3 +119,12 @@ def test_a_chains_missing_stage_data_fails_its_dry_run_and_placeholders_do_not(t
     args = ["reproduce", "table3", "--scale", "proxy", "--dry-run", "--only", "norm=mix", f"pretrain:data.path={local_data.text}"]
     assert main([*args, f"results_dir={tmp_path}"]) == 2  # sft, rm and rl without data
     assert "set data.path" in logs.text and "<" not in logs.records[-1].getMessage()  # <rm run> is a later run, not missing
+
+
+def test_a_plan_made_here_for_a_lease_warns_of_data_missing_here(tmp_path, capsys, logs):
+    """bench/device/ladder.sh plans round 1 here (``--data-elsewhere``), where the lease's data paths do not exist."""
+    argv = ["reproduce", "ladder", "--dry-run", "--data-elsewhere", *LLAMA_71M, "llama:data.path=.data/c4-train.*.json.gz"]
+    assert main([*argv, f"results_dir={tmp_path}"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert "no files match data path '.data/c4-train.*.json.gz'" in logs.text and "--data-elsewhere" in logs.text
+    assert main(["reproduce", "ladder", "--data-elsewhere", f"results_dir={tmp_path}"]) == 2  # belongs to --dry-run

@@ -42,8 +42,11 @@ COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false result
 SETTINGS=("llama:${TEXTMIX[0]}" "llama:${TEXTMIX[1]}" "llama:${TEXTMIX[2]}" llama:data.num_workers=2
           vit:data.path=.data/cifar/cifar10_bigbench.npz vit:data.num_workers=3)
 
-plan_rung() {  # plan_rung TASK [CORES]: the next round of one rung from the records in .ladder (stdout)
-    taskset -c "${2:-0-$(($(nproc) - 1))}" python3 -m mixbench.cli reproduce ladder --dry-run --only "task=$1" "${SETTINGS[@]}" "${COMMON[@]}"
+plan_rung() {  # plan_rung TASK [CORES [ARG ...]]: the next round of one rung from the records in .ladder (stdout); a
+    # missing data path fails it (exit 2) unless ARG is --data-elsewhere (step plan: made here, the data is the lease's)
+    local task=$1 cores=${2:-0-$(($(nproc) - 1))}
+    shift $(($# < 2 ? $# : 2))
+    taskset -c "$cores" python3 -m mixbench.cli reproduce ladder --dry-run "$@" --only "task=$task" "${SETTINGS[@]}" "${COMMON[@]}"
 }
 
 put_last() {  # put_last PLAN: the runs of the placements LAST (e.g. "peri dyt") moved to the end of the plan, so that
@@ -155,7 +158,8 @@ case $STEP in
         export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
         for task in ${RUNGS:-in1k_vit_tiny in1k_vit_small c4_llama_71m c4_llama_130m c4_llama_250m c4_llama_1b}; do
             plan=".plans/ladder_${task#*_}.txt"
-            plan_rung "$task" > "$plan" 2> ".plans/ladder_${task#*_}.log" || { echo "planning $task failed"; exit 2; }
+            plan_rung "$task" "0-$(($(nproc) - 1))" --data-elsewhere > "$plan" 2> ".plans/ladder_${task#*_}.log" \
+                || { echo "planning $task failed"; exit 2; }
             put_last "$plan"
             echo "$task: $(grep -c '^mixbench' "$plan") run(s) planned"
         done

@@ -149,8 +149,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from ..grids.runner import summarize
 
     scale = args.scale or grid_scales(args.table)[0]
+    if args.data_elsewhere and not args.dry_run:
+        raise ConfigError("--data-elsewhere belongs to --dry-run (a plan made here for runs on another machine)")
     settings = (tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher, args.best_from)
-    outcomes = reproduce(args.table, scale, args.seeds, *settings, analyze=args.analyze)
+    outcomes = reproduce(args.table, scale, args.seeds, *settings, analyze=args.analyze, data_elsewhere=args.data_elsewhere)
     if outcomes is None:  # --dry-run
         return 0
     status = summarize(outcomes, f"{args.table} ({scale} scale)")
@@ -581,7 +583,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N|S,S,...",
         help="N: run seeds 0..N-1; a comma-separated list: run those seeds (0,2: seeds 0 and 2; 2,: seed 2 alone)",
     )
-    rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
+    rep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the runs (stdout), run nothing; then their count, GPU time and data (stderr): exit 2 naming data not here",
+    )
+    rep.add_argument(
+        "--data-elsewhere",
+        action="store_true",
+        help="with --dry-run: the runs will read their data on another machine (a GPU lease): data missing here is a warning",
+    )
     rep.add_argument(
         "--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)"
     )

@@ -144,9 +144,10 @@ def record_folders(configs) -> list[Path]:
     return [f for f in folders if not any(o != f and f.resolve().is_relative_to(o.resolve()) for o in folders)]  # read once
 
 
-def summarize_plan(name: str, printed: str) -> None:
+def summarize_plan(name: str, printed: str, data_here: bool = True) -> None:
     """Log the plan's total, GPU-time estimate and data needs; a :class:`ConfigError` (exit 2) naming every piece of
-    data the runs need that is not here (a path that does not exist; anything from the hub while it is off)."""
+    data the runs need that is not here (a path that does not exist; anything from the hub while it is off) — a
+    warning instead where the runs read their data elsewhere (``data_here`` false: a plan made for a GPU lease)."""
     argvs, configs, unusable = planned_runs(printed), [], Counter()
     for argv in argvs:  # a chain's later stages are composed here first (their data may be what is missing)
         try:
@@ -155,8 +156,15 @@ def summarize_plan(name: str, printed: str) -> None:
             if not any(placeholder in str(err) for placeholder in PLACEHOLDER.findall(" ".join(argv))):
                 unusable[one_line(err)] += 1  # an error about <a run an earlier stage makes> is the real run's to check
     log.info("%s: %d run(s) planned", name, len(argvs))
+    if not argvs:
+        return
     _log_estimate(configs, len(argvs))
-    _check_data(name, configs, unusable)
+    try:
+        _check_data(name, configs, unusable)
+    except ConfigError as err:
+        if data_here:
+            raise
+        log.warning("%s (the runs read their data elsewhere: --data-elsewhere)", err)
 
 
 def _log_estimate(configs, total: int) -> None:

@@ -142,12 +142,14 @@ def reproduce(
     launcher: str = "local",
     best_from: str | None = None,
     analyze: bool = False,
+    data_elsewhere: bool = False,
 ) -> list | None:
     """Run a paper grid (see :mod:`mixbench.grids.runner`); with ``dry_run`` only print its ``mixbench run`` commands
     (stdout), then its total, GPU-time estimate and data needs (stderr; data that is not here: a ``ConfigError``, see
     :mod:`mixbench.grids.dry_run`).  ``only``: run just the configurations whose arguments include every one of these
     ``key=value`` items.  ``scale`` None: the grid's default.  ``best_from``: a swept grid's placements at their best
-    values there (:func:`expand`).  ``analyze``: a ladder grid's layer analyses (:mod:`mixbench.grids.ladder_analysis`)."""
+    values there (:func:`expand`).  ``analyze``: a ladder grid's layer analyses (:mod:`mixbench.grids.ladder_analysis`).
+    ``data_elsewhere``: a dry run for runs that read their data on another machine: data missing here is a warning."""
     settings = (name, scale, seeds, extra, dry_run, jobs, resume, only, launcher, best_from, analyze)
     if not dry_run:
         return _reproduce(*settings)
@@ -155,7 +157,7 @@ def reproduce(
         _reproduce(*settings)
     sys.stdout.write(printed.getvalue())
     sys.stdout.flush()
-    summarize_plan(name, printed.getvalue())
+    summarize_plan(name, printed.getvalue(), data_here=not data_elsewhere)
     return None
 
 
