@@ -153,6 +153,6 @@ def test_lazy_names_resolve():
 def test_a_sweep_with_a_bad_setting_fails_before_lightning_loads():
     """``run -m``: every configuration of the sweep is composed (which loads torch, as a single run's does) before the
     grid runner, and Lightning with it, is imported."""
-    argv = ["run", "-m", "task=llama_lm", "norm=pre,bogus"]
-    loaded = heavy_modules_after([argv])[" ".join(argv)]  # main() returned its exit status 2 (unknown norm)
-    assert "torch" in loaded and "lightning" not in loaded and "pytorch_lightning" not in loaded
+    for argv in (["run", "-m", "task=llama_lm", "norm=pre,bogus"], ["run", "-m", "task=vit_tiny", "seed=0,1", "data.path=/nowhere.npz"]):
+        loaded = heavy_modules_after([argv])[" ".join(argv)]  # main() returned its exit status 2 (unknown norm, no data)
+        assert "torch" in loaded and "lightning" not in loaded and "pytorch_lightning" not in loaded

@@ -46,6 +46,7 @@ def stops_resumably(command: Callable[[argparse.Namespace], int]) -> Callable[[a
 def cmd_run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
+    from ..data.sources import check_local_sources
     from ..training.config import compose, replay
 
     if args.multirun:
@@ -54,8 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..grids.sweep_args import expand_sweep
 
         argvs = expand_sweep(args.overrides)
-        for argv in argvs:  # a configuration error in any run, before the runner (and Lightning) loads
-            compose(argv)
+        for argv in argvs:  # a configuration error or missing data in any run, before the runner (and Lightning) loads
+            check_local_sources(compose(argv).data)
         from ..grids.runner import run_many, summarize
 
         outcomes = run_many(argvs, args.jobs, args.resume, args.launcher)
@@ -66,8 +67,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(OmegaConf.to_yaml(cfg))
         return 0
-    from ..data.sources import check_local_sources
-
     check_local_sources(cfg.data)  # a missing data path named before the training stack (Lightning) loads
     from ..training.run import run_and_report
 
