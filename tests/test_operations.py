@@ -416,22 +416,7 @@ def test_version(capsys):
 
 
 def test_placements_grid_lists_every_placement_and_only_filters(capsys, local_data):
-    assert (
-        main(
-            [
-                "reproduce",
-                "placements",
-                "--scale",
-                "proxy",
-                "--dry-run",
-                "--only",
-                "model.num_layers=24",
-                f"data.path={local_data.text}",
-                "data.tokenizer=embedded",
-            ]
-        )
-        == 0
-    )
+    assert main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=24", *local_data.lm]) == 0
     lines = capsys.readouterr().out.splitlines()
     norms = [next(a for a in line.split() if a.startswith("norm=")) for line in lines]
     assert len(lines) == 13 and {"norm=lns", "norm=peri", "norm=hybrid_star", "norm=dyt", "norm=mix", "norm=post"} <= set(norms)
@@ -455,8 +440,7 @@ def test_reproduce_dry_run_with_resume_lists_only_the_runs_still_to_train(tmp_pa
         "model.num_layers=24",
         "--only",
         "norm=mix",
-        f"data.path={local_data.text}",
-        "data.tokenizer=embedded",
+        *local_data.lm,
     ]
     assert main([*args, "--seeds", "2", f"results_dir={tmp_path}"]) == 0
     planned = [shlex.split(line)[2:] for line in capsys.readouterr().out.splitlines()]
