@@ -10,7 +10,6 @@ summary without code of its own.  A stage marked ``# reuse`` is finished already
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shlex
 import statistics
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import USER_ERRORS, ConfigError, one_line
+from ..evaluation.suites import OFFLINE_VARIABLES, hub_offline
 from ..results.records import read_records
 from ..training.builders import make_datamodule
 from ..training.config import compose
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 RUN_PREFIX = "mixbench run "
 PLACEHOLDER = re.compile(r"<[^<>=]+>")  # a chain's stage names the run an earlier stage makes, e.g. init_from=<pretrain run>
 COMMITTED_RESULTS = Path("results/proxy")  # the repository's committed proxy records, read where they are (a checkout)
-OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
 def planned_runs(printed: str) -> list[list[str]]:
@@ -41,11 +40,6 @@ def planned_runs(printed: str) -> list[list[str]]:
         if found and "# reuse " not in rest:
             runs.append(shlex.split(rest, comments=True))
     return runs
-
-
-def hub_offline() -> bool:
-    """Whether the Hugging Face hub is switched off here (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``)."""
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in OFFLINE_VARIABLES)
 
 
 @dataclass
@@ -118,13 +112,14 @@ def _run_seconds(cfg, per_step: float, trainer: dict) -> float | None:
 
 def gpu_estimate(configs, folders) -> tuple[dict[str, tuple[float, int]], int, int]:
     """Estimated GPU hours a card kind: {card: (hours, runs estimated)}, the runs with no record of their task and
-    model on any card, and the records it is based on.  Each run takes the median over that card's records of its
+    model on any card, and the number of records it is based on.  Each run takes the median over that card's records of its
     task, scale, data, micro-batch, model and depth (:func:`card_seconds`)."""
     seconds = card_seconds(folders)
     totals: dict[str, list] = defaultdict(lambda: [0.0, 0])
-    unknown = 0
+    unknown, matched = 0, set()
     for cfg in configs:
         by_card = seconds.get(_key(cfg), {})
+        matched.add(_key(cfg))
         estimated = False
         for card, samples in by_card.items():
             values = [s for s in (_run_seconds(cfg, per_step, trainer) for per_step, trainer in samples) if s is not None]
@@ -133,7 +128,7 @@ def gpu_estimate(configs, folders) -> tuple[dict[str, tuple[float, int]], int, i
                 totals[card][1] += 1
                 estimated = True
         unknown += not estimated
-    used = sum(len(samples) for by_card in seconds.values() for samples in by_card.values())
+    used = sum(len(samples) for key in matched for samples in seconds.get(key, {}).values())
     return {card: (hours, n) for card, (hours, n) in totals.items()}, unknown, used
 
 
