@@ -18,6 +18,21 @@ def token_cache(tmp_path_factory):
 
 
 @pytest.fixture
+def local_data(tmp_path):
+    """Empty stand-ins for the data a grid's dry run looks up (and never reads): ``text``, a glob of C4-format shards
+    with its validation shard; ``cifar``, a CIFAR-10 ``.npz``; ``lm``, the LLaMA runs' settings (those shards, the
+    embedded tokenizer: nothing from the hub)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("c4-train.00000-of-00001.json.gz", "c4-validation.00000-of-00001.json.gz", "cifar10.npz"):
+        (folder / name).touch()
+    text = str(folder / "c4-train.*.json.gz")
+    return type(
+        "LocalData", (), {"text": text, "cifar": str(folder / "cifar10.npz"), "lm": [f"data.path={text}", "data.tokenizer=embedded"]}
+    )
+
+
+@pytest.fixture
 def rng():
     return torch.Generator().manual_seed(0)
 

@@ -84,12 +84,15 @@ def test_bad_input_never_touches_earlier_results(tmp_path, caplog):
     assert after == before
 
 
-def test_print_config_and_list(capsys):
+def test_print_config_and_list(capsys, monkeypatch):
     assert main(["run", "task=vit_small", "norm=mix", "--print-config"]) == 0
     assert "placement: mix" in capsys.readouterr().out
+    monkeypatch.setenv("COLUMNS", "80")
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "vit_small" in out and "llama_1b" in out and "deepnorm" in out
+    assert max(map(len, out.splitlines())) <= 80 and "…" not in out  # 80 columns, no name cut
+    assert " sft_commonsense " in out and " cifar10_embedded " in out and " val/final_reward ↑" in out
 
 
 def test_search_without_optuna_is_one_clear_error(tmp_path, caplog, monkeypatch):
@@ -148,3 +151,21 @@ def test_the_program_ignores_a_late_ctrl_c_once_a_command_was_interrupted(monkey
             assert stop.value.code == status and signal.getsignal(signal.SIGINT) == handler
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_a_run_prints_nothing_on_stdout_its_bar_has_the_run_eta_and_no_lightning_deprecation(tmp_path, capsys, caplog):
+    """stdout carries only data: Lightning's progress bar and model summary go to stderr (the summary through the log,
+    without its FLOPs column, which counts 0); Lightning's LeafSpec deprecation notice is not shown."""
+    import logging
+    import warnings
+
+    caplog.set_level(logging.INFO)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["run", "task=vit_tiny", f"results_dir={tmp_path}", *TINY_VIT, "trainer.enable_progress_bar=true"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "Epoch 0" in err and "run ETA=" in err
+    summary = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("model summary:"))
+    assert "VisionTransformer" in summary and "FLOPs" not in summary and "FLOPs" not in err
+    assert not [w for w in caught if "LeafSpec" in str(w.message)]

@@ -30,7 +30,7 @@ def test_model_override_changes_depth_and_plan_is_validated():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["norm=mixx"], "unknown norm='mixx' — did you mean 'mix'"),
+        (["norm=mixx"], "unknown norm placement 'mixx' — did you mean 'mix'"),
         (["norm.alpah=0.3"], "did you mean 'alpha'"),
         (["norm=mix", "norm.alpha=1.5"], "norm.alpha must be in"),
         (["trainer.max_stepz=5"], "did you mean 'max_steps'"),

@@ -61,3 +61,15 @@ def test_python_modules_named_exist():
     for page in PAGES:
         for module in re.findall(r"python -m (mixbench[\w.]*)", page.read_text()):
             assert importlib.util.find_spec(module) is not None, f"{page.name}: python -m {module}"
+
+
+def test_the_readme_states_the_quick_start_benchs_last_result():
+    """The README's quick-start time is what ``bench/quickstart/quickstart.py`` measured last (its committed JSON)."""
+    import json
+
+    result = ROOT / "bench" / "quickstart" / "results" / "quickstart.json"
+    if not result.is_file():
+        pytest.skip("no quick-start measurement committed yet: python bench/quickstart/quickstart.py")
+    measured = json.loads(result.read_text())
+    minutes, cores = round(measured["median_wall_s"] / 60), measured["machine"]["cores_usable"]
+    assert f"about {minutes} minutes on {cores} idle CPU cores" in " ".join((ROOT / "README.md").read_text().split())

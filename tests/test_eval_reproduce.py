@@ -22,8 +22,11 @@ def test_table2_grid_holds_the_paper_numbers():
         assert abs(sum(run["paper"][t] for t in spec["tasks"]) / 7 - run["paper"]["avg"]) < 0.01
 
 
-def test_dry_run_lists_every_stage_with_its_dependencies(capsys):
-    assert main(["reproduce", "table2", "--dry-run", "sft:data.path=/data/commonsense_170k.json", "eval:limit=100"]) == 0
+def test_dry_run_lists_every_stage_with_its_dependencies(capsys, local_data, tmp_path):
+    sft_data = tmp_path / "commonsense_170k.json"
+    sft_data.write_text("[]")
+    data = [f"pretrain:data.path={local_data.text}", "pretrain:data.tokenizer=embedded", f"sft:data.path={sft_data}"]
+    assert main(["reproduce", "table2", "--dry-run", *data, "eval:limit=100"]) == 0
     out = capsys.readouterr().out
     assert (
         out.count("[pretrain] mixbench run task=c4_llama_") == 8
@@ -31,10 +34,10 @@ def test_dry_run_lists_every_stage_with_its_dependencies(capsys):
         and out.count("[eval]     mixbench eval") == 8
     )
     assert "task=sft_commonsense model=llama_250m norm=mix" in out and "'init_from=<pretrain run>'" in out
-    assert "--num-fewshot 5" in out and "--limit 100" in out and "data.path=/data/commonsense_170k.json" in out
-    assert main(["reproduce", "table2", "--dry-run"]) == 0
+    assert "--num-fewshot 5" in out and "--limit 100" in out and f"data.path={sft_data}" in out
+    assert main(["reproduce", "table2", "--dry-run"]) == 2  # listed, then no data here: exit 2 (test_dry_run_plan.py)
     assert "add sft:data.path=" in capsys.readouterr().out
-    assert main(["reproduce", "table2", "--dry-run", "--only", "norm=mix", "sft:data.path=x"]) == 0
+    assert main(["reproduce", "table2", "--dry-run", "--only", "norm=mix", *data]) == 0
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("# ")] == [
         "# c4_llama_250m · mix(α=0.25) · seed 0",
         "# c4_llama_1b · mix(α=0.25) · seed 0",

@@ -121,8 +121,17 @@ def test_family_settings_go_to_their_own_family_only():
         family_settings(("lm:data.path=x",), "llama", {"llama", "vit"})
 
 
-def test_dry_run_lists_every_size_with_its_placements_at_three_lrs(tmp_path, capsys):
-    argv = ["reproduce", "ladder", "--dry-run", "llama:data.tokenizer=embedded", "llama:model.vocab_size=8192", f"results_dir={tmp_path}"]
+def test_dry_run_lists_every_size_with_its_placements_at_three_lrs(tmp_path, capsys, local_data):
+    data = [f"llama:data.path={local_data.text}", f"vit:data.path={local_data.cifar}"]
+    argv = [
+        "reproduce",
+        "ladder",
+        "--dry-run",
+        *data,
+        "llama:data.tokenizer=embedded",
+        "llama:model.vocab_size=8192",
+        f"results_dir={tmp_path}",
+    ]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert all(line.startswith("mixbench run ") for line in lines)
@@ -137,8 +146,17 @@ def test_dry_run_lists_every_size_with_its_placements_at_three_lrs(tmp_path, cap
     assert main(["reproduce", "ladder", "--dry-run", "--seeds", "2", f"results_dir={tmp_path}"]) == 2  # the ladder picks seeds
 
 
-def test_a_round_lists_every_placement_at_its_start_lr_before_the_steps_around_it(tmp_path, capsys):
-    argv = ["reproduce", "ladder", "--dry-run", "--only", "task=c4_llama_1b", f"results_dir={tmp_path}"]
+def test_a_round_lists_every_placement_at_its_start_lr_before_the_steps_around_it(tmp_path, capsys, local_data):
+    argv = [
+        "reproduce",
+        "ladder",
+        "--dry-run",
+        "--only",
+        "task=c4_llama_1b",
+        f"llama:data.path={local_data.text}",
+        "llama:data.tokenizer=embedded",
+        f"results_dir={tmp_path}",
+    ]
     assert main(argv) == 0
     lrs = [line.split("optim.lr=")[1].split()[0] for line in capsys.readouterr().out.splitlines()]
     assert lrs[:8] == ["0.0005"] * 8 and sorted(set(lrs[8:])) == ["0.00015", "0.0015"]  # a round cut short has tried all 8
@@ -195,11 +213,12 @@ def test_a_sweep_that_fails_everywhere_goes_on_below_a_lowest_lr_that_was_still_
     assert capped.runs == () and "max_lrs" in capped.done
 
 
-def test_dry_run_of_the_equal_data_ladder_lists_the_four_sizes_at_764_steps(tmp_path, capsys):
+def test_dry_run_of_the_equal_data_ladder_lists_the_four_sizes_at_764_steps(tmp_path, capsys, local_data):
     argv = [
         "reproduce",
         "ladder_tokens",
         "--dry-run",
+        f"llama:data.path={local_data.text}",
         "llama:data.tokenizer=embedded",
         "llama:model.vocab_size=8192",
         f"results_dir={tmp_path}",

@@ -16,6 +16,7 @@ from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
 from mixbench.grids.reproduce import expand
 from mixbench.training.callbacks import DivergenceMonitor
+from mixbench.training.config import MAX_LR
 from mixbench.training.strategy import accumulation_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,12 +142,19 @@ def test_divergence_monitor_judges_the_real_loss_under_gradient_accumulation():
     assert stopped == 60 and monitor.history[0][1] == pytest.approx(6.0)
 
 
+def test_an_lr_out_of_the_sane_range_is_one_line_and_exit_2_before_any_run_folder(tmp_path, caplog):
+    for lr in ("1e9", "10.5", "0", "-1e-3"):
+        assert main(["run", "task=llama_lm", f"optim.lr={lr}", "trainer.max_steps=1", *TINY_LM, f"results_dir={tmp_path}"]) == 2
+        assert caplog.records[-1].getMessage().startswith("optim.lr must be ")
+    assert "(0, 10], got 1e+09" in caplog.records[0].getMessage() and not any(tmp_path.iterdir())
+
+
 def test_a_diverged_run_is_recorded_and_tabled_as_diverged(tmp_path, capsys, token_cache):
     args = [
         "run",
         "task=llama_lm",
         "norm=post",
-        "optim.lr=1e6",
+        f"optim.lr={MAX_LR}",  # the highest lr accepted
         "optim.warmup_steps=0",
         "trainer.max_steps=30",
         "divergence.check_every_n_steps=2",
@@ -201,8 +209,8 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path
     assert two["metrics"]["val/loss"] == pytest.approx(one["metrics"]["val/loss"], rel=1e-4)
 
 
-def test_reproduce_dry_run_and_proxy_grid(capsys):
-    assert main(["reproduce", "table1", "--dry-run"]) == 0
+def test_reproduce_dry_run_and_proxy_grid(capsys, local_data):
+    assert main(["reproduce", "table1", "--dry-run", f"data.path={local_data.text}", "data.tokenizer=embedded"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 16 and lines[0].startswith("mixbench run task=c4_llama_71m norm=post")
     proxy = expand("table1", scale="proxy", seeds=(0, 1))

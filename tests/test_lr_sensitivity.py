@@ -26,7 +26,16 @@ def listed(capsys) -> list[list[str]]:
     return [shlex.split(line)[2:] for line in capsys.readouterr().out.splitlines()]
 
 
-def test_dry_run_lists_every_placement_of_both_families_at_five_or_more_half_decade_lrs(capsys):
+@pytest.fixture
+def any_data(monkeypatch):
+    """The dry run's data check passed (it has its own tests in test_dry_run_plan.py): this grid's two families read
+    different data, which one ``data.path`` cannot give both."""
+    from mixbench.grids import dry_run
+
+    monkeypatch.setattr(dry_run, "data_needs", lambda configs: dry_run.DataNeeds())
+
+
+def test_dry_run_lists_every_placement_of_both_families_at_five_or_more_half_decade_lrs(capsys, any_data):
     """The grid's 154 runs (what the dry run lists), and the dry run itself on every placement at one lr of each family
     and pre at every lr (each value of each axis composed; the whole grid in the slow test below)."""
     runs = expand("lr_sensitivity")
@@ -51,7 +60,7 @@ def test_dry_run_lists_every_placement_of_both_families_at_five_or_more_half_dec
 
 
 @pytest.mark.slow
-def test_dry_run_composes_every_run_of_the_grid(capsys):
+def test_dry_run_composes_every_run_of_the_grid(capsys, any_data):
     assert main(["reproduce", "lr_sensitivity", "--dry-run"]) == 0  # validates the whole grid: 154 configs composed
     assert listed(capsys) == expand("lr_sensitivity")
 
@@ -92,7 +101,7 @@ def test_best_from_runs_each_placement_at_its_best_lr_and_12_blocks_at_the_24_bl
     assert len(at_best) == 2 * 2 * 3  # placements, ViT without a finished run are left out (logged)
 
 
-def test_best_from_with_only_composes_just_the_matching_tasks_with_their_own_settings(tmp_path, capsys):
+def test_best_from_with_only_composes_just_the_matching_tasks_with_their_own_settings(tmp_path, capsys, any_data):
     """``--only task=c4_llama_71m`` with a text-only setting (``data.tokenizer``): the ViT placements are left out before
     their best lr is looked up, which would compose them with a setting they do not have."""
     grid = expand("lr_sensitivity", seeds=(0,))

@@ -5,6 +5,7 @@ import gzip
 import json
 import logging
 import random
+import shlex
 from pathlib import Path
 
 import pytest
@@ -414,8 +415,8 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"mixbench {mixbench.__version__}"
 
 
-def test_placements_grid_lists_every_placement_and_only_filters(capsys):
-    assert main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=24"]) == 0
+def test_placements_grid_lists_every_placement_and_only_filters(capsys, local_data):
+    assert main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=24", *local_data.lm]) == 0
     lines = capsys.readouterr().out.splitlines()
     norms = [next(a for a in line.split() if a.startswith("norm=")) for line in lines]
     assert len(lines) == 13 and {"norm=lns", "norm=peri", "norm=hybrid_star", "norm=dyt", "norm=mix", "norm=post"} <= set(norms)
@@ -423,15 +424,26 @@ def test_placements_grid_lists_every_placement_and_only_filters(capsys):
     assert main(["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=7"]) == 2
 
 
-def test_reproduce_dry_run_with_resume_lists_only_the_runs_still_to_train(tmp_path, capsys):
+def test_reproduce_dry_run_with_resume_lists_only_the_runs_still_to_train(tmp_path, capsys, local_data):
     from omegaconf import OmegaConf
 
     from mixbench.training.config import compose, norm_spec
     from mixbench.training.run import runs_parent
 
-    args = ["reproduce", "placements", "--scale", "proxy", "--dry-run", "--only", "model.num_layers=24", "--only", "norm=mix"]
+    args = [
+        "reproduce",
+        "placements",
+        "--scale",
+        "proxy",
+        "--dry-run",
+        "--only",
+        "model.num_layers=24",
+        "--only",
+        "norm=mix",
+        *local_data.lm,
+    ]
     assert main([*args, "--seeds", "2", f"results_dir={tmp_path}"]) == 0
-    planned = [line.split()[2:] for line in capsys.readouterr().out.splitlines()]
+    planned = [shlex.split(line)[2:] for line in capsys.readouterr().out.splitlines()]
     assert len(planned) == 2  # seeds 0 and 1
     cfg = compose(planned[0])  # seed 0 finished: its folder as `mixbench run` leaves it
     folder = runs_parent(cfg, norm_spec(cfg).label()) / "seed0-20261127T000000-abcdef"
@@ -439,7 +451,7 @@ def test_reproduce_dry_run_with_resume_lists_only_the_runs_still_to_train(tmp_pa
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (folder / "record.json").write_text(json.dumps({"status": "completed"}))
     assert main([*args, "--seeds", "2", "--resume", f"results_dir={tmp_path}"]) == 0
-    assert [line.split()[2:] for line in capsys.readouterr().out.splitlines()] == planned[1:]
+    assert [shlex.split(line)[2:] for line in capsys.readouterr().out.splitlines()] == planned[1:]
     (folder / "record.json").write_text(json.dumps({"status": "failed"}))  # a crashed run is trained again
     assert main([*args, "--seeds", "2", "--resume", f"results_dir={tmp_path}"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2

@@ -66,3 +66,11 @@ def test_gradient_clipping_takes_the_unfused_optimizer(monkeypatch, clip, fused)
     monkeypatch.setattr(type(module), "trainer", property(lambda self: trainer))
     module.configure_optimizers()
     assert seen["fused"] is fused
+
+
+def test_the_optimizer_is_fused_on_the_cpu_too():
+    """torch's CPU default is a loop over the tensors (2.7× the CPU time a step for ViT-S): the fused kernel is used."""
+    from mixbench.training.optim import build_optimizer
+
+    for name in ("adam", "adamw"):
+        assert build_optimizer(build_model("llama_debug", seed=0), name, lr=1e-3).defaults["fused"] is True

@@ -159,10 +159,15 @@ def test_a_project_plugins_module_registers_for_every_task(tmp_path, registry, c
 
 
 def test_an_unknown_placement_says_where_it_was_looked_for(project, tmp_path, monkeypatch, caplog):
+    (project / "configs" / "norm").mkdir(parents=True, exist_ok=True)
+    (project / "configs" / "norm" / "typo.yaml").write_text("placement: halfpro\n")
     assert main(["run", "task=llama_lm", "norm.placement=halfpro", "--print-config"]) == 2
     line = caplog.records[-1].getMessage()
     assert "unknown norm placement 'halfpro'" in line and "did you mean 'halfpre'" in line
     assert f"project {project} (tasks/*/task.py, plugins.py)" in line and "\n" not in line
+    for named in ("norm=halfpro", "norm=typo"):  # the command line, a config file: the same line, with the project hint
+        assert main(["run", "task=llama_lm", named, "--print-config"]) == 2
+        assert caplog.records[-1].getMessage() == line
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

@@ -319,15 +319,21 @@ def test_bad_rlhf_input_is_one_line_and_exit_2_before_any_run_folder(sft_run, rm
     assert not list(tmp_path.rglob("config.yaml"))
 
 
-def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys):
+def test_reproduce_table3_dry_run_lists_four_stages_per_placement(capsys, local_data, tmp_path):
     from mixbench.cli.app import main
 
-    assert main(["reproduce", "table3", "--scale", "proxy", "--seeds", "2", "--dry-run"]) == 0
+    (tmp_path / "commonsense.json").write_text("[]")
+    data = [
+        f"pretrain:data.path={local_data.text}",
+        "pretrain:data.tokenizer=embedded",
+        *(f"{stage}:data.path={tmp_path / 'commonsense.json'}" for stage in ("sft", "rm", "rl")),
+    ]
+    assert main(["reproduce", "table3", "--scale", "proxy", "--seeds", "2", "--dry-run", *data]) == 0
     out = capsys.readouterr().out
     for stage in ("[pretrain]", "[sft]", "[rm]", "[rl]"):
         assert sum(line.startswith(stage) for line in out.splitlines()) == 6  # pre, post, mix × 2 seeds
     assert "task=rlhf_remax" in out and "'rlhf.reward_model=<rm run>'" in out and "norm=post" in out
-    assert main(["reproduce", "table3", "--dry-run"]) == 0
+    assert main(["reproduce", "table3", "--dry-run"]) == 2  # listed, then no data here: exit 2 (test_dry_run_plan.py)
     assert sum(line.startswith("[rl]") for line in capsys.readouterr().out.splitlines()) == 2  # the paper's Pre-LN and Mix-LN
 
 

@@ -114,10 +114,19 @@ def test_composing_a_run_imports_no_lightning(tmp_path):
     assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
 
 
+# data a run needs that is not here (a CIFAR .npz, C4-format shards, data.root unset): they compose, and `mixbench run`
+# names them before it loads the training stack (mixbench/data/sources.py)
+DATA_ERRORS = [
+    ["task=vit_tiny", "data.path=/nowhere/cifar10.npz"],
+    ["task=llama_lm", "data.path=/nowhere/c4-train.*.json.gz"],
+    ["task=in1k_vit_tiny"],
+]
+
+
 def test_run_config_errors_import_no_lightning(tmp_path):
-    """`mixbench run`'s config errors come before Lightning: cli/app.py's stops_resumably looks the stop types up only
-    once mixbench.training.run is loaded."""
-    commands = [["run", *args] for args in CONFIG_ERRORS]
+    """`mixbench run`'s config errors, missing data among them, come before Lightning: cli/app.py's stops_resumably looks
+    the stop types up only once mixbench.training.run is loaded."""
+    commands = [["run", *args] for args in [*CONFIG_ERRORS, *DATA_ERRORS]]
     loaded = heavy_modules_after(commands, cwd=project_with_a_placement(tmp_path))
     assert {argv: [m for m in modules if m != "torch"] for argv, modules in loaded.items()} == {" ".join(a): [] for a in commands}
 
@@ -144,6 +153,6 @@ def test_lazy_names_resolve():
 def test_a_sweep_with_a_bad_setting_fails_before_lightning_loads():
     """``run -m``: every configuration of the sweep is composed (which loads torch, as a single run's does) before the
     grid runner, and Lightning with it, is imported."""
-    argv = ["run", "-m", "task=llama_lm", "norm=pre,bogus"]
-    loaded = heavy_modules_after([argv])[" ".join(argv)]  # main() returned its exit status 2 (unknown norm)
-    assert "torch" in loaded and "lightning" not in loaded and "pytorch_lightning" not in loaded
+    for argv in (["run", "-m", "task=llama_lm", "norm=pre,bogus"], ["run", "-m", "task=vit_tiny", "seed=0,1", "data.path=/nowhere.npz"]):
+        loaded = heavy_modules_after([argv])[" ".join(argv)]  # main() returned its exit status 2 (unknown norm, no data)
+        assert "torch" in loaded and "lightning" not in loaded and "pytorch_lightning" not in loaded

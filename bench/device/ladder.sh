@@ -46,11 +46,13 @@ SETTINGS=("llama:${TEXTMIX[0]}" "llama:${TEXTMIX[1]}" "llama:${TEXTMIX[2]}" llam
           vit:data.path=.data/cifar/cifar10_bigbench.npz vit:data.num_workers=3)
 [ "$GRID" = ladder ] || SETTINGS=("${SETTINGS[@]:0:4}")  # ladder_tokens has no ViT family
 
-plan_rung() {  # plan_rung TASK [CORES]: the next round of one rung from the records in $RESULTS (stdout); ONLY="norm=post"
-    # (space-separated key=value) keeps the runs with those arguments too
-    local only=(--only "task=$1") item
+plan_rung() {  # plan_rung TASK [CORES [ARG ...]]: the next round of one rung from the records in $RESULTS (stdout); a
+    # missing data path fails it (exit 2) unless ARG is --data-elsewhere (step plan: made here, the data is the lease's);
+    # ONLY="norm=post" (space-separated key=value) keeps the runs with those arguments too
+    local task=$1 cores=${2:-0-$(($(nproc) - 1))} only=() item
+    shift $(($# < 2 ? $# : 2))
     for item in ${ONLY:-}; do only+=(--only "$item"); done
-    taskset -c "${2:-0-$(($(nproc) - 1))}" python3 -m mixbench.cli reproduce "$GRID" --dry-run "${only[@]}" "${SETTINGS[@]}" "${COMMON[@]}"
+    taskset -c "$cores" python3 -m mixbench.cli reproduce "$GRID" --dry-run "$@" --only "task=$task" "${only[@]}" "${SETTINGS[@]}" "${COMMON[@]}"
 }
 
 put_last() {  # put_last PLAN: the runs of the placements LAST (e.g. "peri dyt") moved to the end of the plan, so that
@@ -162,7 +164,8 @@ case $STEP in
         export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
         for task in ${RUNGS:-in1k_vit_tiny in1k_vit_small c4_llama_71m c4_llama_130m c4_llama_250m c4_llama_1b}; do
             plan=".plans/${GRID}_${task#*_}.txt"
-            plan_rung "$task" > "$plan" 2> ".plans/${GRID}_${task#*_}.log" || { echo "planning $task failed"; exit 2; }
+            plan_rung "$task" "0-$(($(nproc) - 1))" --data-elsewhere > "$plan" 2> ".plans/${GRID}_${task#*_}.log" \
+                || { echo "planning $task failed"; exit 2; }
             put_last "$plan"
             echo "$task: $(grep -c '^mixbench' "$plan") run(s) planned"
         done

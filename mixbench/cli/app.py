@@ -46,6 +46,7 @@ def stops_resumably(command: Callable[[argparse.Namespace], int]) -> Callable[[a
 def cmd_run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
+    from ..data.sources import check_local_sources
     from ..training.config import compose, replay
 
     if args.multirun:
@@ -54,8 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..grids.sweep_args import expand_sweep
 
         argvs = expand_sweep(args.overrides)
-        for argv in argvs:  # a configuration error in any run, before the runner (and Lightning) loads
-            compose(argv)
+        for argv in argvs:  # a configuration error or missing data in any run, before the runner (and Lightning) loads
+            check_local_sources(compose(argv).data)
         from ..grids.runner import run_many, summarize
 
         outcomes = run_many(argvs, args.jobs, args.resume, args.launcher)
@@ -66,6 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(OmegaConf.to_yaml(cfg))
         return 0
+    check_local_sources(cfg.data)  # a missing data path named before the training stack (Lightning) loads
     from ..training.run import run_and_report
 
     return run_and_report(cfg, ["mixbench", *args.command_line])
@@ -146,8 +148,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from ..grids.runner import summarize
 
     scale = args.scale or grid_scales(args.table)[0]
+    if args.data_elsewhere and not args.dry_run:
+        raise ConfigError("--data-elsewhere belongs to --dry-run (a plan made here for runs on another machine)")
     settings = (tuple(args.overrides), args.dry_run, args.jobs, args.resume, tuple(args.only), args.launcher, args.best_from)
-    outcomes = reproduce(args.table, scale, args.seeds, *settings, analyze=args.analyze)
+    outcomes = reproduce(args.table, scale, args.seeds, *settings, analyze=args.analyze, data_elsewhere=args.data_elsewhere)
     if outcomes is None:  # --dry-run
         return 0
     status = summarize(outcomes, f"{args.table} ({scale} scale)")
@@ -297,6 +301,7 @@ def cmd_reclassify(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -308,23 +313,30 @@ def cmd_list(args: argparse.Namespace) -> int:
     from ..data import list_datamodules
     from ..layers.placements import get_placement
 
+    def table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]], names: int) -> Table:
+        """Light lines and no edge padding (80 columns hold the stock names); the first ``names`` columns hold names,
+        never cut: they keep their full width, the others wrap."""
+        shown = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        for i, header in enumerate(headers):
+            width = max(len(header), *(len(row[i]) for row in rows)) if rows else None
+            shown.add_column(header, no_wrap=i < names, min_width=width if i < names else None)
+        for row in rows:
+            shown.add_row(*row)
+        return shown
+
     console = Console()
-    tasks = Table(title="tasks (task=...)")
-    for col in ("task", "family", "default model", "default data", "primary metric"):
-        tasks.add_column(col, no_wrap=True)
-    for t in discover_tasks().values():
-        pm = t.primary_metric
-        tasks.add_row(t.name, t.family, t.model, t.data, f"{pm.name} {'↑' if pm.higher_is_better else '↓'}")
-    console.print(tasks)
-    norms = Table(title="norms (norm=...)")
-    for col in ("norm", "placement", "what it computes"):
-        norms.add_column(col)
+    task_rows = [
+        (t.name, t.family, t.model, t.data, f"{t.primary_metric.name} {'↑' if t.primary_metric.higher_is_better else '↓'}")
+        for t in discover_tasks().values()
+    ]
+    console.print(table("tasks (task=...)", ("task", "family", "model", "data", "primary metric"), task_rows, names=4))
+    norm_rows = []
     for choice in config_choices("norm"):
         settings = load_group("norm", choice)
         placement = settings.get("placement", "pre")
         kind = f" (kind={settings.kind})" if settings.get("kind") else ""
-        norms.add_row(choice, placement + kind, escape(get_placement(placement).summary))
-    console.print(norms)
+        norm_rows.append((choice, placement + kind, escape(get_placement(placement).summary)))
+    console.print(table("norms (norm=...)", ("norm", "placement", "what it computes"), norm_rows, names=2))
     for name in list_families():
         family = get_family(name)
         console.print(f"[bold]models[/] of family [bold]{name}[/] ({family.description}): " + ", ".join(family.models))
@@ -570,7 +582,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N|S,S,...",
         help="N: run seeds 0..N-1; a comma-separated list: run those seeds (0,2: seeds 0 and 2; 2,: seed 2 alone)",
     )
-    rep.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
+    rep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the runs (stdout), run nothing; then their count, GPU time and data (stderr): exit 2 naming data not here",
+    )
+    rep.add_argument(
+        "--data-elsewhere",
+        action="store_true",
+        help="with --dry-run: the runs will read their data on another machine (a GPU lease): data missing here is a warning",
+    )
     rep.add_argument(
         "--jobs", type=int, default=1, help="runs at a time, as subprocesses sharing the machine (small proxy runs on one GPU)"
     )

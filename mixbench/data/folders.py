@@ -33,24 +33,13 @@ from ..core.errors import ConfigError
 from .dali import RESUME_NOTE as DALI_RESUME_NOTE
 from .device_pipeline import CropGeometry, CroppedImages, DeviceImagePipeline, EncodedImages, WorkerCrop, collate_cropped, collate_encoded
 from .samplers import EpochSpanningLoader, ResumableOrder
+from .sources import IMAGE_ROOT_UNSET, detect_layout
 
 log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 PIPELINES = ("cpu", "gpu", "nvjpeg", "dali")
-
-
-def detect_layout(root: Path, train_dir: str, val_dir: str) -> str:
-    if (root / train_dir).is_dir() and (root / val_dir).is_dir():
-        return "folder"
-    if glob.glob(str(root / "**" / "train-*.parquet"), recursive=True):
-        return "parquet"
-    raise FileNotFoundError(
-        f"no image dataset under data.root={str(root)!r}: expected {train_dir}/<class>/*.JPEG and {val_dir}/<class>/*.JPEG "
-        "folders, or the Hugging Face imagenet-1k parquet files (train-*.parquet, validation-*.parquet); "
-        "set data.root=/path/to/imagenet"
-    )
 
 
 def read_bytes(path: str) -> torch.Tensor:
@@ -197,7 +186,7 @@ class ImageFolderDataModule(ResumableOrder, L.LightningDataModule):
             raise ConfigError(f"data.worker_nice={worker_nice}: only a non-negative increment (lower worker priority) is allowed")
         self.pipeline, self.skip_bad_images, self.overlap, self.worker_nice = pipeline, skip_bad_images, overlap, worker_nice
         if root is None:
-            raise ConfigError("set data.root to the dataset folder (ILSVRC train/ and val/ class folders, or HF imagenet-1k parquet files)")
+            raise ConfigError(IMAGE_ROOT_UNSET)
         self.root, self.train_dir, self.val_dir = Path(root).expanduser(), train_dir, val_dir
         self.img_size, self.batch_size, self.eval_batch_size = img_size, batch_size, eval_batch_size or batch_size
         self.num_workers = num_workers

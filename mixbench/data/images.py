@@ -17,6 +17,7 @@ from . import ASSETS_DIR
 from .device_arrays import ArrayEvalLoader, ArrayTrainLoader, CropFlipDraws, DeviceArrays
 from .device_pipeline import upload
 from .samplers import EpochSpanningLoader, ResumableOrder
+from .sources import CIFAR_PATH_UNSET, cifar_file
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class CifarArrayDataModule(ResumableOrder, L.LightningDataModule):
         if pipeline not in PIPELINES:
             raise ConfigError(f"unknown data.pipeline={pipeline!r} for CIFAR arrays; valid: {', '.join(PIPELINES)}")
         if path is None:
-            raise ConfigError("set data.path to a CIFAR-10 .npz (arrays x, y, classes), e.g. the official test set")
+            raise ConfigError(CIFAR_PATH_UNSET)
         self.path, self.val_per_class, self.img_size = path, val_per_class, img_size
         self.batch_size, self.num_workers, self.augment = batch_size, num_workers, augment
         self.eval_batch_size = eval_batch_size or batch_size
@@ -108,10 +109,7 @@ class CifarArrayDataModule(ResumableOrder, L.LightningDataModule):
             self._file()
 
     def _file(self) -> Path:
-        file = Path(self.path).expanduser()
-        if not file.is_file():
-            raise FileNotFoundError(f"data.path={self.path!r} does not exist; set it to a CIFAR-10 .npz with arrays x, y, classes")
-        return file
+        return cifar_file(self.path)
 
     def _arrays(self):
         if self.path == "embedded":

@@ -13,7 +13,6 @@ Two sequence modes, both producing ``input_ids`` (T) and next-token ``labels`` (
 
 from __future__ import annotations
 
-import glob
 import logging
 from pathlib import Path
 
@@ -26,28 +25,11 @@ from ..core.constants import IGNORE_INDEX
 from ..core.errors import ConfigError
 from . import ASSETS_DIR
 from .samplers import ResumableOrder
+from .sources import TEXT_SOURCE_UNSET, resolve_files, validation_glob  # noqa: F401 (resolve_files: imported from here too)
 from .tokens import PAD_CANDIDATES, TokenizerSpec, TokenStore, build_cache, special_id
 
 log = logging.getLogger(__name__)
 EMBEDDED_TRAIN = str(ASSETS_DIR / "text" / "c4-train.*.json.gz")
-
-
-def resolve_files(pattern: str) -> list[str]:
-    files = sorted(glob.glob(str(Path(pattern).expanduser())))
-    if not files:
-        raise FileNotFoundError(
-            f"no files match data path {pattern!r}; set data.path (and data.val_path) to a glob of C4-format "
-            ".json.gz shards, e.g. data.path='/data/c4/en/c4-train.*.json.gz'"
-        )
-    return files
-
-
-def validation_glob(train_glob: str) -> str:
-    """C4 layout: ``c4-train.*`` → ``c4-validation.*`` next to it."""
-    if "train" not in Path(train_glob).name:
-        raise ConfigError(f"cannot derive a validation glob from {train_glob!r}; set data.val_path")
-    head, name = str(Path(train_glob).parent), Path(train_glob).name
-    return str(Path(head) / name.replace("train", "validation"))
 
 
 class PackedWindows(Dataset):
@@ -135,7 +117,7 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
         if mode not in ("pack", "pad"):
             raise ConfigError(f"data.mode must be 'pack' or 'pad', got {mode!r}")
         if path is None and hub is None:
-            raise ConfigError("set data.path to a glob of local C4-format shards, or data.hub to stream a hub dataset")
+            raise ConfigError(TEXT_SOURCE_UNSET)
         self.path = EMBEDDED_TRAIN if path == "embedded" else path
         self.val_path = val_path
         self.hub, self.hub_name, self.shuffle_seed = hub, hub_name, shuffle_seed
@@ -162,6 +144,13 @@ class TextDataModule(ResumableOrder, L.LightningDataModule):
         """The local shards of both splits exist (their globs, as :meth:`_sources` looks them up); a hub stream has none."""
         for split in ("train", "validation"):
             self._sources(split)
+
+    def hub_sources(self) -> list[str]:
+        """What this module would fetch from the Hugging Face hub: the dataset it streams (none from local files), a
+        tokenizer not in the local hub cache."""
+        stream = [f"dataset {self.hub}" + (f" ({self.hub_name})" if self.hub_name else "")] if self.path is None else []
+        tokenizer = self.tokenizer.download()
+        return stream + ([f"tokenizer {tokenizer}"] if tokenizer else [])
 
     def _budget(self, split: str) -> int | None:
         """Streams are cut at a token budget (the run's need); local files are cached whole."""

@@ -70,6 +70,15 @@ class TokenizerSpec:
                 "offline, set data.tokenizer to a local tokenizer.json (or 'embedded')"
             ) from None
 
+    def download(self) -> str | None:
+        """The hub repository :meth:`load` would fetch: None for the embedded tokenizer, a file, or one already in the
+        local hub cache."""
+        if self.name == "embedded" or Path(self.name).expanduser().is_file() or Path(self.name).suffix == ".json" or os.sep in self.name:
+            return None
+        from huggingface_hub import try_to_load_from_cache
+
+        return None if isinstance(try_to_load_from_cache(self.name, "tokenizer.json"), str) else self.name
+
     def identity(self) -> str:
         """What the cache key depends on: the file's content hash, or the hub name."""
         path = EMBEDDED_TOKENIZER if self.name == "embedded" else Path(self.name).expanduser()

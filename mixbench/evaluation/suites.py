@@ -103,9 +103,17 @@ def find_task_data(task: str, sources: list[str]) -> TaskData:
     )
 
 
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is switched off here (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set)."""
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in OFFLINE_VARIABLES)
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub can be used (not when HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set)."""
-    if any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+    """Whether the Hugging Face hub can be used (not when it is switched off: :func:`hub_offline`)."""
+    if hub_offline():
         return False
     try:
         socket.create_connection(("huggingface.co", 443), timeout=timeout).close()

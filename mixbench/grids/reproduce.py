@@ -7,6 +7,8 @@ corpus given as ``data.path=...``.  The runs go through :mod:`mixbench.grids.run
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import shlex
 import sys
@@ -20,6 +22,7 @@ from ..training.config import compose, norm_spec
 from ..training.run import existing_run, finished_record, finished_runs
 from .downstream import paper_comparison as downstream_comparison
 from .downstream import reproduce_downstream
+from .dry_run import summarize_plan
 from .ladder import reproduce_ladder
 from .ladder_analysis import reproduce_ladder_analysis
 from .paper import grid, grid_scales, paper_runs
@@ -139,11 +142,26 @@ def reproduce(
     launcher: str = "local",
     best_from: str | None = None,
     analyze: bool = False,
+    data_elsewhere: bool = False,
 ) -> list | None:
-    """Run a paper grid (see :mod:`mixbench.grids.runner`); with ``dry_run`` only print its ``mixbench run`` commands.
-    ``only``: run just the configurations whose arguments include every one of these ``key=value`` items.  ``scale``
-    None: the grid's default.  ``best_from``: a swept grid's placements at their best values there (:func:`expand`).
-    ``analyze``: a ladder grid's layer analyses (:mod:`mixbench.grids.ladder_analysis`)."""
+    """Run a paper grid (see :mod:`mixbench.grids.runner`); with ``dry_run`` only print its ``mixbench run`` commands
+    (stdout), then its total, GPU-time estimate and data needs (stderr; data that is not here: a ``ConfigError``, see
+    :mod:`mixbench.grids.dry_run`).  ``only``: run just the configurations whose arguments include every one of these
+    ``key=value`` items.  ``scale`` None: the grid's default.  ``best_from``: a swept grid's placements at their best
+    values there (:func:`expand`).  ``analyze``: a ladder grid's layer analyses (:mod:`mixbench.grids.ladder_analysis`).
+    ``data_elsewhere``: a dry run for runs that read their data on another machine: data missing here is a warning."""
+    settings = (name, scale, seeds, extra, dry_run, jobs, resume, only, launcher, best_from, analyze)
+    if not dry_run:
+        return _reproduce(*settings)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        _reproduce(*settings)
+    sys.stdout.write(printed.getvalue())
+    sys.stdout.flush()
+    summarize_plan(name, printed.getvalue(), data_here=not data_elsewhere)
+    return None
+
+
+def _reproduce(name, scale, seeds, extra, dry_run, jobs, resume, only, launcher, best_from, analyze) -> list | None:
     scale = scale or grid_scales(name)[0]
     if best_from is not None and not any(_sweep(b)[0] for b in _proxy_blocks(name)):
         raise ConfigError(f"--best-from needs a grid that sweeps a setting (e.g. lr_sensitivity); {name} sweeps none")

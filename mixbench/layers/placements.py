@@ -198,9 +198,10 @@ def get_placement(name: str) -> Placement:
         # by name: `mixbench export` bundles every module this one imports, and an exported model needs no project search
         tasks = importlib.import_module("mixbench.core.tasks")
         project = tasks.load_project_plugins()
-        if name not in _PLACEMENTS:
+        if name not in _PLACEMENTS:  # norm= names a placement or a configs/norm/*.yaml (e.g. olmo2): both offered
+            valid = list(dict.fromkeys([*_PLACEMENTS, *importlib.import_module("mixbench.core.project").config_choices("norm")]))
             raise NormConfigError(
-                f"unknown norm placement {name!r}{did_you_mean(name, _PLACEMENTS)}; valid: {', '.join(_PLACEMENTS)}; "
+                f"unknown norm placement {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}; "
                 f"looked among {tasks.plugin_sources(project)}"
             )
     return _PLACEMENTS[name]

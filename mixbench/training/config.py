@@ -143,8 +143,12 @@ def _apply_override(cfg: DictConfig, arg: str) -> None:
 
 
 def _norm_group(defaults: DictConfig, choice: str, root) -> DictConfig:
-    """The norm group: common settings, the chosen placement's own options, then ``configs/norm/<choice>.yaml``."""
-    chosen = load_group("norm", choice, root)
+    """The norm group: common settings, the chosen placement's own options, then ``configs/norm/<choice>.yaml`` — or,
+    without that file, the placement ``choice`` as registered (a project's own, from its code): an unknown name is then
+    :func:`mixbench.layers.placements.get_placement`'s error, the same as a config file naming it gets."""
+    chosen = (
+        load_group("norm", choice, root) if config_file("norm", f"{choice}.yaml", root=root) else OmegaConf.create({"placement": choice})
+    )
     placement = get_placement(chosen.get("placement", defaults.placement))
     base = OmegaConf.merge(defaults, placement.options)
     return merge_strict(base, chosen, f"configs/norm/{choice}.yaml")
@@ -269,7 +273,8 @@ def replay(config_path: str | Path, overrides: list[str]) -> DictConfig:
 
 
 # settings that must lie in a range: key → (lowest allowed, whether the lowest is excluded)
-RANGES = {
+MAX_LR = 10  # above it a learning rate is a typo (1e9 for 1e-3) that would run a whole budget to a `diverged` record
+RANGES = {  # key: (lowest, whether the lowest itself is refused)
     "data.batch_size": (0, True),
     "data.eval_batch_size": (0, True),
     "data.num_workers": (0, False),
@@ -293,6 +298,9 @@ def check_ranges(cfg: DictConfig) -> None:
             continue
         if value < low or (strict and value == low):
             raise ConfigError(f"{key} must be {'>' if strict else '≥'} {low}, got {value}")
+    lr = OmegaConf.select(cfg, "optim.lr", default=None)
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > MAX_LR:
+        raise ConfigError(f"optim.lr must be in (0, {MAX_LR}], got {lr:g}: a typo? (e.g. optim.lr=1e-3)")
 
     logger_names(cfg.logger)
     if cfg.resume not in (None, "auto"):

