@@ -77,25 +77,30 @@ def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:
     setting added to mixbench after that run was made (absent from ``theirs``) matches while ``cfg`` holds the
     setting's default (``defaults()``: the flat settings of ``cfg``'s group choices): the older code behaved as the
     default does.  Empty settings match nothing."""
-    if not theirs:
-        return False
+    return bool(theirs) and not settings_differences(theirs, cfg, defaults)
+
+
+def settings_differences(theirs: dict, cfg: DictConfig | dict, defaults, aside: tuple[str, ...] = ()) -> list[str]:
+    """The dotted settings in which ``theirs`` and ``cfg`` differ, as :func:`same_run_settings` compares them (the
+    dotted settings ``aside`` aside too), each as ``key: theirs → ours``; empty when they are the same run."""
     theirs = json.loads(json.dumps(theirs))  # a copy: the compile upgrade below edits it
     upgrade_saved_config(theirs)  # settings whose saved form or meaning changed since
     ours = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     for config in (theirs, ours):
         for key in LOCATION_KEYS:
             config.pop(key, None)
-    theirs, ours = ({key: value for key, value in flat_settings(config).items() if key not in RESOURCE_KEYS} for config in (theirs, ours))
-    if any(key not in ours or ours[key] != value for key, value in theirs.items()):
-        return False
+    skip = (*RESOURCE_KEYS, *aside)
+    theirs, ours = ({key: value for key, value in flat_settings(config).items() if key not in skip} for config in (theirs, ours))
+    missing = object()
+    differ = [key for key, value in theirs.items() if ours.get(key, missing) != value]
     added = [key for key in ours if key not in theirs]
-    if not added:
-        return True
-    try:
-        default = defaults()
-    except (ConfigError, KeyError, TypeError):  # e.g. a project's task (not composable from here)
-        return False
-    return all(key in default and ours[key] == default[key] for key in added)
+    if added:
+        try:
+            default = defaults()
+        except (ConfigError, KeyError, TypeError):  # e.g. a project's task (not composable from here)
+            default = {}
+        differ += [key for key in added if key not in default or ours[key] != default[key]]
+    return [f"{key}: {theirs.get(key, '(absent)')!r} → {ours.get(key, '(absent)')!r}" for key in differ]
 
 
 def run_defaults(cfg: DictConfig):
@@ -196,7 +201,7 @@ def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
     return ThroughputMonitor(family.items, family.flops_per_item(cfg, model), cfg.trainer.log_every_n_steps)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
+def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None, resume: str | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -214,7 +219,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
         callbacks.append(RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10))
     every = cfg.checkpoint.every_n_steps
     if every:
-        callbacks.append(checkpoint_callback(run_dir, every, cfg.checkpoint.keep_last))
+        callbacks.append(checkpoint_callback(run_dir, every, cfg.checkpoint.keep_last, resume))
     try:
         return L.Trainer(
             **kwargs,
@@ -226,7 +231,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
                 f"{cfg.task.name}-{norm_spec(cfg).label()}-seed{cfg.seed}",
             ),
             callbacks=callbacks,
-            plugins=[AtomicCheckpointIO()],
+            plugins=[AtomicCheckpointIO(run_dir)],
             profiler=make_profiler(cfg.profiler, run_dir, on_gpu=runs_on_cuda(kwargs.get("accelerator"))),
             enable_checkpointing=bool(every),
             use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
@@ -384,7 +389,11 @@ def _run_locked(
         record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
         markers = [CudaGraphStepMarker()] if uses_cudagraphs(cfg) else []
         trainer = build_trainer(
-            cfg, run_dir, [divergence, throughput, history, *extra, *markers, *callbacks], block_class=type(model.blocks[0])
+            cfg,
+            run_dir,
+            [divergence, throughput, history, *extra, *markers, *callbacks],
+            block_class=type(model.blocks[0]),
+            resume=checkpoint,
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)  # AtomicCheckpointIO: + allowlist
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
