@@ -19,6 +19,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from ..core.configs import read_saved_config
 from ..core.errors import RESUMABLE_EXIT, ConfigError, DiskFull
 from ..core.families import get_family
 from ..core.run_files import CONFIG_FILE, RECORD_FILE
@@ -113,8 +114,8 @@ def run_defaults(cfg: DictConfig):
 def _same_run(folder: Path, cfg: DictConfig, defaults) -> bool:
     """Whether ``folder`` holds a run of exactly ``cfg`` (:func:`same_run_settings` of its ``config.yaml``)."""
     try:
-        theirs = OmegaConf.to_container(OmegaConf.load(folder / CONFIG_FILE), resolve=True)
-    except (OSError, ValueError, TypeError):
+        theirs = read_saved_config(folder / CONFIG_FILE)
+    except ConfigError:
         return False
     return isinstance(theirs, dict) and same_run_settings(theirs, cfg, defaults)
 
@@ -154,13 +155,49 @@ def finished_runs(cfg: DictConfig, label: str, aside: tuple[str, ...] = ()) -> l
     return found
 
 
+RESUME_ASIDE = ("resume_from",)  # rewritten into config.yaml by each attempt: which checkpoint it started from
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` already holds (part of) a run: its config, record or checkpoints."""
+    return any((Path(folder) / name).exists() for name in (CONFIG_FILE, RECORD_FILE, CHECKPOINT_DIR))
+
+
+def check_same_config(cfg: DictConfig, folder: Path, what: str) -> None:
+    """A resume continues only its own config: :class:`ConfigError` naming the settings in which ``cfg`` differs from
+    ``folder``'s ``config.yaml`` (run-location settings aside, as :func:`same_run_settings`); nothing if it has none."""
+    if not (Path(folder) / CONFIG_FILE).is_file():
+        return
+    differ = settings_differences(read_saved_config(Path(folder) / CONFIG_FILE), cfg, run_defaults(cfg), aside=RESUME_ASIDE)
+    if differ:
+        shown = "; ".join(differ[:5]) + (f"; and {len(differ) - 5} more" if len(differ) > 5 else "")
+        raise ConfigError(
+            f"{what}: {folder} holds a run of another config ({shown}); a resume continues only its own config: "
+            "give the run's own settings, or leave resume unset and choose another run_dir to start a new run"
+        )
+
+
 def run_directory(cfg: DictConfig, label: str) -> Path:
     """``run_dir`` if given; with ``resume=auto`` the newest unfinished folder of the same config; else a new
-    ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``."""
+    ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``.  A resume (``resume=auto``,
+    ``resume_from=``) of another config's run folder, and a new run into a folder that holds a run, are
+    :class:`ConfigError` before anything is written."""
+    if cfg.resume_from is not None and not is_child_rank() and Path(cfg.resume_from).parent.name == CHECKPOINT_DIR:
+        check_same_config(cfg, Path(cfg.resume_from).parent.parent, f"resume_from={cfg.resume_from}")
     if cfg.run_dir is not None:
         path = Path(cfg.run_dir)
-        if finished_record(path) is not None and cfg.resume != "auto" and not is_child_rank():
+        resumes = cfg.resume == "auto" or cfg.resume_from is not None
+        if is_child_rank():
+            pass
+        elif finished_record(path) is not None and cfg.resume != "auto":
             raise ConfigError(f"run_dir {path} already holds a finished run; choose another run_dir, leave it unset, or add resume=auto")
+        elif resumes:
+            check_same_config(cfg, path, f"run_dir={path}")
+        elif holds_run(path):
+            raise ConfigError(
+                f"run_dir {path} already holds another run (its config, record or checkpoints), which a new run would "
+                "replace; add resume=auto to continue it, or choose another run_dir"
+            )
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:

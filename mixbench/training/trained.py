@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.configs import read_saved_config
 from ..core.errors import ConfigError
 from ..layers import NormSpec
 from ..models import build_model
@@ -64,9 +65,8 @@ def tokenizer_of(source: str | Path | None, _depth: int = 0) -> str:
             f"cannot tell which tokenizer {source} was trained with (no config.yaml in its run folder); "
             "set the tokenizer explicitly (data.tokenizer=... or --tokenizer ...)"
         )
-    from omegaconf import OmegaConf
-
-    tokenizer = OmegaConf.select(OmegaConf.load(run_dir / "config.yaml"), "data.tokenizer")
+    data = read_saved_config(run_dir / "config.yaml").get("data")
+    tokenizer = data.get("tokenizer") if isinstance(data, dict) else None
     if tokenizer is None:
         raise ConfigError(f"the run {run_dir} has no data.tokenizer in its config.yaml; set the tokenizer explicitly")
     if _depth > 8:

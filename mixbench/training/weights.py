@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.configs import read_saved_config
 from ..core.errors import ConfigError
 from ..core.run_files import CHECKPOINT_DIR
 from ..core.run_files import CONFIG_FILE as RUN_CONFIG  # config.yaml (CONFIG_FILE here: model_config.json)
@@ -105,9 +106,7 @@ def _description_of_run(run_dir: Path) -> dict | None:
     if (run_dir / CONFIG_FILE).is_file():
         return json.loads((run_dir / CONFIG_FILE).read_text())
     if (run_dir / RUN_CONFIG).is_file():  # older runs: the resolved run config
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.to_container(OmegaConf.load(run_dir / RUN_CONFIG), resolve=True)
+        cfg = read_saved_config(run_dir / RUN_CONFIG)
         options = {k: v for k, v in cfg["model"].items() if k != "name"}
         return {"family": cfg["task"]["family"], "model": cfg["model"]["name"], "options": options, "norm": cfg["norm"]}
     return None
