@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from ..core.constants import ANGULAR_TOKENS
 from ..core.families import get_family
 from ..core.run_files import ANALYSIS_DIR
+from ..core.storage import atomic_write_text, refuse_link, save_figure
 from ..core.tasks import get_task
 from ..training.builders import build_datamodule, build_lightning_module, build_run_model, model_options
 from ..training.config import compose, load_run_config, norm_spec
@@ -187,7 +188,8 @@ def measure(what: str, subjects: list[Subject], out_dir: Path, batches: int = 8,
 def write(out_dir: Path, name: str, results: list[dict], figure) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
-    json_path.write_text(json.dumps(results, indent=1))
-    figure.savefig(png_path, dpi=120, bbox_inches="tight")
+    refuse_link(png_path)  # both refused before either is written
+    atomic_write_text(json_path, json.dumps(results, indent=1))
+    save_figure(figure, png_path, dpi=120, bbox_inches="tight")
     log.info("wrote %s and %s", json_path, png_path)
     return json_path, png_path

@@ -15,6 +15,7 @@ from ..core.constants import ANGULAR_TOKENS, VERSION
 from ..core.errors import INTERRUPTED_EXIT, USER_ERRORS, ConfigError, one_line
 from ..core.logs import configure_logging
 from ..core.run_files import ANALYSIS_DIR
+from ..core.storage import save_figure
 from .eval import add_eval_commands
 
 log = logging.getLogger("mixbench")
@@ -242,7 +243,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise ConfigError("mixbench plot curves needs --compare RUN [RUN ...] (run folders)")
     out = Path(args.out or "results/analysis/curves.png")
     out.parent.mkdir(parents=True, exist_ok=True)
-    curves_figure(args.compare, args.metric).savefig(out, dpi=120)
+    save_figure(curves_figure(args.compare, args.metric), out, dpi=120)
     log.info("wrote %s", out)
     return 0
 

@@ -20,6 +20,11 @@ class UntrustedFile(MixbenchError):
     refused before any of it runs (:mod:`mixbench.training.trusted`)."""
 
 
+class LinkRefused(MixbenchError):
+    """A file mixbench would write is a symbolic link (planted in a folder handed over): writing through it would
+    change a file outside that folder (:func:`mixbench.core.storage.refuse_link`)."""
+
+
 class DiskFull(MixbenchError):
     """A write failed for lack of space (:mod:`mixbench.core.storage`): the run stops with :data:`RESUMABLE_EXIT`, and
     once space is freed ``resume=auto`` continues it."""

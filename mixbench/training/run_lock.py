@@ -17,6 +17,7 @@ from filelock import FileLock, Timeout
 
 from ..core.errors import MixbenchError
 from ..core.run_files import HOLDER_FILE, LOCK_FILE
+from ..core.storage import atomic_write_text, refuse_link
 
 
 class RunFolderBusy(MixbenchError):
@@ -40,6 +41,7 @@ class RunLock:
         self._lock = FileLock(self.run_dir / LOCK_FILE)
 
     def __enter__(self) -> RunLock:
+        refuse_link(self.run_dir / LOCK_FILE)  # opening the lock file truncates it: never through a planted link
         try:
             self._lock.acquire(timeout=0)
         except Timeout:
@@ -47,7 +49,11 @@ class RunLock:
                 f"{self.run_dir} is in use by {holder(self.run_dir)}; wait for that run to end, or choose another run_dir"
             ) from None
         who = {"host": socket.gethostname(), "pid": os.getpid(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        (self.run_dir / HOLDER_FILE).write_text(json.dumps(who) + "\n")
+        try:
+            atomic_write_text(self.run_dir / HOLDER_FILE, json.dumps(who) + "\n")  # replaced, never written through a link
+        except BaseException:
+            self._lock.release()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
