@@ -16,6 +16,7 @@ from ..core.errors import INTERRUPTED_EXIT, USER_ERRORS, ConfigError, one_line
 from ..core.logs import configure_logging
 from ..core.run_files import ANALYSIS_DIR
 from ..core.storage import save_figure
+from ..core.text import printable
 from .eval import add_eval_commands
 
 log = logging.getLogger("mixbench")
@@ -121,6 +122,7 @@ def cmd_table(args: argparse.Namespace) -> int:
                 Path(args.out).write_text(console.export_text())
             return 0
         text = render(table, args.format)
+    text = printable(text)  # names from records: no terminal escapes (CSV cells: also no formulas, render._csv)
     if args.out:
         Path(args.out).write_text(text)
         log.info("wrote %s", args.out)
@@ -290,9 +292,9 @@ def cmd_reclassify(args: argparse.Namespace) -> int:
 
     changed, problems = reclassify_records(args.results_dir, dry_run=args.dry_run)
     for problem in problems:
-        log.warning("left unreadable record untouched: %s", problem)
+        log.warning("left unreadable record untouched: %s", printable(problem))
     for path, old, new in changed:
-        sys.stdout.write(f"{old} -> {new}\t{path}\n")
+        sys.stdout.write(printable(f"{old} -> {new}\t{path}") + "\n")
     log.info("%d record(s) %s", len(changed), "would change" if args.dry_run else "re-classified")
     return 0
 

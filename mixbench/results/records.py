@@ -9,13 +9,12 @@ import math
 from pathlib import Path
 
 from ..core.errors import ConfigError, MixbenchError
+from ..core.reading import UnreadableFile, read_json
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text
+from .schema import SCHEMA, STATUSES, Record, problem
 
-SCHEMA = "mixbench.result/1"
 REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
-# interrupted: stopped by Ctrl-C (training/preemption.py); pruned: a search trial its pruner stopped early
-STATUSES = ("completed", "diverged", "stalled", "failed", "interrupted", "pruned")
 
 
 class RecordError(MixbenchError):
@@ -32,10 +31,13 @@ def write_record(record: dict, path: str | Path) -> Path:
 
 
 def read_record(path: str | Path) -> dict:
+    """The record in ``path``, checked against the record schema (:class:`mixbench.results.schema.Record`); a
+    :class:`RecordError` naming the file and the reason when it is not a regular file, too large or too deep
+    (:mod:`mixbench.core.reading`), not JSON, or off the schema."""
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RecordError(f"{path}: not readable JSON ({err})") from None
+        record = read_json(path)
+    except UnreadableFile as err:
+        raise RecordError(str(err)) from None
     if not isinstance(record, dict):
         raise RecordError(f"{path}: expected a JSON object")
     missing = [k for k in REQUIRED if k not in record]
@@ -48,6 +50,9 @@ def read_record(path: str | Path) -> dict:
     pm = record["primary_metric"]
     if not isinstance(pm, dict) or not {"name", "higher_is_better"} <= set(pm):
         raise RecordError(f"{path}: primary_metric needs name and higher_is_better")
+    why = problem(Record, record)
+    if why is not None:
+        raise RecordError(f"{path}: off the record schema: {why}")
     return record
 
 
