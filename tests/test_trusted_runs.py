@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from faults import full_disk_at
 from omegaconf import OmegaConf
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from test_weights import TINY_LM
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
-from mixbench.training.checkpointing import AtomicCheckpointIO
+from mixbench.training.checkpointing import AtomicCheckpointIO, newest_checkpoint
 from mixbench.training.config import compose, replay
 from mixbench.training.trained import tokenizer_of
 
@@ -182,3 +185,56 @@ def test_a_yaml_tag_in_a_handed_over_config_is_one_line(tmp_path, caplog):
         assert main(command) == 2, command
         (message,) = error_lines(caplog)
         assert "not a saved config" in message and "Traceback" not in message, message
+
+
+def test_a_last_ckpt_that_is_no_checkpoint_is_one_line_and_leaves_no_record(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    torch.save({"foo": 1}, run_dir / "checkpoints" / "last.ckpt")
+    caplog.clear()
+    assert main(["run", *STEPS, f"run_dir={run_dir}", "resume=auto"]) == 2
+    (message,) = error_lines(caplog)
+    assert "last.ckpt is not a Lightning checkpoint" in message and "Traceback" not in message, message
+    assert not (run_dir / "record.json").exists() and not (run_dir / "config.yaml").exists()
+
+
+def test_a_folder_named_like_a_checkpoints_temporary_file_is_left_alone(tmp_path):
+    folder = tmp_path / "run" / "checkpoints" / "epoch=0-step=2.ckpt.tmp-1-abcdef"
+    folder.mkdir(parents=True)
+    assert newest_checkpoint(tmp_path / "run") is None
+    assert folder.is_dir()
+
+
+def test_weights_with_a_description_that_is_not_json_or_of_another_dtype_are_refused_in_one_line(tmp_path, four_steps, caplog):
+    state = load_file(str(four_steps / "model.safetensors"))
+    bad_meta = tmp_path / "meta.safetensors"
+    save_file(state, str(bad_meta), metadata={"mixbench": "{bad"})
+    run = tmp_path / "run"
+    shutil.copytree(four_steps, run)
+    (run / "model_config.json").write_text("{bad")
+    with safe_open(str(four_steps / "model.safetensors"), framework="pt") as f:
+        metadata = f.metadata()
+    int8 = tmp_path / "int8.safetensors"
+    save_file({k: v.to(torch.int8) for k, v in state.items()}, str(int8), metadata=metadata)
+    for command, expected in (
+        (["run", *TINY_LM, f"init_from={bad_meta}", f"results_dir={tmp_path / 'r1'}"], "metadata is not a model description"),
+        (["export", str(run), "--out", str(tmp_path / "hf")], "model_config.json is not a model description"),
+        (["analyze", "angular", "--run", str(run)], "model_config.json is not a model description"),
+        (["run", *TINY_LM, f"init_from={int8}", f"results_dir={tmp_path / 'r2'}"], "dtype weights vs model"),
+    ):
+        caplog.clear()
+        assert main(command) == 2, command
+        (message,) = error_lines(caplog)
+        assert expected in message and "Traceback" not in message, message
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_full_disk_in_analyze_is_exit_75_and_leaves_no_empty_file(tmp_path, four_steps, caplog):
+    run = tmp_path / "run"
+    shutil.copytree(four_steps, run)
+    caplog.clear()
+    with full_disk_at("grad_norm.json"):
+        assert main(["analyze", "grad-norm", "--batches", "1", "--run", str(run)]) == 75
+    (message,) = error_lines(caplog)
+    assert "no space left" in message and "Traceback" not in message, message
+    assert not list((run / "analysis").glob("grad_norm.json*"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import importlib
 import logging
@@ -12,10 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..core.constants import ANGULAR_TOKENS, VERSION
-from ..core.errors import INTERRUPTED_EXIT, USER_ERRORS, ConfigError, one_line
+from ..core.errors import INTERRUPTED_EXIT, RESUMABLE_EXIT, USER_ERRORS, ConfigError, DiskFull, one_line
 from ..core.logs import configure_logging
 from ..core.run_files import ANALYSIS_DIR
-from ..core.storage import save_figure
+from ..core.storage import disk_full_under, save_figure
 from ..core.text import printable
 from .eval import add_eval_commands
 
@@ -755,8 +756,20 @@ def main(argv: list[str] | None = None) -> int:
 
             load_project_plugins()
         return args.func(args)
+    except DiskFull as err:  # a full disk outside a run (eval, analyze, export): as a run's, resumable
+        log.error("%s", one_line(err))
+        return RESUMABLE_EXIT
     except USER_ERRORS as err:
         log.error("%s", one_line(err))
+        return 2
+    except OSError as err:  # a write the file system refuses: one line, not a traceback
+        full = disk_full_under(err, Path(err.filename or "."))
+        if full is not None:
+            log.error("%s", one_line(full))
+            return RESUMABLE_EXIT
+        if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        log.error("cannot write %s (%s); run the command where it may write, or give it another output folder", err.filename, err.strerror)
         return 2
     except KeyboardInterrupt:  # a run stops on Ctrl-C at its step (exit 130 through stops_resumably): none had started
         starts_runs = args.command in ("run", "reproduce")

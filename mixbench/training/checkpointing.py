@@ -153,7 +153,14 @@ def checkpoint_step(path: Path) -> int:
     match = CHECKPOINT_STEP.search(path.name)
     if match:
         return int(match.group(1))
-    return int(load_trusted(path, f"the checkpoint {path}", mmap=True)["global_step"])
+    checkpoint = load_trusted(path, f"the checkpoint {path}", mmap=True)
+    step = checkpoint.get("global_step") if isinstance(checkpoint, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise CheckpointError(
+            f"{path} is not a Lightning checkpoint (no global_step); remove it to resume from the step checkpoints, or set "
+            "resume_from= to a checkpoint a run wrote"
+        )
+    return step
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -174,6 +181,9 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
     if not folder.is_dir():
         return None
     for leftover in folder.glob(f"*{TMP_MARK}*"):
+        if leftover.is_dir() or leftover.is_symlink():  # not a file this code wrote: left alone
+            log.warning("ignoring %s: named like a checkpoint write that did not finish, but not a file", leftover.name)
+            continue
         log.warning("removing %s: a checkpoint write that did not finish", leftover.name)
         leftover.unlink(missing_ok=True)
     damaged = []

@@ -48,6 +48,10 @@ class RunLock:
             raise RunFolderBusy(
                 f"{self.run_dir} is in use by {holder(self.run_dir)}; wait for that run to end, or choose another run_dir"
             ) from None
+        except OSError as err:  # e.g. a finished run on a read-only mount, met by resume=auto
+            raise RunFolderBusy(
+                f"cannot lock the run folder {self.run_dir} ({err.strerror or err}); run it where it may be written"
+            ) from None
         who = {"host": socket.gethostname(), "pid": os.getpid(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         try:
             atomic_write_text(self.run_dir / HOLDER_FILE, json.dumps(who) + "\n")  # replaced, never written through a link
