@@ -142,5 +142,9 @@ def problem(model: type[BaseModel], data: object) -> str | None:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the file"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        if first["type"] == "missing":
+            return f"missing field {where}{more}"
+        if first["type"] == "literal_error":
+            return f"unknown {where} {str(first['input'])[:60]!r} ({first['msg']}){more}"
         return f"{where}: {first['msg']}{more}"
     return None
