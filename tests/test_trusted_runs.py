@@ -238,3 +238,15 @@ def test_a_full_disk_in_analyze_is_exit_75_and_leaves_no_empty_file(tmp_path, fo
     (message,) = error_lines(caplog)
     assert "no space left" in message and "Traceback" not in message, message
     assert not list((run / "analysis").glob("grad_norm.json*"))
+
+
+def test_a_token_cache_holding_an_object_array_is_one_line(tmp_path):
+    import numpy as np
+
+    from mixbench.data.tokens import TokenStore
+
+    (tmp_path / "meta.json").write_text('{"dtype": "uint16"}')
+    np.zeros(4, dtype=np.uint16).tofile(tmp_path / "part-00000.bin")
+    np.save(tmp_path / "part-00000.len.npy", np.array([object()], dtype=object), allow_pickle=True)
+    with pytest.raises(ConfigError, match=r"token cache .* is damaged .*remove that folder"):
+        TokenStore(tmp_path)
