@@ -25,7 +25,7 @@ import mixbench.core.reading as reading
 from mixbench.cli.app import main
 from mixbench.results.progress import folder_progress
 from mixbench.results.records import RecordError, read_record
-from mixbench.results.schema import Record, problem
+from mixbench.results.schema import Manifest, Record, problem
 from mixbench.results.sources import load_sources
 
 GOOD = RUNS[:4]  # pre and mix of one size: enough for a table, a ladder and a status
@@ -160,6 +160,12 @@ def build(folder: Path, bad: list[tuple[str, str | None]], manifest: str | None)
     return good, named
 
 
+def bad_manifests(folder: Path) -> list[Path]:
+    """The grid manifests of ``folder`` that are off the manifest schema: status must name each once."""
+    paths = sorted((folder / "runs" / ".grids").glob("*.json"))
+    return [path for path in paths if problem(Manifest, json.loads(path.read_text())) is not None]
+
+
 def check_folder(folder: Path, good: list[Path], named: list[Path], caplog) -> None:
     runs = folder / "runs"
     before = snapshot(runs)
@@ -179,9 +185,12 @@ def check_folder(folder: Path, good: list[Path], named: list[Path], caplog) -> N
         assert code == 0, (argv, out)
         assert took < BOUND_S, (argv, took)
         assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out, argv
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         if argv[0] in ("table", "reclassify"):
-            warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
             for path in named:
+                assert sum(str(path) in w for w in warnings) == 1, (argv, path, warnings)
+        if argv[0] == "status":
+            for path in bad_manifests(folder):
                 assert sum(str(path) in w for w in warnings) == 1, (argv, path, warnings)
         if "csv" in argv or "tidy" in argv:
             assert all(not line.startswith(("=", "+", "@")) and ",=" not in line and ",@" not in line for line in out.splitlines()), out
@@ -250,3 +259,16 @@ def test_names_lose_their_control_characters_and_csv_cells_their_formulas(tmp_pa
     assert code == 0 and "\x1b" not in out and "'=cmd|' /C calc'!A0[31m" in out
     code, out, _ = run_command(["table", "--results-dir", str(tmp_path)])
     assert code == 0 and "\x1b" not in out and "=cmd|' /C calc'!A0[31m" in out
+
+
+@pytest.mark.parametrize("place, value", [("argv", 3), ("jobs", math.inf), ("runs", "abc"), ("pid", 10**400)])
+def test_a_grid_manifest_off_its_schema_is_named_once_by_status(tmp_path, caplog, place, value):
+    runs = [{"argv": ["task=llama_lm"], "parent": str(tmp_path / "runs"), "run_dir": None, "state": "planned"}]
+    manifest = {"schema": 1, "host": "elsewhere", "pid": 1, "jobs": 2, "runs": runs}
+    if place == "argv":
+        runs[0]["argv"] = value
+    else:
+        manifest[place] = value
+    good, named = build(tmp_path, [], json.dumps(manifest, allow_nan=True))
+    assert bad_manifests(tmp_path)
+    check_folder(tmp_path, good, named, caplog)
