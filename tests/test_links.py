@@ -70,10 +70,10 @@ def test_every_writer_of_the_core_refuses_a_link_and_leaves_its_target(tmp_path)
     plt.close(figure)
 
 
-@pytest.mark.parametrize("name", [".run.holder", ".run.lock", "record.json", "checkpoints"])
+@pytest.mark.parametrize("name", [".run.holder", ".run.lock", "record.json", "checkpoints", "logs"])
 def test_a_run_into_a_folder_with_a_planted_link_is_exit_2_and_writes_nothing_through_it(tmp_path, caplog, name):
     run_dir = tmp_path / "run"
-    target = plant(run_dir / name, tmp_path, folder=name == "checkpoints")
+    target = plant(run_dir / name, tmp_path, folder=name in ("checkpoints", "logs"))
     caplog.clear()
     assert main(["run", *TINY_LM, "checkpoint.every_n_steps=1", f"run_dir={run_dir}", "resume=auto"]) == 2
     one_refusal(caplog, run_dir / name)
@@ -95,8 +95,10 @@ def finished(tmp_path_factory) -> Path:
         (["analyze", "grad-norm", "--batches", "1", "--run"], "analysis/grad_norm.png", 0),
         (["eval", "--protocol", "generate", "--data", "embedded", "--tasks", "boolq", "--limit", "1", "--run"], "eval/generate.json", 0),
         (["export", "--format", "hf"], "hf", 1),
+        (["analyze", "grad-norm", "--batches", "1", "--run"], "analysis", 1),
+        (["eval", "--protocol", "generate", "--data", "embedded", "--tasks", "boolq", "--limit", "1", "--run"], "eval", 1),
     ],
-    ids=["analysis-json", "analysis-png", "eval", "export"],
+    ids=["analysis-json", "analysis-png", "eval", "export", "analysis-folder", "eval-folder"],
 )
 def test_reading_commands_of_a_run_refuse_a_link_planted_in_it(tmp_path, finished, caplog, command, link, folder):
     import shutil

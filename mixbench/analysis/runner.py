@@ -186,7 +186,7 @@ def measure(what: str, subjects: list[Subject], out_dir: Path, batches: int = 8,
 
 
 def write(out_dir: Path, name: str, results: list[dict], figure) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    refuse_link(out_dir).mkdir(parents=True, exist_ok=True)  # analysis/ planted as a link: nothing written through it
     json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
     refuse_link(png_path)  # both refused before either is written
     atomic_write_text(json_path, json.dumps(results, indent=1))

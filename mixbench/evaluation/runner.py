@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.storage import atomic_write_text
+from ..core.storage import atomic_write_text, refuse_link
 from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
 from ..results.records import read_record, write_record
 from ..sft.prompt import build_prompt
@@ -219,7 +219,7 @@ def evaluate(
         "device": str(trained.model.head.weight.device) if hasattr(trained.model, "head") else None,
         "wall_time_s": round(time.perf_counter() - started, 2),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
+    refuse_link(out_dir).mkdir(parents=True, exist_ok=True)  # eval/ planted as a link: nothing written through it
     atomic_write_text(out_dir / f"{protocol}.json", json.dumps(summary, indent=1, default=str) + "\n")
     if update_record and trained.run_dir is not None and (trained.run_dir / "record.json").is_file():
         add_to_record(trained.run_dir / "record.json", summary)

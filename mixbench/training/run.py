@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..core.configs import read_saved_config
 from ..core.errors import RESUMABLE_EXIT, ConfigError, DiskFull
 from ..core.families import get_family
-from ..core.run_files import CONFIG_FILE, RECORD_FILE
+from ..core.run_files import CONFIG_FILE, METRICS_FILE, RECORD_FILE
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text, disk_full_under, refuse_link
 from ..core.tasks import get_task
@@ -370,7 +370,7 @@ def _run_locked(
 ) -> dict:
     """:func:`run` in its run folder, whose lock this process holds; ``interrupt``: the run's Ctrl-C handler
     (:func:`mixbench.training.preemption.interrupts_stop`), told the step a Ctrl-C outside training stops at."""
-    for name in (RECORD_FILE, CONFIG_FILE, CHECKPOINT_DIR):  # refused before any training, not when it is written
+    for name in (RECORD_FILE, CONFIG_FILE, CHECKPOINT_DIR, Path(METRICS_FILE).parent):  # refused before any training
         refuse_link(run_dir / name)
     done = finished_record(run_dir) if cfg.resume == "auto" else None
     if done is not None:
