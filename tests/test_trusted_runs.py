@@ -5,6 +5,7 @@ replaces another's folder."""
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -250,3 +251,14 @@ def test_a_token_cache_holding_an_object_array_is_one_line(tmp_path):
     np.save(tmp_path / "part-00000.len.npy", np.array([object()], dtype=object), allow_pickle=True)
     with pytest.raises(ConfigError, match=r"token cache .* is damaged .*remove that folder"):
         TokenStore(tmp_path)
+
+
+def test_a_fifo_named_config_yaml_blocks_no_resume(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.mkfifo(run_dir / "config.yaml")
+    os.mkfifo(run_dir / "record.json")
+    caplog.clear()
+    assert main(["run", *STEPS, f"run_dir={run_dir}", "resume=auto"]) == 2  # it would block reading either
+    (message,) = error_lines(caplog)
+    assert "config.yaml: not a regular file" in message, message

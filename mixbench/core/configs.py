@@ -12,6 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError, did_you_mean, one_line
 from .project import config_choices, config_file
+from .reading import UnreadableFile, read_text_capped
 
 
 def load_group(group: str, choice: str, root: str | Path | None = None) -> DictConfig:
@@ -44,10 +45,10 @@ def read_saved_config(path: str | Path) -> dict:
     resolved, so its own never holds one.  Anything else is a :class:`ConfigError` naming the file and the key."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_capped(path)  # a regular file of at most a few MB: a FIFO never blocks
         loaded = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read {path}: {one_line(err)}") from None
+    except UnreadableFile as err:
+        raise ConfigError(f"cannot read {one_line(err)}") from None
     except (yaml.YAMLError, RecursionError) as err:
         raise ConfigError(f"{path} is not a saved config (plain YAML, no tags): {one_line(err)}") from None
     if not isinstance(loaded, dict):

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..core.configs import read_saved_config
 from ..core.errors import RESUMABLE_EXIT, ConfigError, DiskFull
 from ..core.families import get_family
+from ..core.reading import UnreadableFile, read_json
 from ..core.run_files import CONFIG_FILE, METRICS_FILE, RECORD_FILE
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text, disk_full_under, refuse_link
@@ -60,8 +61,8 @@ def is_child_rank() -> bool:
 def finished_record(run_dir: Path) -> dict | None:
     """The run's record if it finished (completed, diverged or stalled); None if absent, failed or unreadable."""
     try:
-        record = json.loads((run_dir / RECORD_FILE).read_text())
-    except (OSError, ValueError):
+        record = read_json(run_dir / RECORD_FILE)  # a regular file only: a FIFO never blocks
+    except UnreadableFile:
         return None
     return record if isinstance(record, dict) and record.get("status") in FINISHED else None
 
@@ -166,7 +167,7 @@ def holds_run(folder: Path) -> bool:
 def check_same_config(cfg: DictConfig, folder: Path, what: str) -> None:
     """A resume continues only its own config: :class:`ConfigError` naming the settings in which ``cfg`` differs from
     ``folder``'s ``config.yaml`` (run-location settings aside, as :func:`same_run_settings`); nothing if it has none."""
-    if not (Path(folder) / CONFIG_FILE).is_file():
+    if not os.path.lexists(Path(folder) / CONFIG_FILE):  # a special file is read (and refused), not passed over
         return
     differ = settings_differences(read_saved_config(Path(folder) / CONFIG_FILE), cfg, run_defaults(cfg), aside=RESUME_ASIDE)
     if differ:

@@ -16,8 +16,10 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..core.errors import MixbenchError
+from ..core.reading import UnreadableFile, read_json
 from ..core.run_files import HOLDER_FILE, LOCK_FILE
 from ..core.storage import atomic_write_text, refuse_link
+from ..core.text import printable
 
 
 class RunFolderBusy(MixbenchError):
@@ -27,9 +29,9 @@ class RunFolderBusy(MixbenchError):
 def holder(run_dir: Path) -> str:
     """``host H, pid P (since T)`` of the process holding ``run_dir``'s lock, as it recorded itself."""
     try:
-        who = json.loads((Path(run_dir) / HOLDER_FILE).read_text())
-        return f"host {who['host']}, pid {who['pid']} (since {who['since']})"
-    except (OSError, ValueError, KeyError, TypeError):
+        who = read_json(Path(run_dir) / HOLDER_FILE)
+        return printable(f"host {who['host']}, pid {who['pid']} (since {who['since']})")
+    except (UnreadableFile, KeyError, TypeError):
         return "a process that has not recorded itself yet"
 
 
