@@ -228,6 +228,8 @@ def test_weights_with_a_description_that_is_not_json_or_of_another_dtype_are_ref
         (message,) = error_lines(caplog)
         assert expected in message and "Traceback" not in message, message
     assert not (tmp_path / "hf").exists()
+    for results in (tmp_path / "r1", tmp_path / "r2"):  # no refusal leaves a record, nor the folder made for it
+        assert not results.exists() or not list(results.rglob("seed*")), list(results.rglob("*"))
 
 
 def test_a_full_disk_in_analyze_is_exit_75_and_leaves_no_empty_file(tmp_path, four_steps, caplog):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -23,7 +24,7 @@ from ..core.configs import read_saved_config
 from ..core.errors import RESUMABLE_EXIT, ConfigError, DiskFull
 from ..core.families import get_family
 from ..core.reading import UnreadableFile, read_json
-from ..core.run_files import CONFIG_FILE, METRICS_FILE, RECORD_FILE
+from ..core.run_files import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RECORD_FILE
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text, disk_full_under, refuse_link
 from ..core.tasks import get_task
@@ -47,7 +48,7 @@ from .run_lock import RunLock
 from .status import FINISHED, classify  # FINISHED: statuses of a run that need not run again
 from .step_graph import module_obstacle, wants_capture
 from .strategy import accumulation_steps, make_strategy, world_size
-from .weights import describe_model, init_from, save_weights
+from .weights import WeightsError, describe_model, init_from, save_weights
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +321,12 @@ def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = ()
     try:
         with nullcontext() if is_child_rank() else RunLock(run_dir), interrupts_stop() as interrupt:
             return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra, interrupt)
+    except WeightsError:  # init_from's weights refused: no run took place, and the folder made for it goes again
+        if cfg.run_dir is None and not is_child_rank():
+            with contextlib.suppress(OSError):
+                (run_dir / LOCK_FILE).unlink(missing_ok=True)
+                run_dir.rmdir()  # only if nothing else is in it
+        raise
     except Exception as err:  # a full disk met outside the run's own writes (e.g. the lock's holder file)
         full = disk_full_under(err, run_dir)
         if full is None or full is err:
@@ -382,6 +389,7 @@ def _run_locked(
         sys.argv.append(f"run_dir={run_dir}")  # DDP processes Lightning launches re-run this command: share the folder
     primary = not is_child_rank()
     checkpoint = resume_checkpoint(cfg, run_dir)  # before anything is written: every checkpoint damaged is an error
+    fresh, refused = not holds_run(run_dir), False  # refused: init_from's weights do not fit (no record is left)
     if primary:
         atomic_write_text(run_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg))
     record = new_record(cfg, spec, task, run_dir, started)
@@ -499,6 +507,7 @@ def _run_locked(
             if primary:
                 monitor.save(run_dir / "gradnorm.json")
     except BaseException as err:
+        refused = isinstance(err, WeightsError) and trainer is None
         stop = resumable_stop(err, run_dir, trainer.global_step if trainer is not None else 0)
         # also after its status was decided (e.g. its weights found no space): not finished; Ctrl-C: interrupted
         record["status"] = (stop or err).status if isinstance(stop or err, Preempted) else "failed"
@@ -510,7 +519,9 @@ def _run_locked(
     finally:
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
         record["wall_time_s"] = round(time.perf_counter() - t0, 2)
-        if primary:
+        if primary and refused and fresh:
+            (run_dir / CONFIG_FILE).unlink(missing_ok=True)  # the config this attempt wrote: the folder as it was
+        elif primary and not refused:
             save_record(record, run_dir)
     return record
 
