@@ -7,19 +7,22 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from faults import full_disk_at
+from faults import TmpfsUnavailable, full_disk_at, tmpfs
 from omegaconf import OmegaConf
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from test_ladder_figures import RUNS
 from test_weights import TINY_LM
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
+from mixbench.results.records import write_record
 from mixbench.training.checkpointing import AtomicCheckpointIO, newest_checkpoint
 from mixbench.training.config import compose, replay
 from mixbench.training.trained import tokenizer_of
@@ -264,3 +267,29 @@ def test_a_fifo_named_config_yaml_blocks_no_resume(tmp_path, caplog):
     assert main(["run", *STEPS, f"run_dir={run_dir}", "resume=auto"]) == 2  # it would block reading either
     (message,) = error_lines(caplog)
     assert "config.yaml: not a regular file" in message, message
+
+
+def test_a_finished_run_on_a_read_only_mount_is_one_line_for_every_command(tmp_path, four_steps, caplog):
+    mount = tmp_path / "ro"
+    try:
+        with tmpfs(mount, 64):
+            shutil.copytree(four_steps, mount / "run")
+            for i, record in enumerate(RUNS):  # a folder of records for plot ladder
+                write_record(record, mount / "plain" / str(i) / "record.json")
+            remount = subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True, text=True)
+            if remount.returncode:
+                pytest.skip(f"cannot remount read-only: {remount.stderr.strip()}")
+            run = mount / "run"
+            for command in (
+                ["run", *STEPS, f"run_dir={run}", "resume=auto"],
+                ["analyze", "grad-norm", "--batches", "1", "--run", str(run)],
+                ["eval", "--protocol", "generate", "--data", "embedded", "--tasks", "boolq", "--limit", "1", "--run", str(run)],
+                ["export", str(run)],
+                ["plot", "ladder", "--results-dir", str(mount / "plain")],
+            ):
+                caplog.clear()
+                assert main(command) == 2, command
+                (message,) = error_lines(caplog)
+                assert "Read-only file system" in message and "Traceback" not in message, (command, message)
+    except TmpfsUnavailable as err:
+        pytest.skip(str(err))
