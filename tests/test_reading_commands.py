@@ -182,7 +182,13 @@ def check_folder(folder: Path, good: list[Path], named: list[Path], caplog) -> N
     ):
         caplog.clear()
         code, out, took = run_command(argv)
-        assert code == 0, (argv, out)
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        if argv[0] == "plot" and len(good) > len(GOOD) and code == 2:
+            # a generated record that is valid but says too little for a ladder (e.g. no model.num_params): plot's own
+            # one-line refusal of that column, by design (test_ladder_figures::test_a_column_without_model_sizes...)
+            assert len(errors) == 1 and "\n" not in errors[0] and "Traceback" not in errors[0], errors
+            continue
+        assert code == 0 and not errors, (argv, out, errors)
         assert took < BOUND_S, (argv, took)
         assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out, argv
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
