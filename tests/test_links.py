@@ -122,3 +122,12 @@ def test_plot_ladder_refuses_a_figure_name_planted_as_a_link(tmp_path, caplog):
     assert main(["plot", "ladder", "--results-dir", str(tmp_path / "runs"), "--out", str(out)]) == 2
     one_refusal(caplog, out / "ladder_delta_lm.png")
     assert untouched(target)
+
+
+def test_a_link_planted_as_the_loggers_metrics_csv_is_refused(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    target = plant(run_dir / "logs" / "metrics.csv", tmp_path)
+    caplog.clear()
+    assert main(["run", *TINY_LM, f"run_dir={run_dir}", "resume=auto"]) == 2
+    one_refusal(caplog, run_dir / "logs" / "metrics.csv")
+    assert untouched(target)

@@ -293,3 +293,26 @@ def test_a_finished_run_on_a_read_only_mount_is_one_line_for_every_command(tmp_p
                 assert "Read-only file system" in message and "Traceback" not in message, (command, message)
     except TmpfsUnavailable as err:
         pytest.skip(str(err))
+
+
+def test_an_export_that_fails_for_lack_of_space_leaves_no_folder_and_a_retry_works(tmp_path, four_steps, caplog, monkeypatch):
+    import errno
+
+    import mixbench.export.hf as hf
+
+    run = tmp_path / "run"
+    shutil.copytree(four_steps, run)
+    write = hf._tokenizer_files
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(hf, "_tokenizer_files", no_space)
+    caplog.clear()
+    assert main(["export", str(run)]) == 75
+    (message,) = error_lines(caplog)
+    assert "no space left" in message and "Traceback" not in message, message
+    assert not [p.name for p in run.iterdir() if p.name.startswith("hf")]  # neither hf/ nor its temporary folder
+    monkeypatch.setattr(hf, "_tokenizer_files", write)
+    assert main(["export", str(run)]) == 0  # the retry
+    assert (run / "hf" / "model.safetensors").is_file()

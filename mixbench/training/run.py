@@ -378,8 +378,9 @@ def _run_locked(
 ) -> dict:
     """:func:`run` in its run folder, whose lock this process holds; ``interrupt``: the run's Ctrl-C handler
     (:func:`mixbench.training.preemption.interrupts_stop`), told the step a Ctrl-C outside training stops at."""
-    for name in (RECORD_FILE, CONFIG_FILE, CHECKPOINT_DIR, Path(METRICS_FILE).parent):  # refused before any training
-        refuse_link(run_dir / name)
+    logs = run_dir / Path(METRICS_FILE).parent  # Lightning's CSV logger opens its files there, following links
+    for path in (run_dir / RECORD_FILE, run_dir / CONFIG_FILE, run_dir / CHECKPOINT_DIR, logs, *logs_entries(logs)):
+        refuse_link(path)  # before any training, not when the file is written
     done = finished_record(run_dir) if cfg.resume == "auto" else None
     if done is not None:
         log.info("resume=auto: %s already finished (%s); nothing to do", run_dir, done["status"])
@@ -524,6 +525,11 @@ def _run_locked(
         elif primary and not refused:
             save_record(record, run_dir)
     return record
+
+
+def logs_entries(folder: Path) -> list[Path]:
+    """The files of the logger's folder (none if it is not a folder)."""
+    return list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
 
 
 def resumable_stop(err: BaseException, run_dir: Path, step: int) -> Exception | None:
