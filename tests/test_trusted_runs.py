@@ -235,15 +235,24 @@ def test_weights_with_a_description_that_is_not_json_or_of_another_dtype_are_ref
         assert not results.exists() or not list(results.rglob("seed*")), list(results.rglob("*"))
 
 
-def test_a_full_disk_in_analyze_is_exit_75_and_leaves_no_empty_file(tmp_path, four_steps, caplog):
+@pytest.mark.parametrize(
+    "command, folder, name",
+    [
+        (["analyze", "grad-norm", "--batches", "1", "--run"], "analysis", "grad_norm.json"),
+        (["eval", "--protocol", "generate", "--data", "embedded", "--tasks", "boolq", "--limit", "1", "--run"], "eval", "generate.json"),
+    ],
+    ids=["analyze", "eval"],
+)
+def test_a_full_disk_in_analyze_or_eval_is_exit_75_and_leaves_no_empty_file(tmp_path, four_steps, caplog, command, folder, name):
     run = tmp_path / "run"
     shutil.copytree(four_steps, run)
+    record = (run / "record.json").read_bytes()
     caplog.clear()
-    with full_disk_at("grad_norm.json"):
-        assert main(["analyze", "grad-norm", "--batches", "1", "--run", str(run)]) == 75
+    with full_disk_at(name):
+        assert main([*command, str(run)]) == 75
     (message,) = error_lines(caplog)
     assert "no space left" in message and "Traceback" not in message, message
-    assert not list((run / "analysis").glob("grad_norm.json*"))
+    assert not list((run / folder).glob(f"{name}*")) and (run / "record.json").read_bytes() == record
 
 
 def test_a_token_cache_holding_an_object_array_is_one_line(tmp_path):
