@@ -59,6 +59,7 @@ from ..core.run_files import (
     RECORD_FILE,
 )
 from ..core.storage import TMP_MARK
+from ..core.text import printable
 from .records import outcome
 from .schema import Manifest, Record, problem
 
@@ -508,7 +509,7 @@ def manifests(root: Path, grids: list[Path]) -> list[tuple[str, dict]]:
                 found[path.name] = data
             elif path not in _SKIPPED:  # named once, not at every refresh of status --watch
                 _SKIPPED.add(path)
-                log.warning("skipping the grid manifest %s: %s", path, why)
+                log.warning("skipping the grid manifest %s: %s", printable(path), printable(why))
     return sorted(found.items())  # by name: the grid's start time first
 
 
