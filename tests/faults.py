@@ -109,8 +109,8 @@ def inject(moment: str, when: Callable[[int], bool], action: Callable[[], None])
         _act_half_way_through_writes(when, action)
         return
     build_trainer = train.build_trainer
-    train.build_trainer = lambda cfg, run_dir, callbacks, block_class=None: build_trainer(
-        cfg, run_dir, [*callbacks, _AtMoment(moment, when, action)], block_class
+    train.build_trainer = lambda cfg, run_dir, callbacks, block_class=None, **kwargs: build_trainer(
+        cfg, run_dir, [*callbacks, _AtMoment(moment, when, action)], block_class, **kwargs
     )
 
 

@@ -141,7 +141,7 @@ def test_every_checkpoint_damaged_is_exit_2_naming_them_and_nothing_is_overwritt
     files = lambda: {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith(".run.")}  # noqa: E731
     before = files()
     caplog.clear()
-    assert main(["run", *COMMON, f"run_dir={run_dir}", "resume=auto"]) == 2
+    assert main(["run", *COMMON, "trainer.max_steps=4", f"run_dir={run_dir}", "resume=auto"]) == 2  # its own config
     (message,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert "epoch=0-step=4.ckpt" in message and "last.ckpt" in message and "resume_from=" in message and "Traceback" not in message
     assert files() == before  # the lock's files (.run.*) aside

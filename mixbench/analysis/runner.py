@@ -14,7 +14,9 @@ from omegaconf import DictConfig
 from ..core.constants import ANGULAR_TOKENS
 from ..core.errors import AnalysisMismatch
 from ..core.families import get_family
+from ..core.reading import read_json
 from ..core.run_files import ANALYSIS_DIR
+from ..core.storage import atomic_write_text, refuse_link, save_figure
 from ..core.tasks import get_task
 from ..training.builders import build_datamodule, build_lightning_module, build_run_model, model_options
 from ..training.config import compose, load_run_config, norm_spec
@@ -59,9 +61,12 @@ def subject_from_run(run_dir: str | Path) -> Subject:
 
 def recorded_value(run_dir: Path) -> float | None:
     """The primary metric's final value in ``run_dir/record.json`` (None where there is no such record or value)."""
+    path = run_dir / "record.json"
+    if not path.exists():
+        return None
     try:
-        value = json.loads((run_dir / "record.json").read_text())["primary_metric"]["value"]
-    except (OSError, ValueError, KeyError, TypeError):
+        value = read_json(path)["primary_metric"]["value"]  # a regular file, capped: a folder handed over is data
+    except (OSError, ValueError, KeyError, TypeError):  # UnreadableFile is a ValueError
         return None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -242,9 +247,10 @@ def measure(what: str, subjects: list[Subject], out_dir: Path, batches: int = 8,
 
 
 def write(out_dir: Path, name: str, results: list[dict], figure) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    refuse_link(out_dir).mkdir(parents=True, exist_ok=True)  # analysis/ planted as a link: nothing written through it
     json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
-    json_path.write_text(json.dumps(results, indent=1))
-    figure.savefig(png_path, dpi=120, bbox_inches="tight")
+    refuse_link(png_path)  # both refused before either is written
+    atomic_write_text(json_path, json.dumps(results, indent=1))
+    save_figure(figure, png_path, dpi=120, bbox_inches="tight")
     log.info("wrote %s and %s", json_path, png_path)
     return json_path, png_path

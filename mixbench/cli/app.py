@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import importlib
 import logging
@@ -12,9 +13,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..core.constants import ANGULAR_TOKENS, VERSION
-from ..core.errors import INTERRUPTED_EXIT, USER_ERRORS, ConfigError, one_line
+from ..core.errors import INTERRUPTED_EXIT, RESUMABLE_EXIT, USER_ERRORS, ConfigError, DiskFull, one_line
 from ..core.logs import configure_logging
 from ..core.run_files import ANALYSIS_DIR
+from ..core.storage import disk_full_under, save_figure
+from ..core.text import printable
 from .eval import add_eval_commands
 
 log = logging.getLogger("mixbench")
@@ -122,6 +125,7 @@ def cmd_table(args: argparse.Namespace) -> int:
                 Path(args.out).write_text(console.export_text())
             return 0
         text = render(table, args.format)
+    text = printable(text)  # names from records: no terminal escapes (CSV cells: also no formulas, render._csv)
     if args.out:
         Path(args.out).write_text(text)
         log.info("wrote %s", args.out)
@@ -246,7 +250,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise ConfigError("mixbench plot curves needs --compare RUN [RUN ...] (run folders)")
     out = Path(args.out or "results/analysis/curves.png")
     out.parent.mkdir(parents=True, exist_ok=True)
-    curves_figure(args.compare, args.metric).savefig(out, dpi=120)
+    save_figure(curves_figure(args.compare, args.metric), out, dpi=120)
     log.info("wrote %s", out)
     return 0
 
@@ -293,9 +297,9 @@ def cmd_reclassify(args: argparse.Namespace) -> int:
 
     changed, problems = reclassify_records(args.results_dir, dry_run=args.dry_run)
     for problem in problems:
-        log.warning("left unreadable record untouched: %s", problem)
+        log.warning("left unreadable record untouched: %s", printable(problem))
     for path, old, new in changed:
-        sys.stdout.write(f"{old} -> {new}\t{path}\n")
+        sys.stdout.write(printable(f"{old} -> {new}\t{path}") + "\n")
     log.info("%d record(s) %s", len(changed), "would change" if args.dry_run else "re-classified")
     return 0
 
@@ -773,8 +777,20 @@ def main(argv: list[str] | None = None) -> int:
 
             load_project_plugins()
         return args.func(args)
+    except DiskFull as err:  # a full disk outside a run (eval, analyze, export): as a run's, resumable
+        log.error("%s", one_line(err))
+        return RESUMABLE_EXIT
     except USER_ERRORS as err:
         log.error("%s", one_line(err))
+        return 2
+    except OSError as err:  # a write the file system refuses: one line, not a traceback
+        full = disk_full_under(err, Path(err.filename or "."))
+        if full is not None:
+            log.error("%s", one_line(full))
+            return RESUMABLE_EXIT
+        if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        log.error("cannot write %s (%s); run the command where it may write, or give it another output folder", err.filename, err.strerror)
         return 2
     except KeyboardInterrupt:  # a run stops on Ctrl-C at its step (exit 130 through stops_resumably): none had started
         starts_runs = args.command in ("run", "reproduce")

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..core.text import printable
 
 STYLES = {"running": "green", "starting": "green", "planned": "cyan", "stopped": "yellow", "interrupted": "yellow", "failed": "red",
           "diverged": "red", "stalled": "magenta", "planned (grid stopped)": "yellow", "unreadable": "red"}  # fmt: skip
@@ -94,7 +95,7 @@ def view(progress):
     from rich.table import Table
 
     taken = datetime.fromtimestamp(progress.taken_at).strftime("%H:%M:%S")
-    heading = f"[bold]{escape(str(progress.root))}[/bold] at {taken}: {escape(summary(progress))}"
+    heading = f"[bold]{escape(printable(progress.root))}[/bold] at {taken}: {escape(printable(summary(progress)))}"
     if not progress.runs:
         return Group(heading)
     table = Table(box=None, pad_edge=False)
@@ -105,13 +106,13 @@ def view(progress):
         name = run_name(run, progress.root)
         style = STYLES.get(run.state, "")
         table.add_row(
-            escape(name),
+            escape(printable(name)),
             f"[{style}]{run.state}[/{style}]" if style else run.state,
             _step(run),
             f"{run.rate:.3g}" if run.rate else "–",
             duration(run.eta_s) if run.eta_s is not None else "–",
             f"{duration(progress.taken_at - run.updated)} ago" if run.updated else "–",
-            escape(run.note),
+            escape(printable(run.note)),
         )
     return Group(heading, table)
 

@@ -25,6 +25,11 @@ class AnalysisMismatch(MixbenchError):
     or precision differ from the run's (:mod:`mixbench.analysis.runner`)."""
 
 
+class LinkRefused(MixbenchError):
+    """A file mixbench would write is a symbolic link (planted in a folder handed over): writing through it would
+    change a file outside that folder (:func:`mixbench.core.storage.refuse_link`)."""
+
+
 class DiskFull(MixbenchError):
     """A write failed for lack of space (:mod:`mixbench.core.storage`): the run stops with :data:`RESUMABLE_EXIT`, and
     once space is freed ``resume=auto`` continues it."""

@@ -1,5 +1,6 @@
 """Writing run files safely: atomically (a temporary file beside the target, fsynced, then renamed into place: a reader,
-or a resume after a crash, sees the old file or the new one, never part of one), and a full disk reported as
+or a resume after a crash, sees the old file or the new one, never part of one), never through a symbolic link
+(:class:`LinkRefused`: a folder handed over may hold one that points outside it), and a full disk reported as
 :class:`DiskFull`, one line naming the folder and the bytes the write needed."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import DiskFull
+from .errors import DiskFull, LinkRefused
 
 TMP_MARK = ".tmp-"  # in the name of a temporary file: ``<name>.tmp-<pid>-<random>``
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -78,12 +79,23 @@ def disk_full_under(err: BaseException, folder: Path) -> DiskFull | None:
     return disk_full(err, Path(filename) if filename else Path(folder) / "a file")
 
 
+def refuse_link(path: str | Path) -> Path:
+    """``path``, unless it is a symbolic link: :class:`LinkRefused` (one line naming it and its target)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise LinkRefused(
+            f"{path} is a symbolic link (to {os.readlink(path)}): mixbench writes no file through a link, which would "
+            "change a file outside its folder; remove the link, then run the command again"
+        )
+    return path
+
+
 @contextlib.contextmanager
 def replacing(path: str | Path, size: Callable[[], int] | None = None) -> Iterator[Path]:
     """``with replacing(path) as tmp:`` write ``tmp`` (beside ``path``), which then replaces ``path``.  On any error
     the temporary file is removed and ``path`` is left as it was; lack of space raises :class:`DiskFull` with the
-    bytes ``size()`` says the file needs."""
-    path = Path(path)
+    bytes ``size()`` says the file needs; ``path`` a symbolic link: :class:`LinkRefused`, before anything is written."""
+    path = refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(3)}")
     try:
@@ -109,7 +121,7 @@ def fsync_file(path: Path) -> None:
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], size: Callable[[], int] | None = None) -> Path:
     """Write ``path`` through ``write(file)`` atomically (see :func:`replacing`); ``size()``: the bytes it needs."""
     path = Path(path)
-    with replacing(path, size) as tmp, open(tmp, "wb") as f:
+    with replacing(path, size) as tmp, open(tmp, "xb") as f:  # x: a new file (O_EXCL), never a link's target
         write(f)
         f.flush()
         os.fsync(f.fileno())
@@ -120,3 +132,43 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`replacing`)."""
     data = text.encode("utf-8")
     return atomic_write(path, lambda f: f.write(data), size=lambda: len(data))
+
+
+def save_figure(figure, path: str | Path, **kwargs) -> Path:
+    """``figure.savefig(path, **kwargs)`` atomically, never through a link (see :func:`replacing`)."""
+    path = Path(path)
+    with replacing(path) as tmp:
+        figure.savefig(tmp, format=path.suffix.lstrip(".") or "png", **kwargs)
+    return path
+
+
+def open_append(path: str | Path):
+    """``path`` opened to append text (a console log), refusing a symbolic link (:class:`LinkRefused`)."""
+    path = refuse_link(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            refuse_link(path)  # made a link since: the same one line
+        raise
+    return open(fd, "a")
+
+
+@contextlib.contextmanager
+def replacing_folder(path: str | Path) -> Iterator[Path]:
+    """``with replacing_folder(out) as tmp:`` fill the new folder ``tmp`` (beside ``out``), which then takes the place
+    of ``out`` (absent, or an empty folder).  On any error ``tmp`` is removed, so no half-written folder is left to
+    block a retry; lack of space raises :class:`DiskFull`; ``out`` a symbolic link: :class:`LinkRefused`."""
+    path = refuse_link(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(3)}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_full(err, path)
+        if full is not None:
+            raise full from None
+        raise

@@ -231,10 +231,13 @@ class TokenStore:
 
     def _open(self, path: Path) -> None:
         self.path = path
-        self.meta = json.loads((self.path / "meta.json").read_text())
-        parts = sorted(self.path.glob("part-*.bin"))
-        self.parts = [np.memmap(p, dtype=self.meta["dtype"], mode="r") for p in parts]
-        lengths = np.concatenate([np.load(str(p)[: -len(".bin")] + ".len.npy") for p in parts]).astype(np.int64)
+        try:
+            self.meta = json.loads((self.path / "meta.json").read_text())
+            parts = sorted(self.path.glob("part-*.bin"))
+            self.parts = [np.memmap(p, dtype=self.meta["dtype"], mode="r") for p in parts]
+            lengths = np.concatenate([np.load(str(p)[: -len(".bin")] + ".len.npy") for p in parts]).astype(np.int64)
+        except (OSError, ValueError, KeyError, TypeError) as err:  # np.load refuses an object (pickled) array: ValueError
+            raise ConfigError(f"the token cache {path} is damaged ({err}); remove that folder and it is built again") from None
         self.doc_offsets = np.concatenate([[0], np.cumsum(lengths)])
         self.part_offsets = np.concatenate([[0], np.cumsum([len(p) for p in self.parts])]).tolist()
         self.num_tokens = int(self.doc_offsets[-1])

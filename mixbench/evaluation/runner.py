@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..core.storage import atomic_write_text, refuse_link
 from ..data.tokens import EOS_CANDIDATES, TokenizerSpec, special_id
 from ..results.records import read_record, write_record
 from ..sft.prompt import build_prompt
@@ -218,8 +219,8 @@ def evaluate(
         "device": str(trained.model.head.weight.device) if hasattr(trained.model, "head") else None,
         "wall_time_s": round(time.perf_counter() - started, 2),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{protocol}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    refuse_link(out_dir).mkdir(parents=True, exist_ok=True)  # eval/ planted as a link: nothing written through it
+    atomic_write_text(out_dir / f"{protocol}.json", json.dumps(summary, indent=1, default=str) + "\n")
     if update_record and trained.run_dir is not None and (trained.run_dir / "record.json").is_file():
         add_to_record(trained.run_dir / "record.json", summary)
     return summary

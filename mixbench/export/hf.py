@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ..core.errors import MixbenchError
+from ..core.storage import refuse_link, replacing_folder
 from ..data import ASSETS_DIR
 from ..data.tokens import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerSpec, special_id
 from ..training.trained import load_trained
@@ -101,8 +102,6 @@ def _card(description: dict, source: Path, out: Path, plugins: list) -> str:
 def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "float32", tokenizer: str | None = None) -> Path:
     """Write the Hugging Face folder of ``run`` (a run folder, ``.safetensors`` or ``.ckpt``) to ``out``
     (default ``<run>/hf``); returns the folder."""
-    from safetensors.torch import save_file
-
     if dtype not in DTYPES:
         raise ExportError(f"unknown --dtype {dtype!r}; valid: {', '.join(DTYPES)}")
     trained = load_trained(run, tokenizer)
@@ -115,10 +114,20 @@ def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "floa
         if trained.run_dir is None:
             raise ExportError(f"{run} is not in a run folder: give --out DIR")
         out = trained.run_dir / "hf"
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
+    out = refuse_link(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} is not empty; give another --out or remove it")
-    out.mkdir(parents=True, exist_ok=True)
+    with replacing_folder(out) as folder:  # a new folder that takes out's place whole, or nothing is left
+        _write_folder(trained, folder, out, code, plugins, dtype)
+    log.info("exported %s (%s, %d code files) to %s", trained.description["model"], trained.description.get("norm_label"), len(code), out)
+    return out
+
+
+def _write_folder(trained, out: Path, final: Path, code: dict, plugins: list, dtype: str) -> None:
+    """The export's files, written into the new folder ``out`` that becomes ``final``."""
+    from safetensors.torch import save_file
+
+    model = trained.model
     for name, text in code.items():
         (out / name).write_text(text, encoding="utf-8")
     description = trained.description
@@ -154,6 +163,4 @@ def export_hf(run: str | Path, out: str | Path | None = None, dtype: str = "floa
     (out / "generation_config.json").write_text(
         json.dumps({**tokens, "bos_token_id": None, "do_sample": False, "use_cache": False}, indent=1) + "\n"
     )
-    (out / "README.md").write_text(_card(description, trained.source, out, plugins))
-    log.info("exported %s (%s, %d code files) to %s", description["model"], description.get("norm_label"), len(code), out)
-    return out
+    (out / "README.md").write_text(_card(description, trained.source, final, plugins))

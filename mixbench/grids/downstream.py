@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.settings import flat_settings
+from ..core.storage import open_append
 from ..evaluation.formats import GENERATE_TASKS, TABLE2_TASKS
 from ..evaluation.report import seeds_report, task_floors
 from ..evaluation.runner import evaluate, resolve_sources
@@ -254,7 +255,7 @@ def run_chain(chain: Chain, records: list[dict], subprocesses: bool, resume: boo
         log.info("%s: evaluation already done", chain.label)
     elif subprocesses:
         argv = _eval_argv(str(sft), {**chain.eval, "data": sources})
-        with open(sft / "console.log", "a") as console:
+        with open_append(sft / "console.log") as console:
             done = subprocess.run([sys.executable, "-m", "mixbench.cli", *argv], stdout=console, stderr=subprocess.STDOUT)
         if done.returncode:
             log.error("mixbench %s failed (exit %d); see %s", " ".join(argv), done.returncode, sft / "console.log")

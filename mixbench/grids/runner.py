@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.run_files import CONSOLE_FILE, RECORD_FILE
+from ..core.storage import open_append
 from ..training.config import compose, norm_spec
 from ..training.preemption import Interrupted
 from ..training.preflight import preflight
@@ -208,7 +209,7 @@ def _in_subprocess(
     log.info("[%d/%d] mixbench run %s  → %s", i + 1, total, " ".join(argv), run_dir)
     if manifest is not None:
         manifest.started(i, run_dir)
-    with open(run_dir / CONSOLE_FILE, "a") as console:
+    with open_append(run_dir / CONSOLE_FILE) as console:
         code = children.run(
             [sys.executable, "-m", "mixbench.cli", *project_arguments(), "run", *argv, f"run_dir={run_dir}"],
             stdout=console,

@@ -8,6 +8,7 @@ import logging
 import os
 
 from ..core.errors import ConfigError
+from ..core.storage import atomic_write_text, save_figure
 from ..core.tasks import get_task
 from ..results.records import load_records, row_key
 from ..results.render import render
@@ -181,8 +182,8 @@ def report(results_dir, name: str, confidence: float = 0.95) -> str:
     elif best:
         text.append(f"No confirmation runs yet: mixbench search --confirm {name} --seeds 3")
     markdown = "\n".join(text) + "\n"
-    (folder / "report.md").write_text(markdown)
+    atomic_write_text(folder / "report.md", markdown)
     figure = score_figure(rows, space, records, best, metric)
-    figure.savefig(folder / "score_vs_plan.png", dpi=120)
+    save_figure(figure, folder / "score_vs_plan.png", dpi=120)
     log.info("wrote %s and %s", folder / "report.md", folder / "score_vs_plan.png")
     return markdown

@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 from ..core.errors import ConfigError
 from ..core.project import config_file
 from ..core.settings import flat_settings
-from ..core.storage import atomic_write_text
+from ..core.storage import atomic_write_text, save_figure
 from ..core.tasks import task_files_merged
 from .lr_curves import EDGE_MARKERS, _slug
 from .records import column_key
@@ -436,7 +436,7 @@ def write_ladder(records: list[dict], out: str | Path, baseline: str = "pre", an
         paths.append(table)
         for stem, draw in (("ladder_delta", delta_figure), ("ladder_best_lr", lr_figure)):
             fig = draw(ladder)
-            fig.savefig(out / f"{stem}_{name}.png", dpi=120)
+            save_figure(fig, out / f"{stem}_{name}.png", dpi=120)
             plt.close(fig)
             paths.append(out / f"{stem}_{name}.png")
         if family == "lm":  # the same records at equal tokens (:mod:`.equal_tokens`)

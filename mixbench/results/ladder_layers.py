@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.storage import atomic_write_text
+from ..core.storage import atomic_write_text, save_figure
 
 ANGULAR, PRUNE = "angular.json", "prune.json"
 
@@ -150,6 +150,6 @@ def write_layers(analysis_dir: str | Path, out: str | Path, label_of: dict[str, 
     table, png = out / "ladder_layers.md", out / "ladder_layers.png"
     atomic_write_text(table, markdown(rows, label_of))
     fig = figure(rows, size_of)
-    fig.savefig(png, dpi=120)
+    save_figure(fig, png, dpi=120)
     plt.close(fig)
     return [table, png]

@@ -16,6 +16,7 @@ import re
 import textwrap
 from pathlib import Path
 
+from ..core.storage import save_figure
 from .render import source_tag
 from .sweep import ENDED, metric_view, value_text
 from .table import Table, aggregate
@@ -142,6 +143,6 @@ def write_lr_figures(records: list[dict], out: str | Path, key: str = "optim.lr"
     paths = []
     for name, fig in lr_figures(records, key, metric).items():
         path = out.with_name(f"{out.stem}_{name}{out.suffix or '.png'}")
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
         paths.append(path)
     return paths

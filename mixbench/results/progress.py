@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import logging
 import os
 import socket
 import statistics
@@ -43,6 +44,7 @@ from pathlib import Path
 
 import yaml
 
+from ..core.reading import UnreadableFile, read_capped, read_json, read_text_capped
 from ..core.run_files import (
     CHECKPOINT_DIR,
     CHECKPOINT_STEP,
@@ -57,7 +59,11 @@ from ..core.run_files import (
     RECORD_FILE,
 )
 from ..core.storage import TMP_MARK
+from ..core.text import printable
 from .records import outcome
+from .schema import Manifest, Record, problem
+
+log = logging.getLogger(__name__)
 
 PLANNED, GRID_STOPPED = "planned", "planned (grid stopped)"  # a grid's run with no folder yet; of a grid that ended
 STATES = ("running", "starting", PLANNED, "stopped", "interrupted", "failed", "diverged", "stalled", "pruned", "finished", GRID_STOPPED,
@@ -65,6 +71,7 @@ STATES = ("running", "starting", PLANNED, "stopped", "interrupted", "failed", "d
 FULL_RUNS = ("completed", "stalled")  # record statuses of runs that ran their whole budget: their times estimate a planned run's
 REMOTE_SILENCE_S = 3600.0  # a holder on another host whose run wrote nothing for this long is taken for gone
 STARTING_S = 120.0  # how long a grid's new run folder may wait for its process to take the lock
+METRICS_MAX_BYTES = 256 * 1024 * 1024  # logs/metrics.csv of a long run: a few MB; a larger file is not read
 ATTEMPT_GAP_S = 1.0  # a config.yaml this much newer than the record: a later attempt began (and left no record)
 RUN_MARKERS = (RECORD_FILE, CONFIG_FILE, LOCK_FILE, HOLDER_FILE, CONSOLE_FILE)
 
@@ -150,12 +157,23 @@ def _mtime(path: Path) -> float | None:
 
 
 def _json(path: Path) -> dict | None:
-    """``path``'s JSON object; None when absent, unreadable or not (yet) a whole JSON object."""
+    """``path``'s JSON object; None when absent, unreadable (not a regular file, too large or deep: never blocks) or
+    not (yet) a whole JSON object."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = read_json(path)
+    except UnreadableFile:
         return None
     return data if isinstance(data, dict) else None
+
+
+def _record(path: Path) -> tuple[dict | None, str]:
+    """The run's record if it is one (on the record schema), else None and why not ("" when there is no file)."""
+    try:
+        data = read_json(path)
+    except UnreadableFile as err:
+        return None, "" if not os.path.lexists(path) else str(err).removeprefix(f"{path}: ")
+    why = problem(Record, data) if isinstance(data, dict) else "not a JSON object"
+    return (None, f"off the record schema: {why}") if why else (data, "")
 
 
 def _config(run_dir: Path, record: dict | None) -> dict:
@@ -165,8 +183,8 @@ def _config(run_dir: Path, record: dict | None) -> dict:
     if isinstance(config, dict):
         return config
     try:
-        config = yaml.load((run_dir / CONFIG_FILE).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        config = yaml.load(read_text_capped(run_dir / CONFIG_FILE), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (UnreadableFile, yaml.YAMLError, RecursionError):
         return {}
     return config if isinstance(config, dict) else {}
 
@@ -193,10 +211,10 @@ def read_metrics_log(run_dir: Path) -> MetricsLog | None:
     """:class:`MetricsLog` of ``run_dir``; None when it has no complete line yet.  A line still being appended (no
     newline yet) and lines of another width (a header rewritten mid-read) are left out."""
     try:
-        with open(run_dir / METRICS_FILE, "rb") as f:
-            mtime, data = os.fstat(f.fileno()).st_mtime, f.read()
-    except OSError:
+        data, status = read_capped(run_dir / METRICS_FILE, METRICS_MAX_BYTES)
+    except UnreadableFile:
         return None
+    mtime = status.st_mtime
     lines = data.decode("utf-8", "replace").split("\n")[:-1]  # the last piece has no newline: partial, or empty
     if len(lines) < 2:
         return None
@@ -360,7 +378,7 @@ class _Files:
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
-        self.record, self.holder = _json(run_dir / RECORD_FILE), _json(run_dir / HOLDER_FILE)
+        (self.record, self.record_problem), self.holder = _record(run_dir / RECORD_FILE), _json(run_dir / HOLDER_FILE)
         self.saved = checkpoints(run_dir)  # step checkpoints: (mtime, step), oldest first
         times = [_mtime(run_dir / name) for name in (*RUN_MARKERS, METRICS_FILE)] + [t for t, _ in self.saved]
         self.updated = max((t for t in times if t is not None), default=None)  # the newest file time
@@ -419,7 +437,7 @@ def _not_running(run_dir: Path, files: _Files, now: float, note: str) -> RunProg
         step = newest if newest is not None else _positive_int(stop.get("step"))
         return RunProgress(run_dir, state, step, *files.budget, updated=files.updated, note=reason)
     if record is None and record_time is not None:
-        state, reason = "unreadable", f"{RECORD_FILE} is not a JSON object"
+        state, reason = "unreadable", f"{RECORD_FILE}: {files.record_problem or 'not a JSON object'}"
     elif record is not None:  # an attempt began after this record was written, and left none
         state, reason = "stopped", f"its last attempt left no record (killed, or its machine lost); {_resume_note(newest)}"
     elif (run_dir / LOCK_FILE).exists() or config_time is not None:
@@ -482,10 +500,20 @@ def manifests(root: Path, grids: list[Path]) -> list[tuple[str, dict]]:
         for path in files:
             if path.name in found:
                 continue
-            data = _json(path)
-            if data is not None and isinstance(data.get("runs"), list):
+            try:
+                data = read_json(path)
+                why = problem(Manifest, data) if isinstance(data, dict) else "not a JSON object"
+            except UnreadableFile as err:
+                data, why = None, str(err).removeprefix(f"{path}: ")
+            if why is None:
                 found[path.name] = data
+            elif path not in _SKIPPED:  # named once, not at every refresh of status --watch
+                _SKIPPED.add(path)
+                log.warning("skipping the grid manifest %s: %s", printable(path), printable(why))
     return sorted(found.items())  # by name: the grid's start time first
+
+
+_SKIPPED: set[Path] = set()  # manifests already named as skipped in this process
 
 
 def grid_live(manifest: dict, host: str) -> bool:

@@ -9,13 +9,10 @@ import math
 from pathlib import Path
 
 from ..core.errors import ConfigError, MixbenchError
+from ..core.reading import UnreadableFile, read_json
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text
-
-SCHEMA = "mixbench.result/1"
-REQUIRED = ("schema", "task", "model", "norm", "seed", "status", "metrics", "primary_metric", "dataset", "scale")
-# interrupted: stopped by Ctrl-C (training/preemption.py); pruned: a search trial its pruner stopped early
-STATUSES = ("completed", "diverged", "stalled", "failed", "interrupted", "pruned")
+from .schema import SCHEMA, Record, problem  # noqa: F401 (SCHEMA: imported from here by the writers)
 
 
 class RecordError(MixbenchError):
@@ -32,22 +29,18 @@ def write_record(record: dict, path: str | Path) -> Path:
 
 
 def read_record(path: str | Path) -> dict:
+    """The record in ``path``, checked against the record schema (:class:`mixbench.results.schema.Record`); a
+    :class:`RecordError` naming the file and the reason when it is not a regular file, too large or too deep
+    (:mod:`mixbench.core.reading`), not JSON, or off the schema."""
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RecordError(f"{path}: not readable JSON ({err})") from None
+        record = read_json(path)
+    except UnreadableFile as err:
+        raise RecordError(str(err)) from None
     if not isinstance(record, dict):
         raise RecordError(f"{path}: expected a JSON object")
-    missing = [k for k in REQUIRED if k not in record]
-    if missing:
-        raise RecordError(f"{path}: missing field(s) {missing}")
-    if record["schema"] != SCHEMA:
-        raise RecordError(f"{path}: unknown schema {record['schema']!r} (expected {SCHEMA})")
-    if record["status"] not in STATUSES:
-        raise RecordError(f"{path}: unknown status {record['status']!r}")
-    pm = record["primary_metric"]
-    if not isinstance(pm, dict) or not {"name", "higher_is_better"} <= set(pm):
-        raise RecordError(f"{path}: primary_metric needs name and higher_is_better")
+    why = problem(Record, record)
+    if why is not None:
+        raise RecordError(f"{path}: {why} (off the record schema)")
     return record
 
 

@@ -8,6 +8,7 @@ import io
 import math
 import re
 
+from ..core.text import csv_cell, printable
 from .frames import TIDY_FIELDS, tidy_frame
 from .sweep import legend as sweep_legend
 from .table import Table
@@ -215,7 +216,7 @@ def _csv(rows: list[dict], fields) -> str:
     for row in rows:
         writer.writerow(
             [
-                "" if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) if isinstance(v, bool) else v
+                "" if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) if isinstance(v, bool) else csv_cell(v)
                 for v in (row.get(f) for f in fields)
             ]
         )
@@ -317,9 +318,9 @@ def _rich_block(table: Table, columns: list[str], title: str):
             else (col,)
         )
         parts = tuple(part for part in parts if part)
-        name = "\n".join(line for part in parts for line in _wrap_label(part))
+        name = "\n".join(line for part in parts for line in _wrap_label(printable(part)))
         arrow = "↑" if table.higher_is_better[col] else "↓"
-        out.add_column(Text(f"{name}\n{table.metric_of[col]} {arrow}"), justify="right", no_wrap=True)
+        out.add_column(Text(printable(f"{name}\n{table.metric_of[col]} {arrow}")), justify="right", no_wrap=True)
     for row in table.rows:
         cells = [table.cells.get((row, col)) for col in columns]
         if all(cell is None for cell in cells):
@@ -331,7 +332,7 @@ def _rich_block(table: Table, columns: list[str], title: str):
                 texts.append(Text("\n".join(t for t in (summary + " ★", *rest) if t), style="bold green"))
             else:
                 texts.append(Text("\n".join(t for t in (summary, *rest) if t)))
-        out.add_row(Text("\n".join(_wrap_label(row))), *texts)  # a long plan label, e.g. custom[po,…], on lines
+        out.add_row(Text("\n".join(_wrap_label(printable(row)))), *texts)  # a long plan label, e.g. custom[po,…], on lines
     return out
 
 
@@ -363,7 +364,7 @@ def print_rich(table: Table, console) -> None:
     for k, columns in enumerate(blocks):
         block = _rich_block(table, columns, title + (f" ({k + 1}/{len(blocks)})" if len(blocks) > 1 else ""))
         console.print(block, width=max(console.width, width_of(block)))
-    console.print(Text(legend(table, best="★")))
+    console.print(Text(printable(legend(table, best="★"))))
 
 
 def tidy_csv(records: list[dict]) -> str:

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from ..core.project import runs_root
+from ..core.text import printable
 from .records import annotate_recipes, column_key, read_records, recipe_settings, results_folder, run_identity
 
 log = logging.getLogger("mixbench")
@@ -102,5 +103,5 @@ def records_of(folders: list[str] | None) -> tuple[list[dict], str]:
     folders = folders or [str(default_runs_dir())]
     records, problems = load_sources(folders, check=checked)
     for problem in problems:
-        log.warning("skipped unreadable record: %s", problem)
+        log.warning("skipped unreadable record: %s", printable(problem))
     return records, " and ".join(folders)

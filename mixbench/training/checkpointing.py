@@ -11,6 +11,9 @@
   :class:`mixbench.core.errors.CheckpointError` naming them.  The one it picks must load through the restricted
   unpickler (:mod:`mixbench.training.trusted`), else :class:`mixbench.core.errors.UntrustedFile`; so does every
   checkpoint Lightning reads to resume (:meth:`AtomicCheckpointIO.load_checkpoint`).
+* Paths in a checkpoint are data too: :class:`StepCheckpoint` restores its state (the paths of earlier checkpoints,
+  which Lightning removes as it saves newer ones) only from a checkpoint of its own run folder, and only when every
+  path it names lies inside that folder; :meth:`AtomicCheckpointIO.remove_checkpoint` removes nothing outside it.
 * :class:`RNGStateCallback` stores the Python / NumPy / torch (and CUDA) generator states in each checkpoint and
   restores them when training resumes — with the model, optimizer, schedule, loop and data position that
   Lightning and the data modules already save, a resumed run continues exactly.
@@ -59,10 +62,30 @@ def checkpoint_bytes(checkpoint: dict) -> int:
     return counter.bytes
 
 
+def inside(path: str, folder: Path) -> bool:
+    """Whether ``path`` is a plain local path (no ``scheme://``) that lies inside ``folder`` once resolved."""
+    if not isinstance(path, str) or "://" in path or "::" in path:
+        return False
+    return Path(folder).resolve() in Path(path).resolve().parents
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` whose writes are atomic (:func:`mixbench.core.storage.atomic_write`): a write that fails
     — a kill, a full disk (:class:`mixbench.core.errors.DiskFull`, naming the bytes it needed) — leaves no checkpoint
-    a resume could pick, and the older ones as they were."""
+    a resume could pick, and the older ones as they were.  ``root``: the run folder; it removes only files inside it."""
+
+    def __init__(self, root: Path | None = None):
+        super().__init__()
+        self.root = root
+
+    def remove_checkpoint(self, path) -> None:
+        """Remove the checkpoint file ``path`` — a plain file inside ``root``, never a folder; anything else is kept,
+        with a warning."""
+        path = str(path)
+        if self.root is None or not inside(path, self.root) or Path(path).is_dir() or Path(path).is_symlink():
+            log.warning("not removing %s: only checkpoint files inside the run folder %s are removed", path, self.root)
+            return
+        Path(path).unlink(missing_ok=True)
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         atomic_write(path, lambda f: _write(checkpoint, f), size=lambda: checkpoint_bytes(checkpoint))
@@ -81,6 +104,29 @@ class StepCheckpoint(ModelCheckpoint):
     def __init__(self, keep_last: int | None = None, **kwargs):
         super().__init__(save_top_k=-1, **kwargs)
         self.keep_last = keep_last
+        self.own_checkpoint = True  # whether the checkpoint the run resumes from is one of this folder's own
+
+    PATH_KEYS = ("dirpath", "best_model_path", "kth_best_model_path", "last_model_path")
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the state only from a checkpoint of this run's own folder whose every path lies inside the run
+        folder; otherwise keep a fresh state (one warning) — those paths are what Lightning removes later."""
+        if not self.own_checkpoint:
+            log.info("resume: the checkpoint's own checkpoint paths are not restored (it was not written in %s)", self.dirpath)
+            return
+        run_folder = Path(self.dirpath).parent
+        best = state_dict.get("best_k_models")
+        paths = [state_dict.get(key) for key in self.PATH_KEYS] + (list(best) if isinstance(best, dict) else [best])
+        outside = [str(p) for p in paths if p not in (None, "") and not inside(p, run_folder)]
+        if outside or "best_model_path" not in state_dict or "best_model_score" not in state_dict:
+            log.warning(
+                "resume: the checkpoint's state of %s names %s, outside the run folder %s: that state is dropped",
+                type(self).__name__,
+                ", ".join(outside) or "no paths it needs",
+                run_folder,
+            )
+            return
+        super().load_state_dict(state_dict)
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:
         super()._save_checkpoint(trainer, filepath)
@@ -91,12 +137,15 @@ class StepCheckpoint(ModelCheckpoint):
             old.unlink(missing_ok=True)
 
 
-def checkpoint_callback(run_dir: Path, every_n_steps: int, keep_last: int | None) -> ModelCheckpoint:
+def checkpoint_callback(run_dir: Path, every_n_steps: int, keep_last: int | None, resume: str | None = None) -> ModelCheckpoint:
     """Checkpoints ``epoch=E-step=S.ckpt`` every ``every_n_steps`` optimizer steps, the newest ``keep_last`` kept
-    (None: all), and ``last.ckpt``."""
+    (None: all), and ``last.ckpt``.  ``resume``: the checkpoint the run resumes from (its state is restored only if it
+    lies in ``run_dir``'s checkpoint folder)."""
     if keep_last is not None and keep_last < 1:
         raise ConfigError(f"checkpoint.keep_last must be a positive integer or null (keep all), got {keep_last}")
-    return StepCheckpoint(keep_last, dirpath=run_dir / CHECKPOINT_DIR, every_n_train_steps=every_n_steps, save_last=True)
+    callback = StepCheckpoint(keep_last, dirpath=run_dir / CHECKPOINT_DIR, every_n_train_steps=every_n_steps, save_last=True)
+    callback.own_checkpoint = resume is None or Path(resume).resolve().parent == (run_dir / CHECKPOINT_DIR).resolve()
+    return callback
 
 
 def checkpoint_step(path: Path) -> int:
@@ -104,7 +153,14 @@ def checkpoint_step(path: Path) -> int:
     match = CHECKPOINT_STEP.search(path.name)
     if match:
         return int(match.group(1))
-    return int(load_trusted(path, f"the checkpoint {path}", mmap=True)["global_step"])
+    checkpoint = load_trusted(path, f"the checkpoint {path}", mmap=True)
+    step = checkpoint.get("global_step") if isinstance(checkpoint, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise CheckpointError(
+            f"{path} is not a Lightning checkpoint (no global_step); remove it to resume from the step checkpoints, or set "
+            "resume_from= to a checkpoint a run wrote"
+        )
+    return step
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -125,6 +181,9 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
     if not folder.is_dir():
         return None
     for leftover in folder.glob(f"*{TMP_MARK}*"):
+        if leftover.is_dir() or leftover.is_symlink():  # not a file this code wrote: left alone
+            log.warning("ignoring %s: named like a checkpoint write that did not finish, but not a file", leftover.name)
+            continue
         log.warning("removing %s: a checkpoint write that did not finish", leftover.name)
         leftover.unlink(missing_ok=True)
     damaged = []

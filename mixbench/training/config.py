@@ -24,7 +24,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..core.configs import load_group
+from ..core.configs import load_group, read_saved_config
 from ..core.errors import ConfigError, did_you_mean, one_line
 from ..core.families import family_of_model, get_family
 from ..core.project import config_choices, config_file, runs_root  # noqa: F401 (runs_root: imported from here too)
@@ -346,7 +346,7 @@ def load_run_config(run_dir: str | Path) -> DictConfig:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    saved = OmegaConf.load(path)
+    saved = OmegaConf.create(read_saved_config(path))  # plain values: no resolver runs on a file from elsewhere
     upgrade_saved_config(saved)
     cfg = OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), saved)
     get_task(cfg.task.name).load_plugin()

@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from ..core.storage import atomic_write_text
+
 SUBLAYER_PREFIXES = {"attn": ("attn.", "norm1", "omega1"), "mlp": ("mlp.", "norm2", "omega2")}
 
 
@@ -55,4 +57,4 @@ class GradNormMonitor(Callback):
         pl_module.log_dict({f"gradnorm/block{i:02d}/{k}": v for i, n in enumerate(norms) for k, v in n.items()}, rank_zero_only=True)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"every_n_steps": self.every, "history": self.history}, indent=1))
+        atomic_write_text(path, json.dumps({"every_n_steps": self.every, "history": self.history}, indent=1))

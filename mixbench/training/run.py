@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -19,11 +20,13 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from ..core.configs import read_saved_config
 from ..core.errors import RESUMABLE_EXIT, ConfigError, DiskFull
 from ..core.families import get_family
-from ..core.run_files import CONFIG_FILE, RECORD_FILE
+from ..core.reading import UnreadableFile, read_json
+from ..core.run_files import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RECORD_FILE
 from ..core.settings import flat_settings
-from ..core.storage import atomic_write_text, disk_full_under
+from ..core.storage import atomic_write_text, disk_full_under, refuse_link
 from ..core.tasks import get_task
 from ..layers.placements import plan_summary
 from ..models import model_defaults
@@ -45,7 +48,7 @@ from .run_lock import RunLock
 from .status import FINISHED, classify  # FINISHED: statuses of a run that need not run again
 from .step_graph import module_obstacle, wants_capture
 from .strategy import accumulation_steps, make_strategy, world_size
-from .weights import describe_model, init_from, save_weights
+from .weights import WeightsError, describe_model, init_from, save_weights
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +62,8 @@ def is_child_rank() -> bool:
 def finished_record(run_dir: Path) -> dict | None:
     """The run's record if it finished (completed, diverged or stalled); None if absent, failed or unreadable."""
     try:
-        record = json.loads((run_dir / RECORD_FILE).read_text())
-    except (OSError, ValueError):
+        record = read_json(run_dir / RECORD_FILE)  # a regular file only: a FIFO never blocks
+    except UnreadableFile:
         return None
     return record if isinstance(record, dict) and record.get("status") in FINISHED else None
 
@@ -77,25 +80,30 @@ def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:
     setting added to mixbench after that run was made (absent from ``theirs``) matches while ``cfg`` holds the
     setting's default (``defaults()``: the flat settings of ``cfg``'s group choices): the older code behaved as the
     default does.  Empty settings match nothing."""
-    if not theirs:
-        return False
+    return bool(theirs) and not settings_differences(theirs, cfg, defaults)
+
+
+def settings_differences(theirs: dict, cfg: DictConfig | dict, defaults, aside: tuple[str, ...] = ()) -> list[str]:
+    """The dotted settings in which ``theirs`` and ``cfg`` differ, as :func:`same_run_settings` compares them (the
+    dotted settings ``aside`` aside too), each as ``key: theirs → ours``; empty when they are the same run."""
     theirs = json.loads(json.dumps(theirs))  # a copy: the compile upgrade below edits it
     upgrade_saved_config(theirs)  # settings whose saved form or meaning changed since
     ours = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     for config in (theirs, ours):
         for key in LOCATION_KEYS:
             config.pop(key, None)
-    theirs, ours = ({key: value for key, value in flat_settings(config).items() if key not in RESOURCE_KEYS} for config in (theirs, ours))
-    if any(key not in ours or ours[key] != value for key, value in theirs.items()):
-        return False
+    skip = (*RESOURCE_KEYS, *aside)
+    theirs, ours = ({key: value for key, value in flat_settings(config).items() if key not in skip} for config in (theirs, ours))
+    missing = object()
+    differ = [key for key, value in theirs.items() if ours.get(key, missing) != value]
     added = [key for key in ours if key not in theirs]
-    if not added:
-        return True
-    try:
-        default = defaults()
-    except (ConfigError, KeyError, TypeError):  # e.g. a project's task (not composable from here)
-        return False
-    return all(key in default and ours[key] == default[key] for key in added)
+    if added:
+        try:
+            default = defaults()
+        except (ConfigError, KeyError, TypeError):  # e.g. a project's task (not composable from here)
+            default = {}
+        differ += [key for key in added if key not in default or ours[key] != default[key]]
+    return [f"{key}: {theirs.get(key, '(absent)')!r} → {ours.get(key, '(absent)')!r}" for key in differ]
 
 
 def run_defaults(cfg: DictConfig):
@@ -108,8 +116,8 @@ def run_defaults(cfg: DictConfig):
 def _same_run(folder: Path, cfg: DictConfig, defaults) -> bool:
     """Whether ``folder`` holds a run of exactly ``cfg`` (:func:`same_run_settings` of its ``config.yaml``)."""
     try:
-        theirs = OmegaConf.to_container(OmegaConf.load(folder / CONFIG_FILE), resolve=True)
-    except (OSError, ValueError, TypeError):
+        theirs = read_saved_config(folder / CONFIG_FILE)
+    except ConfigError:
         return False
     return isinstance(theirs, dict) and same_run_settings(theirs, cfg, defaults)
 
@@ -149,13 +157,49 @@ def finished_runs(cfg: DictConfig, label: str, aside: tuple[str, ...] = ()) -> l
     return found
 
 
+RESUME_ASIDE = ("resume_from",)  # rewritten into config.yaml by each attempt: which checkpoint it started from
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` already holds (part of) a run: its config, record or checkpoints."""
+    return any((Path(folder) / name).exists() for name in (CONFIG_FILE, RECORD_FILE, CHECKPOINT_DIR))
+
+
+def check_same_config(cfg: DictConfig, folder: Path, what: str) -> None:
+    """A resume continues only its own config: :class:`ConfigError` naming the settings in which ``cfg`` differs from
+    ``folder``'s ``config.yaml`` (run-location settings aside, as :func:`same_run_settings`); nothing if it has none."""
+    if not os.path.lexists(Path(folder) / CONFIG_FILE):  # a special file is read (and refused), not passed over
+        return
+    differ = settings_differences(read_saved_config(Path(folder) / CONFIG_FILE), cfg, run_defaults(cfg), aside=RESUME_ASIDE)
+    if differ:
+        shown = "; ".join(differ[:5]) + (f"; and {len(differ) - 5} more" if len(differ) > 5 else "")
+        raise ConfigError(
+            f"{what}: {folder} holds a run of another config ({shown}); a resume continues only its own config: "
+            "give the run's own settings, or leave resume unset and choose another run_dir to start a new run"
+        )
+
+
 def run_directory(cfg: DictConfig, label: str) -> Path:
     """``run_dir`` if given; with ``resume=auto`` the newest unfinished folder of the same config; else a new
-    ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``."""
+    ``<results_dir>/runs/<task>/<model>/<norm>/seed<k>-<utc time>-<id>``.  A resume (``resume=auto``,
+    ``resume_from=``) of another config's run folder, and a new run into a folder that holds a run, are
+    :class:`ConfigError` before anything is written."""
+    if cfg.resume_from is not None and not is_child_rank() and Path(cfg.resume_from).parent.name == CHECKPOINT_DIR:
+        check_same_config(cfg, Path(cfg.resume_from).parent.parent, f"resume_from={cfg.resume_from}")
     if cfg.run_dir is not None:
         path = Path(cfg.run_dir)
-        if finished_record(path) is not None and cfg.resume != "auto" and not is_child_rank():
+        resumes = cfg.resume == "auto" or cfg.resume_from is not None
+        if is_child_rank():
+            pass
+        elif finished_record(path) is not None and cfg.resume != "auto":
             raise ConfigError(f"run_dir {path} already holds a finished run; choose another run_dir, leave it unset, or add resume=auto")
+        elif resumes:
+            check_same_config(cfg, path, f"run_dir={path}")
+        elif holds_run(path):
+            raise ConfigError(
+                f"run_dir {path} already holds another run (its config, record or checkpoints), which a new run would "
+                "replace; add resume=auto to continue it, or choose another run_dir"
+            )
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -196,7 +240,7 @@ def throughput_monitor(cfg: DictConfig, model) -> ThroughputMonitor:
     return ThroughputMonitor(family.items, family.flops_per_item(cfg, model), cfg.trainer.log_every_n_steps)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None) -> L.Trainer:
+def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: type | None = None, resume: str | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from .console import console_callbacks
@@ -215,7 +259,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
     ]
     every = cfg.checkpoint.every_n_steps
     if every:
-        callbacks.append(checkpoint_callback(run_dir, every, cfg.checkpoint.keep_last))
+        callbacks.append(checkpoint_callback(run_dir, every, cfg.checkpoint.keep_last, resume))
     try:
         return L.Trainer(
             **kwargs,
@@ -227,7 +271,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
                 f"{cfg.task.name}-{norm_spec(cfg).label()}-seed{cfg.seed}",
             ),
             callbacks=callbacks,
-            plugins=[AtomicCheckpointIO()],
+            plugins=[AtomicCheckpointIO(run_dir)],
             profiler=make_profiler(cfg.profiler, run_dir, on_gpu=runs_on_cuda(kwargs.get("accelerator"))),
             enable_checkpointing=bool(every),
             use_distributed_sampler=get_family(cfg.task.family).distributed_sampler,
@@ -278,6 +322,12 @@ def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = ()
     try:
         with nullcontext() if is_child_rank() else RunLock(run_dir), interrupts_stop() as interrupt:
             return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra, interrupt)
+    except WeightsError:  # init_from's weights refused: no run took place, and the folder made for it goes again
+        if cfg.run_dir is None and not is_child_rank():
+            with contextlib.suppress(OSError):
+                (run_dir / LOCK_FILE).unlink(missing_ok=True)
+                run_dir.rmdir()  # only if nothing else is in it
+        raise
     except Exception as err:  # a full disk met outside the run's own writes (e.g. the lock's holder file)
         full = disk_full_under(err, run_dir)
         if full is None or full is err:
@@ -329,6 +379,9 @@ def _run_locked(
 ) -> dict:
     """:func:`run` in its run folder, whose lock this process holds; ``interrupt``: the run's Ctrl-C handler
     (:func:`mixbench.training.preemption.interrupts_stop`), told the step a Ctrl-C outside training stops at."""
+    logs = run_dir / Path(METRICS_FILE).parent  # Lightning's CSV logger opens its files there, following links
+    for path in (run_dir / RECORD_FILE, run_dir / CONFIG_FILE, run_dir / CHECKPOINT_DIR, logs, *logs_entries(logs)):
+        refuse_link(path)  # before any training, not when the file is written
     done = finished_record(run_dir) if cfg.resume == "auto" else None
     if done is not None:
         log.info("resume=auto: %s already finished (%s); nothing to do", run_dir, done["status"])
@@ -338,6 +391,7 @@ def _run_locked(
         sys.argv.append(f"run_dir={run_dir}")  # DDP processes Lightning launches re-run this command: share the folder
     primary = not is_child_rank()
     checkpoint = resume_checkpoint(cfg, run_dir)  # before anything is written: every checkpoint damaged is an error
+    fresh, refused = not holds_run(run_dir), False  # refused: init_from's weights do not fit (no record is left)
     if primary:
         atomic_write_text(run_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg))
     record = new_record(cfg, spec, task, run_dir, started)
@@ -386,7 +440,11 @@ def _run_locked(
         record.update(getattr(module, "record_extra", {}))  # e.g. the reward model a ReMax run optimises
         markers = [CudaGraphStepMarker()] if uses_cudagraphs(cfg) else []
         trainer = build_trainer(
-            cfg, run_dir, [divergence, throughput, history, clock, *extra, *markers, *callbacks], block_class=type(model.blocks[0])
+            cfg,
+            run_dir,
+            [divergence, throughput, history, clock, *extra, *markers, *callbacks],
+            block_class=type(model.blocks[0]),
+            resume=checkpoint,
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)  # AtomicCheckpointIO: + allowlist
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
@@ -455,6 +513,7 @@ def _run_locked(
                 monitor.save(run_dir / "gradnorm.json")
         record["time_parts"] = clock.parts(trainer.global_step, final_validation_s, time.perf_counter() - t0)
     except BaseException as err:
+        refused = isinstance(err, WeightsError) and trainer is None
         stop = resumable_stop(err, run_dir, trainer.global_step if trainer is not None else 0)
         # also after its status was decided (e.g. its weights found no space): not finished; Ctrl-C: interrupted
         record["status"] = (stop or err).status if isinstance(stop or err, Preempted) else "failed"
@@ -466,9 +525,16 @@ def _run_locked(
     finally:
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
         record["wall_time_s"] = round(time.perf_counter() - t0, 2)
-        if primary:
+        if primary and refused and fresh:
+            (run_dir / CONFIG_FILE).unlink(missing_ok=True)  # the config this attempt wrote: the folder as it was
+        elif primary and not refused:
             save_record(record, run_dir)
     return record
+
+
+def logs_entries(folder: Path) -> list[Path]:
+    """The files of the logger's folder (none if it is not a folder)."""
+    return list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
 
 
 def resumable_stop(err: BaseException, run_dir: Path, step: int) -> Exception | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..core.errors import MixbenchError, one_line
 from ..core.families import get_family
 from ..results.curves import read_metrics
 from ..results.records import load_records, write_record
@@ -103,7 +104,11 @@ def reclassify_records(results_dir, dry_run: bool = False) -> tuple[list[tuple[s
     records, problems = load_records(results_dir)
     for record in records:
         path = record.pop("_path")
-        status, reason = reclassify(record)
+        try:
+            status, reason = reclassify(record)
+        except (MixbenchError, LookupError, TypeError, ValueError) as err:  # e.g. a family no task registers here
+            problems.append(f"{path}: cannot be re-classified here ({one_line(err)})")
+            continue
         if status == record["status"]:
             continue
         changes.append((path, record["status"], status))

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 
+from ..core.configs import read_saved_config
 from ..core.errors import ConfigError
+from ..core.reading import UnreadableFile, read_json
 from ..layers import NormSpec
 from ..models import build_model
 from .weights import load_weights
@@ -64,9 +66,8 @@ def tokenizer_of(source: str | Path | None, _depth: int = 0) -> str:
             f"cannot tell which tokenizer {source} was trained with (no config.yaml in its run folder); "
             "set the tokenizer explicitly (data.tokenizer=... or --tokenizer ...)"
         )
-    from omegaconf import OmegaConf
-
-    tokenizer = OmegaConf.select(OmegaConf.load(run_dir / "config.yaml"), "data.tokenizer")
+    data = read_saved_config(run_dir / "config.yaml").get("data")
+    tokenizer = data.get("tokenizer") if isinstance(data, dict) else None
     if tokenizer is None:
         raise ConfigError(f"the run {run_dir} has no data.tokenizer in its config.yaml; set the tokenizer explicitly")
     if _depth > 8:
@@ -76,12 +77,11 @@ def tokenizer_of(source: str | Path | None, _depth: int = 0) -> str:
 
 def _recorded_tokenizer(run_dir: Path) -> str | None:
     """The tokenizer a finished run's record names (resolved at training time), if any."""
-    import json
-
     try:
-        return json.loads((run_dir / "record.json").read_text())["dataset"]["tokenizer"]
-    except (OSError, ValueError, KeyError, TypeError):
+        tokenizer = read_json(run_dir / "record.json")["dataset"]["tokenizer"]  # never blocks on a special file
+    except (UnreadableFile, KeyError, TypeError):
         return None
+    return tokenizer if isinstance(tokenizer, str) else None
 
 
 def load_trained(source: str | Path, tokenizer: str | None = None) -> Trained:

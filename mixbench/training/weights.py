@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.configs import read_saved_config
 from ..core.errors import ConfigError
 from ..core.run_files import CHECKPOINT_DIR
 from ..core.run_files import CONFIG_FILE as RUN_CONFIG  # config.yaml (CONFIG_FILE here: model_config.json)
@@ -92,8 +93,19 @@ def description_of(source: Path) -> dict | None:
 
         with safe_open(str(source), framework="pt") as f:
             meta = (f.metadata() or {}).get("mixbench")
-        return json.loads(meta) if meta else None
+        return _description(meta, f"{source}'s metadata") if meta else None
     return _description_of_run(_run_of(source))
+
+
+def _description(text: str, what: str) -> dict:
+    """A model description from its JSON ``text``; :class:`WeightsError` naming ``what`` when it is not a JSON object."""
+    try:
+        description = json.loads(text)
+    except ValueError as err:
+        raise WeightsError(f"{what} is not a model description (not JSON: {err}); give a run folder or weights mixbench wrote") from None
+    if not isinstance(description, dict):
+        raise WeightsError(f"{what} is not a model description (not a JSON object); give a run folder or weights mixbench wrote")
+    return description
 
 
 def _run_of(weights: Path) -> Path:
@@ -103,11 +115,9 @@ def _run_of(weights: Path) -> Path:
 
 def _description_of_run(run_dir: Path) -> dict | None:
     if (run_dir / CONFIG_FILE).is_file():
-        return json.loads((run_dir / CONFIG_FILE).read_text())
+        return _description((run_dir / CONFIG_FILE).read_text(errors="replace"), str(run_dir / CONFIG_FILE))
     if (run_dir / RUN_CONFIG).is_file():  # older runs: the resolved run config
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.to_container(OmegaConf.load(run_dir / RUN_CONFIG), resolve=True)
+        cfg = read_saved_config(run_dir / RUN_CONFIG)
         options = {k: v for k, v in cfg["model"].items() if k != "name"}
         return {"family": cfg["task"]["family"], "model": cfg["model"]["name"], "options": options, "norm": cfg["norm"]}
     return None
@@ -136,7 +146,7 @@ def load_description(source: str | Path) -> dict | None:
                 meta = (f.metadata() or {}).get("mixbench")
         except (SafetensorError, OSError) as err:
             raise WeightsError(f"init_from={source}: cannot read the weights ({type(err).__name__}: {err})") from None
-        return json.loads(meta) if meta else None
+        return _description(meta, f"{path}'s metadata") if meta else None
     if path.suffix == ".ckpt":
         return _description_of_run(_run_of(path))
     return None
@@ -197,18 +207,24 @@ def check_compatible(source: str, theirs: dict | None, ours: dict) -> None:
 
 
 def check_tensors(source: str, state: dict, model, theirs: dict | None, ours: dict) -> None:
-    """Every parameter and buffer name and shape must match (except the model's ``fresh_keys``, e.g. a reward model's
+    """Every parameter and buffer name, shape and dtype must match (except the model's ``fresh_keys``, e.g. a reward model's
     score head, which may be absent from the weights); the error lists what differs on each side."""
     expected = model.state_dict()
     fresh = set(getattr(model, "fresh_keys", ()))
     missing = [k for k in expected if k not in state and k not in fresh]
     unexpected = [k for k in state if k not in expected]
     shapes = [f"{k}: {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items() if k in state and state[k].shape != v.shape]
-    if missing or unexpected or shapes:
+    dtypes = [f"{k}: {state[k].dtype} vs {v.dtype}" for k, v in expected.items() if k in state and state[k].dtype != v.dtype]
+    if missing or unexpected or shapes or dtypes:
         theirs_name = f"{theirs.get('model')} {theirs.get('options')}" if theirs else "(no description)"
         parts = [
             f"{label} ({len(items)}): {', '.join(items[:4])}{' …' if len(items) > 4 else ''}"
-            for label, items in (("missing in the weights", missing), ("not in this model", unexpected), ("shape weights vs model", shapes))
+            for label, items in (
+                ("missing in the weights", missing),
+                ("not in this model", unexpected),
+                ("shape weights vs model", shapes),
+                ("dtype weights vs model", dtypes),
+            )
             if items
         ]
         raise WeightsError(
