@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _support.text import write_c4_shards
 
 from mixbench.data.images import CifarArrayDataModule
 from mixbench.data.samplers import EpochShuffleSampler, ShardSampler
@@ -32,13 +33,6 @@ class FakeStore:
 
     def document(self, i):
         return self.tokens[self.doc_offsets[i] : self.doc_offsets[i + 1]]
-
-
-def write_c4_shards(folder, split, docs_per_shard):
-    for i, docs in enumerate(docs_per_shard):
-        with gzip.open(folder / f"c4-{split}.{i:05d}-of-{len(docs_per_shard):05d}.json.gz", "wt") as f:
-            for j, text in enumerate(docs):
-                f.write(json.dumps({"text": text, "timestamp": "2019-04-25T12:57:54Z", "url": f"https://example.org/{i}/{j}"}) + "\n")
 
 
 def test_pack_concatenates_documents_with_eos_and_shifts_labels():

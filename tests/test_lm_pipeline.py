@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_data import write_c4_shards
+from _support.text import write_c4_shards
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
