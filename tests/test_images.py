@@ -29,10 +29,26 @@ def test_folder_classes_are_sorted_names_and_transforms_follow_the_recipe(tmp_pa
     assert dm.classes == ["n01", "n02", "n03"] and dm.num_classes == 3 and dm.layout == "folder"
     images, labels = next(iter(dm.train_dataloader()))
     assert images.shape == (4, 3, 32, 32)
-    names = " ".join(type(t).__name__ for t in dm.train_set.transform.transforms)
-    assert "RandomResizedCrop" in names and "RandAugment" in names and "RandomErasing" in names
-    val_names = [type(t).__name__ for t in dm.val_set.transform.transforms]
-    assert val_names[:2] == ["Resize", "CenterCrop"]  # resize 32/0.875 then center crop 32
+    # the recipe's settings, not only its transforms' names (timm's reprs carry them)
+    normalize = "Normalize(mean=tensor([0.4850, 0.4560, 0.4060]), std=tensor([0.2290, 0.2240, 0.2250]))"
+    train = [line.strip() for line in repr(dm.train_set.transform).splitlines()[1:-1]]
+    ops, train = [line for line in train if line.startswith("AugmentOp(")], [line for line in train if not line.startswith("AugmentOp(")]
+    assert train == [
+        "RandomResizedCropAndInterpolation(size=(32, 32), scale=(0.08, 1.0), ratio=(0.75, 1.3333), interpolation=bicubic)",
+        "RandomHorizontalFlip(p=0.5)",
+        "RandAugment(n=2, ops=",  # rand-m9-mstd0.5-inc1: 2 ops a picture, magnitude 9 ± 0.5, the increasing variants
+        "MaybeToTensor()",
+        normalize,
+        "RandomErasing(p=0.25, mode=pixel, count=(1, 1))",
+    ]
+    assert len(ops) == 15 and all(", p=0.5, m=9, mstd=0.5)" in op for op in ops) and "AugmentOp(name=SolarizeIncreasing" in " ".join(ops)
+    val = [line.strip() for line in repr(dm.val_set.transform).splitlines()[1:-1]]
+    assert val == [  # resize 32/0.875 then center crop 32, bicubic
+        "Resize(size=36, interpolation=bicubic, max_size=None, antialias=True)",
+        "CenterCrop(size=(32, 32))",
+        "MaybeToTensor()",
+        normalize,
+    ]
 
 
 @pytest.mark.parametrize("pipeline", ["cpu", "gpu", "nvjpeg"])
