@@ -75,7 +75,12 @@ def test_failed_build_leaves_no_cache(tmp_path):
     bad = tmp_path / "c4-train.00000-of-00001.json.gz"
     with gzip.open(bad, "wt") as f:
         f.write("{not json\n")
-    with pytest.raises(Exception):  # noqa: B017 - whichever error the JSON reader raises
+    from mixbench.core.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError,
+        match=rf"^cannot read {bad}: truncated or corrupt \(ArrowInvalid: .*\); re-download the shard or leave it out of data\.path$",
+    ):
         build_cache(tmp_path / "cache", TokenizerSpec("embedded"), [{"files": [str(bad)]}], num_proc=1)
     assert not any((tmp_path / "cache").iterdir())
 
