@@ -169,8 +169,19 @@ def test_cifar_npz_is_split_stratified_and_resized(tmp_path):
     assert images.shape == (5, 3, 64, 64) and "70 train / 30 val, 64px" in dm.describe()["label"]
 
 
-@pytest.mark.skipif(not SHARED_CIFAR.is_file(), reason="needs ../shared/data/cifar10-test")
-def test_cifar_proxy_split_of_the_shared_test_set():
-    dm = CifarArrayDataModule(path=str(SHARED_CIFAR), val_per_class=200)
+CIFAR_SAMPLE = Path(__file__).resolve().parent / "data" / "cifar10_test_sample.npz"  # 2 a class of that file (data/NOTICE.md)
+
+
+@pytest.mark.parametrize(
+    "path, val_per_class, sizes",
+    [
+        (CIFAR_SAMPLE, 1, (10, 10)),
+        pytest.param(SHARED_CIFAR, 200, (8000, 2000), marks=pytest.mark.skipif(not SHARED_CIFAR.is_file(), reason="needs ../shared")),
+    ],
+    ids=["sample", "shared"],
+)
+def test_cifar_proxy_split_of_the_real_test_set(path, val_per_class, sizes):
+    dm = CifarArrayDataModule(path=str(path), val_per_class=val_per_class)
     dm.setup()
-    assert len(dm.train_set) == 8000 and len(dm.val_set) == 2000
+    assert (len(dm.train_set), len(dm.val_set)) == sizes
+    assert torch.bincount(dm.val_set.labels).tolist() == [val_per_class] * 10 and dm.classes[:2] == ["airplane", "automobile"]

@@ -80,14 +80,24 @@ def test_answer_extraction_is_llm_adapters():
     assert extract_answer("winogrande", "no idea") == ""
 
 
-@pytest.mark.skipif(not (SHARED / "commonsense").is_dir(), reason="../shared/data/commonsense is absent")
-def test_instruction_and_harness_formats_round_trip_on_the_real_test_sets():
+COMMONSENSE = {"sample": Path(__file__).resolve().parent / "data" / "commonsense", "shared": SHARED / "commonsense"}
+
+
+@pytest.mark.parametrize(  # sample: records in the test sets' layout made from the embedded items (tests/data/NOTICE.md)
+    "source",
+    [
+        "sample",
+        pytest.param("shared", marks=pytest.mark.skipif(not COMMONSENSE["shared"].is_dir(), reason="../shared/data/commonsense is absent")),
+    ],
+)
+def test_instruction_and_harness_formats_round_trip_on_the_commonsense_test_sets(source):
+    folder = COMMONSENSE[source]
     for task in ("boolq", "piqa", "arc_easy", "arc_challenge", "openbookqa", "winogrande", "social_iqa"):
-        records = json.loads((SHARED / "commonsense" / TASKS[task].adapters_dir / "test.json").read_text())
+        records = json.loads((folder / TASKS[task].adapters_dir / "test.json").read_text())
         for record in records[:: max(1, len(records) // 200)]:
             back = to_instruction(task, to_harness(task, record))
             assert back["instruction"] == record["instruction"] and back["answer"] == record["answer"], task
-        data = find_task_data(task, [str(SHARED / "commonsense"), "embedded"])
+        data = find_task_data(task, [str(folder), "embedded"])
         assert data.format == "instruction" and len(data.harness_docs()) == len(records)
 
 

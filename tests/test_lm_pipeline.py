@@ -75,13 +75,23 @@ def test_c4_task_runs_offline_on_local_shards(tmp_path, c4_folder, mode):
     assert rec["norm"]["plan"] == ["post", "pre", "pre", "pre"] and math.isfinite(rec["metrics"]["val/ppl"])
 
 
-@pytest.mark.skipif(not SHARED_TEXTMIX.is_dir(), reason="needs ../shared/data/textmix")
-def test_c4_task_on_the_shared_textmix_corpus(tmp_path):
+TEXTMIX = {
+    "sample": (ROOT / "tests" / "data" / "textmix", "00000-of-00001"),  # public-domain documents of it (tests/data/NOTICE.md)
+    "shared": (SHARED_TEXTMIX, "00006-of-00009"),
+}
+
+
+@pytest.mark.parametrize(
+    "corpus",
+    ["sample", pytest.param("shared", marks=pytest.mark.skipif(not SHARED_TEXTMIX.is_dir(), reason="needs ../shared/data/textmix"))],
+)
+def test_c4_task_on_the_textmix_corpus(tmp_path, corpus):
+    folder, shard = TEXTMIX[corpus]
     args = [
         "run",
         "task=c4_llama_130m",
-        f"data.path={SHARED_TEXTMIX}/pkgtext-train.00006-of-00009.json.gz",
-        f"data.val_path={SHARED_TEXTMIX}/pkgtext-validation.*.json.gz",
+        f"data.path={folder}/pkgtext-train.{shard}.json.gz",
+        f"data.val_path={folder}/pkgtext-validation.*.json.gz",
         "data.tokenizer=embedded",
         "data.mode=pack",
         "data.seq_len=64",
