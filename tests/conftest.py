@@ -20,15 +20,3 @@ def token_cache(tmp_path_factory):
 @pytest.fixture
 def rng():
     return torch.Generator().manual_seed(0)
-
-
-def randomize_norms(module: torch.nn.Module, generator: torch.Generator) -> None:
-    """Give every norm a non-trivial gain/bias (DyT: also its α) so placements produce clearly different outputs."""
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)) or type(m).__name__ in ("LayerNorm", "RmsNorm", "DyT"):
-                m.weight.copy_(1.0 + 0.5 * torch.randn(m.weight.shape, generator=generator))
-                if getattr(m, "bias", None) is not None:
-                    m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=generator))
-                if type(m).__name__ == "DyT":
-                    m.alpha.copy_(0.3 + 1.2 * torch.rand(m.alpha.shape, generator=generator))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import randomize_norms
+from _support.models import randomize_norms
 
 from mixbench import build_model
 from mixbench.layers import NormSpec, deepnorm_constants, profile_admin

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import randomize_norms
+from _support.models import randomize_norms
 from test_formulas import layer_norm, rms_norm  # the hand-written norms of the paper placements' tests
 
 from mixbench import build_model
