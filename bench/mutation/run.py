@@ -88,7 +88,7 @@ def scratch(target: Target) -> Path:
         "use_git_change_detection = false",
         "",
         "[tool.pytest.ini_options]",
-        'addopts = "-m \'not slow and not gpu\'"',
+        "addopts = \"-m 'not slow and not gpu'\"",
         'markers = ["slow: longer CPU tests", "gpu: needs a CUDA device"]',
     ]
     (folder / "pyproject.toml").write_text("\n".join(settings) + "\n")
@@ -103,7 +103,8 @@ def run_target(target: Target, children: int) -> dict:
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *target.names]
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     (folder / "mutmut-run.log").write_text(done.stdout + done.stderr)
-    results = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=folder, env=env, capture_output=True, text=True)
+    listing = [sys.executable, "-m", "mutmut", "results", "--all", "true"]
+    results = subprocess.run(listing, cwd=folder, env=env, capture_output=True, text=True)
     statuses: dict[str, str] = {}
     for line in results.stdout.splitlines():
         name, sep, status = line.strip().rpartition(": ")
