@@ -6,7 +6,10 @@ import torch
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(min(2, torch.get_num_threads()))
-pytest_plugins = ("downstream_fixtures",)  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
+pytest_plugins = (
+    "downstream_fixtures",  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
+    "_support.project",  # registry, project: the project folder of docs/extending.md
+)
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +18,19 @@ def token_cache(tmp_path_factory):
     their data (test_data.py), so a test reads what an earlier one built instead of tokenizing the same text again
     (~6 s on a 2-core machine)."""
     return tmp_path_factory.mktemp("token_cache")
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory):
+    """The record of the crash-safety run (``_support.crash.COMMON``) trained without a fault, once a session: what
+    every killed, signalled or disk-full run must end at after ``resume=auto`` (test_crash_safety, test_disk_full)."""
+    from _support.crash import COMMON, record
+
+    from mixbench.cli.app import main
+
+    run_dir = tmp_path_factory.mktemp("full") / "run"
+    assert main(["run", *COMMON, f"run_dir={run_dir}"]) == 0
+    return record(run_dir)
 
 
 @pytest.fixture

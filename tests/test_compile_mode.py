@@ -3,9 +3,9 @@ boolean `compile`, what reaches torch.compile, and (GPU) a CUDA-graph run with E
 
 import pytest
 import torch
+from _support.runs import TINY_VIT as CLI_TINY_VIT
+from _support.runs import records
 from omegaconf import OmegaConf
-from test_cli import TINY_VIT as CLI_TINY_VIT
-from test_cli import records
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError

@@ -6,21 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _support.models import randomize_norms
+from _support.norms import EPS, layer_norm, rms_norm
 
 from mixbench import build_model
 from mixbench.layers import NormSpec, deepnorm_constants, profile_admin
-
-EPS = 1e-6
-
-
-def rms_norm(x, w):
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
-
-
-def layer_norm(x, w, b):
-    mu = x.mean(-1, keepdim=True)
-    var = (x - mu).pow(2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + EPS) * w + b
 
 
 def group_norm(x, w, b, groups):

@@ -7,20 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.images import make_folder
 from PIL import Image
 
 from mixbench.cli.app import main
 from mixbench.data.folders import ImageFolderDataModule
-
-
-def make_folder(root, classes=("cat", "dog", "eel"), per_class=4, size=40):
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        for c in classes:
-            (root / split / c).mkdir(parents=True)
-            for i in range(per_class):
-                Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(root / split / c / f"{i}.JPEG")
-    return root
 
 
 def test_folder_classes_are_sorted_names_and_transforms_follow_the_recipe(tmp_path):
@@ -120,7 +111,7 @@ def test_vit_small_mix_on_an_image_folder(tmp_path, pipeline):
 def test_vit_throughput_benchmark_smoke(tmp_path, monkeypatch):
     """bench/speed/vit_throughput.py's main, in the repository root, on the command line of a run of the script (in
     this process: without a fresh interpreter's ~10 s of imports)."""
-    from test_vit_speed_options import bench_module
+    from _support.bench import bench_module
 
     out = tmp_path / "vit.json"
     argv = [
@@ -149,7 +140,7 @@ def test_vit_throughput_benchmark_smoke(tmp_path, monkeypatch):
         str(out),
     ]
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    bench_module().main(argv)
+    bench_module("speed", "vit_throughput").main(argv)
     rows = json.loads(out.read_text())["rows"]
     assert [(r["phase"], r["impl"]) for r in rows] == [
         ("candidates", "timm vit_tiny_patch16_224"),
@@ -172,7 +163,7 @@ def test_randaugment_posterize_to_zero_bits_works_with_the_installed_pillow():
 def test_ddp_trains_a_vit_with_its_ema(tmp_path):
     """The EMA copy is a submodule of the LightningModule but never gets gradients: DDP must not see it as a set of
     unused trainable parameters (it stopped every 2-GPU ViT run of the recipe, which keeps an EMA)."""
-    from test_cli import TINY_VIT
+    from _support.runs import TINY_VIT
 
     cmd = [
         sys.executable,

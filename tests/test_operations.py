@@ -8,9 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
-from test_images import make_folder
-from test_project_plugins import TINY_LM as PROJECT_LM
-from test_project_plugins import project, registry  # noqa: F401  (fixtures: the project folder of docs/extending.md)
+from _support.images import make_folder
+from _support.project import TINY_LM as PROJECT_LM
 
 from mixbench.cli.app import main
 from mixbench.grids.sweep_args import expand_sweep
@@ -308,7 +307,7 @@ def test_ctrl_c_stops_a_grid_side_by_side_running_runs_get_sigint_and_no_more_st
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the grid's handler is gone
 
 
-def test_a_sweep_side_by_side_runs_the_project_s_placement_given_with_project(project, tmp_path, monkeypatch):  # noqa: F811
+def test_a_sweep_side_by_side_runs_the_project_s_placement_given_with_project(project, tmp_path, monkeypatch):
     """``mixbench --project DIR run -m --jobs 2`` from outside the project: each run process is told the project, so
     its task (my_lm) and placement (halfpre) are known there too."""
     monkeypatch.chdir(tmp_path)

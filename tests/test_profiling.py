@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from test_cli import TINY_VIT
+from _support.runs import TINY_VIT
 
 from mixbench.cli import main
 from mixbench.core.errors import ConfigError

@@ -2,7 +2,6 @@
 
 import importlib.util
 import json
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
+from _support.bench import bench_module as support_bench_module
 
 import mixbench
 from mixbench.core.errors import ConfigError
@@ -22,9 +22,7 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 def bench_module():
-    if str(ROOT / "bench" / "speed") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench" / "speed"))  # as when run as a script: it imports its neighbours
-    return importlib.import_module("vit_throughput")
+    return support_bench_module("speed", "vit_throughput")
 
 
 def debug_vit(norm="mix", **options):

@@ -81,6 +81,7 @@ def scratch(target: Target) -> Path:
     settings = [
         "[tool.mutmut]",
         'source_paths = ["mixbench"]',
+        f"also_copy = {json.dumps([name for name in COPY if name not in ('mixbench', 'tests')])}",  # into mutants/
         f"only_mutate = {json.dumps(list(target.mutate))}",
         f"pytest_add_cli_args_test_selection = {json.dumps(list(target.tests))}",
         f"pytest_add_cli_args = {json.dumps(QUIET + list(target.pytest_args))}",
