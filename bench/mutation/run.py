@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 WORK = HERE / ".work"
 RESULTS = HERE / "results"
-COPY = ("mixbench", "tests", "configs", "tasks", "README.md", "LICENSE")  # what the selected tests read
+COPY = ("mixbench", "tests", "configs", "tasks", "results/proxy", "docs", "README.md", "LICENSE")  # what the selected tests read
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore"]
 
 
@@ -75,7 +75,7 @@ def scratch(target: Target) -> Path:
     for name in COPY:
         source = ROOT / name
         if source.is_dir():
-            shutil.copytree(source, folder / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(source, folder / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "mutants"))
         elif source.exists():
             shutil.copy2(source, folder / name)
     settings = [
@@ -175,9 +175,12 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS.mkdir(exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     report = {"label": args.label, "mutmut": version("mutmut"), "commit": commit, "machine": f"{os.cpu_count()} CPU cores", "targets": []}
+    earlier = RESULTS / f"{args.label}.json"
+    if earlier.exists():  # a run of some targets adds to (or replaces) theirs in the label's report
+        report["targets"] = json.loads(earlier.read_text())["targets"]
     for name in args.targets or list(TARGETS):
         result = run_target(TARGETS[name], args.children)
-        report["targets"].append(result)
+        report["targets"] = [t for t in report["targets"] if t["target"] != name] + [result]
         print(f"{name}: {result['counts']} score {result['score']} ({result['seconds']} s)", flush=True)
         for path in (RESULTS / f"{args.label}.json", RESULTS / "last.json"):
             path.write_text(json.dumps(report, indent=1) + "\n")
