@@ -1,6 +1,6 @@
 """trainer.precision=fp8 (torchao float8 Linear layers) and trainer.strategy=fsdp: selection, errors and config plumbing
 on the CPU (torchao faked), and torchao's real float8 conversion of the layers, which runs on the CPU too (torchao is in
-the [test] extra); training in fp8 on an fp8-capable GPU (``-m gpu``)."""
+the [test] extra)."""
 
 import logging
 import sys
