@@ -7,7 +7,7 @@ import math
 import pytest
 from _support.records import lm_run, record
 
-from mixbench.results.cell import Cell
+from mixbench.results.cell import Cell, Delta
 from mixbench.results.sweep import Sweep, best_value, ended_share
 
 
@@ -75,3 +75,26 @@ def test_a_row_where_nothing_finished_shows_its_best_measured_value_in_the_metri
 def test_the_outcome_a_value_where_nothing_finished_is_shown_with(statuses, shown):
     records = [lm_run("pre", 900.0, 6.8, 1e-3, seed=i, status=s) for i, s in enumerate(statuses)]
     assert Sweep.from_records(records, "optim.lr", higher_is_better=False).outcome(1e-3) == shown
+
+
+def test_a_cell_where_nothing_finished_shows_what_its_ended_seeds_measured():
+    """``(mean of the finite values[, n=k]) k/n outcome`` for each outcome, the mean over the seeds that ended that way."""
+    stalled_and_diverged = cell((900.0, "stalled"), (910.0, "stalled"), (1e6, "diverged"), (math.nan, "stalled"))
+    assert stalled_and_diverged.summary() == "(1000000.00) 1/4 diverged (905.00, n=2) 3/4 stalled"
+    assert stalled_and_diverged.measured_mean("stalled") == 905.0 and stalled_and_diverged.measured_mean("diverged") == 1e6
+    assert cell((900.0, "stalled"), (902.0, "stalled")).text(digits=1) == "(901.0) 2/2 stalled"
+    finished = cell((30.0, "completed"), (900.0, "stalled"))  # a finished seed: its mean, the stalled one only counted
+    assert finished.summary() == "30.00 (n=1) 1/2 stalled"
+    repeated = Cell.from_records([lm_run("pre", 900.0, 6.8, 1e-3, status="stalled", started_at=f"2026-01-0{d}") for d in (1, 2)])
+    assert repeated.summary() == "(900.00) 1/1 stalled (1 repeat)"
+
+
+@pytest.mark.parametrize("diff, shown", [(0.5, "Δ +0.50"), (0.0, "Δ +0.00"), (-0.5, "Δ −0.50"), (1.25, "Δ +1.25")])
+def test_the_delta_keeps_its_sign(diff, shown):
+    one = cell((30.0, "completed"))
+    one.delta = Delta("pre", diff)
+    assert one.delta_text() == shown and one.text() == f"30.00 (n=1) {shown}"
+    assert one.text(digits=1) == f"30.0 (n=1) Δ {shown[2]}{abs(diff):.1f}"
+    one.delta = Delta("pre", diff, diff - 1.0, diff + 1.0)  # excludes 0 only at 1.25
+    interval = f" [{diff - 1.0:.2f}, {diff + 1.0:.2f}]".replace("-", "−") + ("*" if diff == 1.25 else "")
+    assert one.delta_text() == shown + interval

@@ -49,7 +49,7 @@ TARGETS = {
         Target("residual", ("mixbench/layers/residual.py",), PLACEMENT_TESTS),
         Target("stats", ("mixbench/results/stats.py",), ("tests/test_stats.py",)),
         Target("sweep", ("mixbench/results/sweep.py",), ("tests/test_sweep.py", "tests/test_sweep_rules.py")),
-        Target("cell", ("mixbench/results/cell.py",), ("tests/test_results.py", "tests/test_stats.py")),
+        Target("cell", ("mixbench/results/cell.py",), ("tests/test_results.py", "tests/test_stats.py", "tests/test_sweep_rules.py")),
         Target(
             "status",  # the status classification and the families' learning checks, on records (no training runs)
             ("mixbench/training/status.py",),
