@@ -53,8 +53,8 @@ TARGETS = {
         Target(
             "status",  # the status classification and the families' learning checks, on records (no training runs)
             ("mixbench/training/status.py",),
-            ("tests/test_status_and_loggers.py",),
-            pytest_args=("-k", "classify or reclassify"),
+            ("tests/test_status_and_loggers.py", "tests/test_status_rules.py"),
+            pytest_args=("-k", "classify or reclassify or rules or loss_gain or floor or trend or unfinished"),
         ),
         Target(
             "llama_forward",
