@@ -98,3 +98,10 @@ def test_the_delta_keeps_its_sign(diff, shown):
     one.delta = Delta("pre", diff, diff - 1.0, diff + 1.0)  # excludes 0 only at 1.25
     interval = f" [{diff - 1.0:.2f}, {diff + 1.0:.2f}]".replace("-", "−") + ("*" if diff == 1.25 else "")
     assert one.delta_text() == shown + interval
+
+
+def test_a_record_without_metrics_is_read_as_having_none():
+    """A stalled run that wrote ``"metrics": null`` (an old writer) counts as stalled, with no ℓ(η) of its own."""
+    records = [lm_run("pre", 30.0, 3.4, 1e-3), {**lm_run("pre", 900.0, 6.8, 3e-3, status="stalled"), "metrics": None}]
+    sweep = Sweep.from_records(records, "optim.lr", higher_is_better=False)
+    assert sweep.best == 1e-3 and sweep.outcome(3e-3) == "stalled" and sweep.losses[3e-3] == pytest.approx(math.log(100))

@@ -1,6 +1,6 @@
 """Mutation testing with mutmut over the modules whose mistakes would change a number in a table.
 
-Each target runs in a scratch copy of the checkout (``bench/mutation/.work/<target>``, git-ignored) whose
+Each target runs in a scratch copy of the checkout (``bench/mutation/.work/<label>/<target>``, git-ignored) whose
 ``pyproject.toml`` carries that target's ``[tool.mutmut]``: the files to mutate and only the test files that cover them,
 so a target finishes on a small machine.  ``--names`` keeps the mutants of some functions only (LLaMA's forward).
 Results: ``results/<label>.json`` (per target: killed, survived, no tests, timeout, the surviving mutants' names and
@@ -8,7 +8,7 @@ diffs) and ``results/<label>.md`` (the score table).  Not needed by ``.ci/run``:
 
     python bench/mutation/run.py --label before                     # every target
     python bench/mutation/run.py --label before --targets stats sweep
-    python bench/mutation/run.py --show placements                  # the survivors' diffs of the last run of a target
+    python bench/mutation/run.py --label before --show placements   # the survivors' diffs of that run of a target
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ TARGETS = {
 }
 
 
-def scratch(target: Target) -> Path:
+def scratch(target: Target, label: str) -> Path:
     """A copy of what the target's tests read, with its mutmut settings in pyproject.toml (mutmut reads them from the
     working directory); an earlier copy is refreshed, its mutants/ folder (mutmut's cache) dropped."""
-    folder = WORK / target.name
+    folder = WORK / label / target.name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     for name in COPY:
@@ -96,8 +96,8 @@ def scratch(target: Target) -> Path:
     return folder
 
 
-def run_target(target: Target, children: int) -> dict:
-    folder = scratch(target)
+def run_target(target: Target, children: int, label: str) -> dict:
+    folder = scratch(target, label)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutants/ must come first on sys.path
     env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     started = time.time()
@@ -134,11 +134,11 @@ def run_target(target: Target, children: int) -> dict:
     }
 
 
-def show(name: str) -> None:
-    """The diffs of the surviving mutants of the last run of target ``name``."""
-    folder = WORK / name
+def show(name: str, label: str) -> None:
+    """The diffs of the surviving mutants of target ``name`` in the run ``label``."""
+    folder = WORK / label / name
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    report = json.loads((RESULTS / "last.json").read_text())
+    report = json.loads((RESULTS / f"{label}.json").read_text())
     for mutant in next(t for t in report["targets"] if t["target"] == name)["survived"]:
         print(subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], cwd=folder, env=env, capture_output=True, text=True).stdout)
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--show", metavar="TARGET", help="print the surviving mutants' diffs of TARGET's last run")
     args = parser.parse_args(argv)
     if args.show:
-        return show(args.show)
+        return show(args.show, args.label)
     from importlib.metadata import version
 
     RESULTS.mkdir(exist_ok=True)
@@ -179,11 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     if earlier.exists():  # a run of some targets adds to (or replaces) theirs in the label's report
         report["targets"] = json.loads(earlier.read_text())["targets"]
     for name in args.targets or list(TARGETS):
-        result = run_target(TARGETS[name], args.children)
+        result = run_target(TARGETS[name], args.children, args.label)
         report["targets"] = [t for t in report["targets"] if t["target"] != name] + [result]
         print(f"{name}: {result['counts']} score {result['score']} ({result['seconds']} s)", flush=True)
-        for path in (RESULTS / f"{args.label}.json", RESULTS / "last.json"):
-            path.write_text(json.dumps(report, indent=1) + "\n")
+        (RESULTS / f"{args.label}.json").write_text(json.dumps(report, indent=1) + "\n")
         (RESULTS / f"{args.label}.md").write_text(table(report))
 
 
