@@ -136,6 +136,10 @@ def test_vit_throughput_benchmark_smoke(tmp_path, monkeypatch):
         "0.01",
         "--warmup",
         "1",
+        "--budget-s",  # time budgets far above the rows' cost: a loaded machine must not skip a phase
+        "3600",
+        "--max-s",
+        "3600",
         "--out",
         str(out),
     ]

@@ -44,7 +44,15 @@ PLACEMENT_TESTS = ("tests/test_formulas.py", "tests/test_formulas_beyond.py", "t
 TARGETS = {
     t.name: t
     for t in (
-        Target("placements", ("mixbench/layers/placements.py",), PLACEMENT_TESTS),
+        Target(  # the rules that compute (sub-layer formulas, plans, inits, α0): not labels, summaries or error texts
+            "placements",
+            ("mixbench/layers/placements.py",),
+            PLACEMENT_TESTS,
+            names=tuple(
+                f"mixbench.layers.placements.*{f}*"
+                for f in ("sublayer", "plan", "num_post_layers", "init_weights", "admin_omega_init", "alphas", "embed_gain", "build")
+            ),
+        ),
         Target("placement", ("mixbench/layers/placement.py",), PLACEMENT_TESTS),
         Target("residual", ("mixbench/layers/residual.py",), PLACEMENT_TESTS),
         Target("stats", ("mixbench/results/stats.py",), ("tests/test_stats.py",)),
