@@ -40,7 +40,13 @@ class Target:
     pytest_args: tuple[str, ...] = field(default=())
 
 
-PLACEMENT_TESTS = ("tests/test_formulas.py", "tests/test_formulas_beyond.py", "tests/test_placement.py", "tests/test_models.py")
+PLACEMENT_TESTS = (
+    "tests/test_formulas.py",
+    "tests/test_formulas_beyond.py",
+    "tests/test_placement.py",
+    "tests/test_models.py",
+    "tests/test_norm_spec_rules.py",
+)
 TARGETS = {
     t.name: t
     for t in (
