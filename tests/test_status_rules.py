@@ -67,3 +67,23 @@ def test_the_trend_comes_from_the_runs_metrics_log_where_the_record_has_no_histo
     (tmp_path / "logs" / "metrics.csv").write_text("step,train/loss\n" + rows)
     record = {**lm_run("pre", 245.0, 5.5, 1e-3), "learning_floor": {"val/loss": 5.0}, "run_dir": str(tmp_path)}
     assert "still falling" in reclassify(record)[1]
+
+
+def test_reclassify_rewrites_a_record_that_changes_in_either_direction(tmp_path):
+    """Stalled → completed drops its divergence entry; completed with a non-finite metric → diverged gets one; a
+    record diverged only for a non-finite metric that is finite now is judged again; a log without train/loss judges
+    without a trend."""
+    stalled = {**lm_run("pre", 245.0, 5.5, 1e-3), "status": "stalled", "learning_floor": {"val/loss": 6.0}, "divergence": {"reason": "x"}}
+    nan = {**lm_run("pre", float("nan"), float("nan"), 1e-3, seed=1), "learning_floor": {"val/loss": 6.0}}
+    for name, r in (("stalled", stalled), ("nan", nan)):
+        write_record({**r, "run_dir": str(tmp_path / name), "train_loss_history": [[0, 6.0]]}, tmp_path / name / "record.json")
+    assert len(reclassify_records(tmp_path)[0]) == 2
+    now = {name: json.loads((tmp_path / name / "record.json").read_text()) for name in ("stalled", "nan")}
+    assert now["stalled"]["status"] == "completed" and "divergence" not in now["stalled"] and "warnings" not in now["stalled"]
+    assert now["nan"]["status"] == "diverged" and now["nan"]["divergence"] == {"reason": "non-finite final metric"}
+    finite_now = {**stalled, "status": "diverged", "divergence": {"reason": "non-finite final metric"}, "train_loss_history": []}
+    assert reclassify(finite_now) == ("completed", None)
+    (tmp_path / "log" / "logs").mkdir(parents=True)
+    (tmp_path / "log" / "logs" / "metrics.csv").write_text("step,val/loss\n10,5.5\n")
+    no_trend = {**lm_run("pre", 245.0, 5.5, 1e-3), "learning_floor": {"val/loss": 5.0}, "run_dir": str(tmp_path / "log")}
+    assert reclassify(no_trend)[1].endswith("too short to judge its progress")
