@@ -56,3 +56,16 @@ def test_per_block_layers_are_kept_as_a_tuple_and_plans_need_a_positive_integer(
     for bad in (0, -1, 2.0):
         with pytest.raises(NormConfigError, match=rf"^num_layers must be a positive integer, got {bad!r}$"):
             NormSpec().plan(bad)
+
+
+@pytest.mark.parametrize("family", ["llama_debug", "vit_debug"])
+def test_a_number_as_admin_init_and_the_output_norms_gain_reach_the_weights(family):
+    kwargs = dict(img_size=16, patch_size=8) if family == "vit_debug" else {}
+    admin = build_model(family, NormSpec(placement="admin", admin_init=2.0), seed=0, **kwargs)
+    assert all(set(b.omega1.flatten().tolist()) == {2.0} == set(b.omega2.flatten().tolist()) for b in admin.blocks)
+    for placement in ("sandwich", "peri", "reordered"):
+        model = build_model(family, NormSpec(placement=placement, options={"out_norm_gain": 0.5}), seed=0, **kwargs)
+        rule = type(model.blocks[0].placement_rule)
+        for block in model.blocks:
+            for name in rule.output_norms:
+                assert set(block.get_submodule(name).weight.flatten().tolist()) == {0.5}, (placement, name)
