@@ -73,7 +73,16 @@ TARGETS = {
         Target(
             "llama_forward",
             ("mixbench/models/llama.py",),
-            ("tests/test_formulas.py", "tests/test_formulas_beyond.py", "tests/test_models.py"),
+            (
+                "tests/test_formulas.py",
+                "tests/test_formulas_beyond.py",
+                "tests/test_models.py",
+                "tests/test_llama_forward_edges.py",
+                # the masked forward and the KV cache that generation runs on (eval's generate protocol, RLHF)
+                "tests/test_rlhf.py::test_cached_and_uncached_generation_give_the_same_tokens",
+                "tests/test_rlhf.py::test_masked_forward_of_an_unpadded_row_is_the_training_forward",
+                "tests/test_eval.py::test_scorer_matches_full_logits_and_greedy",
+            ),
             names=("mixbench.models.llama.*forward*", "mixbench.models.llama.*embed_tokens*", "mixbench.models.llama.*apply_rope*"),
         ),
     )
