@@ -10,32 +10,14 @@ from pathlib import Path
 import pytest
 from _support.images import make_folder
 from _support.project import TINY_LM as PROJECT_LM
+from _support.weights import TINY_LM as WEIGHTS_LM
+from _support.weights import TINY_VIT as WEIGHTS_VIT
 
 from mixbench.cli.app import main
 from mixbench.grids.sweep_args import expand_sweep
 
-TINY_VIT = [
-    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
-    "task=vit_tiny",
-    "model.num_layers=2",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "trainer.max_steps=2",
-    "trainer.max_epochs=1",
-    "trainer.limit_val_batches=1",
-    "trainer.enable_progress_bar=false",
-]
-TINY_LM = [
-    "task=llama_lm",
-    "model=llama_debug",
-    "model.vocab_size=8192",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=null",
-    "trainer.limit_val_batches=1",
-    "data.seq_len=16",
-    "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
-]
+TINY_VIT = ["task=vit_tiny", *WEIGHTS_VIT]  # 2 steps each (tests/_support/weights.py)
+TINY_LM = [*(arg for arg in WEIGHTS_LM if not arg.startswith("data.seq_len=")), "data.seq_len=16"]
 
 
 def records(folder: Path) -> list[dict]:
