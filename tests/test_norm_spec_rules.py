@@ -69,3 +69,11 @@ def test_a_number_as_admin_init_and_the_output_norms_gain_reach_the_weights(fami
         for block in model.blocks:
             for name in rule.output_norms:
                 assert set(block.get_submodule(name).weight.flatten().tolist()) == {0.5}, (placement, name)
+
+
+def test_labels_name_every_option_that_makes_a_different_row():
+    """The label is the table row: options that change the model must show in it (survivors of the label mutants)."""
+    assert NormSpec(placement="custom", layers=("pre", "post", "sandwich")).label() == "custom[pr,po,sa]"
+    spec = NormSpec(placement="mix", scaled_init=True, scaled_embed=True, final_norm=False, qk_norm="head")
+    assert spec.label() == "mix(α=0.25)+scaled_init+scaled_embed[no-final-norm]+qk_norm=head"
+    assert NormSpec(placement="post", final_norm=False).label() == "post[no-final-norm]"
