@@ -25,3 +25,7 @@ def test_a_sequence_of_max_seq_len_runs_and_a_longer_one_is_refused():
         assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 512)
         with pytest.raises(ValueError, match=r"^sequence length 9 exceeds model.max_seq_len=8$"):
             model(torch.zeros(1, 9, dtype=torch.long))
+        ids = torch.zeros(1, 8, dtype=torch.long)  # the generation path (padding mask, KV cache) takes as many
+        assert model.forward_masked(ids, torch.ones_like(ids)).shape == (1, 8, 64)
+        with pytest.raises(ValueError, match=r"^sequence length 9 exceeds model.max_seq_len=8$"):
+            model.forward_masked(torch.zeros(1, 9, dtype=torch.long), torch.ones(1, 9, dtype=torch.long))
