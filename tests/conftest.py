@@ -6,7 +6,10 @@ import torch
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(min(2, torch.get_num_threads()))
-pytest_plugins = ("downstream_fixtures",)  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
+pytest_plugins = (
+    "downstream_fixtures",  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
+    "_support.project",  # registry, project: the project folder of docs/extending.md
+)
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +18,19 @@ def token_cache(tmp_path_factory):
     their data (test_data.py), so a test reads what an earlier one built instead of tokenizing the same text again
     (~6 s on a 2-core machine)."""
     return tmp_path_factory.mktemp("token_cache")
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory):
+    """The record of the crash-safety run (``_support.crash.COMMON``) trained without a fault, once a session: what
+    every killed, signalled or disk-full run must end at after ``resume=auto`` (test_crash_safety, test_disk_full)."""
+    from _support.crash import COMMON, record
+
+    from mixbench.cli.app import main
+
+    run_dir = tmp_path_factory.mktemp("full") / "run"
+    assert main(["run", *COMMON, f"run_dir={run_dir}"]) == 0
+    return record(run_dir)
 
 
 @pytest.fixture
@@ -35,15 +51,3 @@ def local_data(tmp_path):
 @pytest.fixture
 def rng():
     return torch.Generator().manual_seed(0)
-
-
-def randomize_norms(module: torch.nn.Module, generator: torch.Generator) -> None:
-    """Give every norm a non-trivial gain/bias (DyT: also its α) so placements produce clearly different outputs."""
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)) or type(m).__name__ in ("LayerNorm", "RmsNorm", "DyT"):
-                m.weight.copy_(1.0 + 0.5 * torch.randn(m.weight.shape, generator=generator))
-                if getattr(m, "bias", None) is not None:
-                    m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=generator))
-                if type(m).__name__ == "DyT":
-                    m.alpha.copy_(0.3 + 1.2 * torch.rand(m.alpha.shape, generator=generator))

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from mixbench.core.tasks import TaskError
@@ -156,7 +158,18 @@ def test_a_norm_option_the_placement_ignores_is_an_error_naming_the_placements_t
     ],
 )
 def test_norm_options_the_placement_reads_and_common_ones_are_accepted(args):
-    compose(["task=llama_lm", *args])
+    """Accepted, and each value is the one the run gets: the norm group's yaml, then the command line (none dropped or
+    defaulted on the way)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    cfg = compose(["task=llama_lm", *args])
+    group = next(arg.split("=", 1)[1] for arg in args if arg.startswith("norm="))
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "norm" / f"{group}.yaml").read_text())
+    expected = {f"norm.{key}": value for key, value in defaults.items()}
+    expected |= {key: yaml.safe_load(value) for key, value in (a.split("=", 1) for a in args if a.startswith(("norm.", "model.")))}
+    got = {key: OmegaConf.select(cfg, key) for key in expected}
+    assert {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in got.items()} == expected
 
 
 def test_replay_refuses_a_norm_option_its_placement_ignores(tmp_path):

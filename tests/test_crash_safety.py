@@ -8,40 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from _support.crash import COMMON, record
 from chaos_harness import Launch, Launcher
 from omegaconf import OmegaConf
 
 from mixbench.cli.app import main
 from mixbench.training.checkpointing import newest_checkpoint
 from mixbench.training.preemption import INTERRUPTED_EXIT, PREEMPTED_EXIT
-
-COMMON = [
-    "task=llama_lm",
-    "norm=mix",
-    "model=llama_debug",
-    "model.vocab_size=8192",
-    "data.seq_len=16",
-    "data.batch_size=4",
-    "trainer.max_steps=8",
-    "trainer.val_check_interval=4",
-    "trainer.limit_val_batches=3",
-    "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",
-    "checkpoint.every_n_steps=2",
-    "checkpoint.keep_last=2",
-    "trainer.deterministic=true",
-]
-
-
-def record(run_dir: Path) -> dict:
-    return json.loads((run_dir / "record.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("full") / "run"
-    assert main(["run", *COMMON, f"run_dir={run_dir}"]) == 0
-    return record(run_dir)
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
 import gzip
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _support.text import write_c4_shards
 
 from mixbench.data.images import CifarArrayDataModule
 from mixbench.data.samplers import EpochShuffleSampler, ShardSampler
@@ -32,13 +32,6 @@ class FakeStore:
 
     def document(self, i):
         return self.tokens[self.doc_offsets[i] : self.doc_offsets[i + 1]]
-
-
-def write_c4_shards(folder, split, docs_per_shard):
-    for i, docs in enumerate(docs_per_shard):
-        with gzip.open(folder / f"c4-{split}.{i:05d}-of-{len(docs_per_shard):05d}.json.gz", "wt") as f:
-            for j, text in enumerate(docs):
-                f.write(json.dumps({"text": text, "timestamp": "2019-04-25T12:57:54Z", "url": f"https://example.org/{i}/{j}"}) + "\n")
 
 
 def test_pack_concatenates_documents_with_eos_and_shifts_labels():
@@ -82,7 +75,12 @@ def test_failed_build_leaves_no_cache(tmp_path):
     bad = tmp_path / "c4-train.00000-of-00001.json.gz"
     with gzip.open(bad, "wt") as f:
         f.write("{not json\n")
-    with pytest.raises(Exception):  # noqa: B017 - whichever error the JSON reader raises
+    from mixbench.core.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError,
+        match=rf"^cannot read {bad}: truncated or corrupt \(ArrowInvalid: .*\); re-download the shard or leave it out of data\.path$",
+    ):
         build_cache(tmp_path / "cache", TokenizerSpec("embedded"), [{"files": [str(bad)]}], num_proc=1)
     assert not any((tmp_path / "cache").iterdir())
 
@@ -171,8 +169,19 @@ def test_cifar_npz_is_split_stratified_and_resized(tmp_path):
     assert images.shape == (5, 3, 64, 64) and "70 train / 30 val, 64px" in dm.describe()["label"]
 
 
-@pytest.mark.skipif(not SHARED_CIFAR.is_file(), reason="needs ../shared/data/cifar10-test")
-def test_cifar_proxy_split_of_the_shared_test_set():
-    dm = CifarArrayDataModule(path=str(SHARED_CIFAR), val_per_class=200)
+CIFAR_SAMPLE = Path(__file__).resolve().parent / "data" / "cifar10_test_sample.npz"  # 2 a class of that file (data/NOTICE.md)
+
+
+@pytest.mark.parametrize(
+    "path, val_per_class, sizes",
+    [
+        (CIFAR_SAMPLE, 1, (10, 10)),
+        pytest.param(SHARED_CIFAR, 200, (8000, 2000), marks=pytest.mark.skipif(not SHARED_CIFAR.is_file(), reason="needs ../shared")),
+    ],
+    ids=["sample", "shared"],
+)
+def test_cifar_proxy_split_of_the_real_test_set(path, val_per_class, sizes):
+    dm = CifarArrayDataModule(path=str(path), val_per_class=val_per_class)
     dm.setup()
-    assert len(dm.train_set) == 8000 and len(dm.val_set) == 2000
+    assert (len(dm.train_set), len(dm.val_set)) == sizes
+    assert torch.bincount(dm.val_set.labels).tolist() == [val_per_class] * 10 and dm.classes[:2] == ["airplane", "automobile"]

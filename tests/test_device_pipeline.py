@@ -274,7 +274,7 @@ def test_rand_augment_draws_follow_timms_probabilities():
 
 
 def test_device_half_is_deterministic_given_the_workers_draws(tmp_path):
-    from test_images import make_folder
+    from _support.images import make_folder
 
     dm = ImageFolderDataModule(root=str(make_folder(tmp_path)), img_size=32, batch_size=6, num_workers=0, pipeline="gpu")
     dm.setup()
@@ -291,7 +291,7 @@ def test_device_half_is_deterministic_given_the_workers_draws(tmp_path):
 def test_worker_nice_lowers_the_workers_priority(tmp_path):
     import os
 
-    from test_images import make_folder
+    from _support.images import make_folder
 
     from mixbench.core.errors import ConfigError
 

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from _support.crash import COMMON, record
 from faults import TmpfsUnavailable, fill_disk, full_disk_at, inject, tmpfs
-from test_crash_safety import COMMON, record, uninterrupted  # noqa: F401 (a fixture)
 
 import mixbench.training.run as train
 from mixbench.cli.app import main
@@ -35,7 +35,7 @@ def intact_checkpoints(run_dir: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("*.ckpt"))
 
 
-def test_no_space_for_a_checkpoint_then_for_the_record_stops_twice_with_one_line_and_resumes_exactly(tmp_path, uninterrupted, caplog):  # noqa: F811
+def test_no_space_for_a_checkpoint_then_for_the_record_stops_twice_with_one_line_and_resumes_exactly(tmp_path, uninterrupted, caplog):
     run_dir = tmp_path / "run"
     with full_disk_at("epoch=0-step=6.ckpt"):  # torch's writer meets ENOSPC (its own RuntimeError, raised from it)
         assert main(["run", *COMMON, f"run_dir={run_dir}"]) == RESUMABLE_EXIT
@@ -91,7 +91,7 @@ def small_disk(tmp_path):
 )
 def test_a_real_full_disk_stops_with_one_line_and_resumes_exactly_once_space_is_freed(
     small_disk,
-    uninterrupted,  # noqa: F811
+    uninterrupted,
     caplog,
     monkeypatch,
     moment,

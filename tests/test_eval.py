@@ -80,14 +80,24 @@ def test_answer_extraction_is_llm_adapters():
     assert extract_answer("winogrande", "no idea") == ""
 
 
-@pytest.mark.skipif(not (SHARED / "commonsense").is_dir(), reason="../shared/data/commonsense is absent")
-def test_instruction_and_harness_formats_round_trip_on_the_real_test_sets():
+COMMONSENSE = {"sample": Path(__file__).resolve().parent / "data" / "commonsense", "shared": SHARED / "commonsense"}
+
+
+@pytest.mark.parametrize(  # sample: records in the test sets' layout made from the embedded items (tests/data/NOTICE.md)
+    "source",
+    [
+        "sample",
+        pytest.param("shared", marks=pytest.mark.skipif(not COMMONSENSE["shared"].is_dir(), reason="../shared/data/commonsense is absent")),
+    ],
+)
+def test_instruction_and_harness_formats_round_trip_on_the_commonsense_test_sets(source):
+    folder = COMMONSENSE[source]
     for task in ("boolq", "piqa", "arc_easy", "arc_challenge", "openbookqa", "winogrande", "social_iqa"):
-        records = json.loads((SHARED / "commonsense" / TASKS[task].adapters_dir / "test.json").read_text())
+        records = json.loads((folder / TASKS[task].adapters_dir / "test.json").read_text())
         for record in records[:: max(1, len(records) // 200)]:
             back = to_instruction(task, to_harness(task, record))
             assert back["instruction"] == record["instruction"] and back["answer"] == record["answer"], task
-        data = find_task_data(task, [str(SHARED / "commonsense"), "embedded"])
+        data = find_task_data(task, [str(folder), "embedded"])
         assert data.format == "instruction" and len(data.harness_docs()) == len(records)
 
 
@@ -123,12 +133,45 @@ def test_generate_protocol_and_mixbench_lm_class(pretrain_run):
     from lm_eval.api.instance import Instance
 
     lm = MixbenchLM(run=str(pretrain_run), batch_size="4")
-    ll = lm.loglikelihood([Instance("loglikelihood", {}, ("The sea is", " blue"), 0), Instance("loglikelihood", {}, ("", "Hello"), 0)])
-    assert all(lp < 0 and isinstance(g, bool) for lp, g in ll)
+    model, eot = lm.scorer.model, lm.eot_token_id
+    with torch.no_grad():  # the values by brute force: full logits of each whole sequence
+
+        def logprobs(ids):
+            return model(torch.tensor([ids]))[0].double().log_softmax(-1)
+
+        def scored(context, continuation):  # (sum of the continuation's log-probs, is it the greedy continuation)
+            lp = logprobs(context + continuation)[len(context) - 1 : -1]
+            return lp[range(len(continuation)), continuation].sum().item(), lp.argmax(-1).tolist() == continuation
+
+        def greedy(prompt, stop, max_new):  # decode until the stop text appears, then cut it off
+            ids, generated = lm.tok_encode(prompt), []
+            while len(generated) < max_new and stop not in lm.tok_decode(generated):
+                token = logprobs(ids + generated)[-1].argmax().item()
+                if token == eot:
+                    break
+                generated.append(token)
+            return lm.tok_decode(generated).split(stop)[0], generated
+
+        question = "Question: 1+1?\nAnswer:"
+        expected_text, generated = greedy(question, "\n", 5)
+        stop = lm.tok_decode(generated[1:2]).strip()  # a stop text that the greedy continuation meets
+        expected_cut = greedy(question, stop, 5)[0]
+        pairs = [("The sea is", " blue"), ("", "Hello"), (question, expected_text)]  # the last: the greedy continuation
+        expected_ll = [
+            scored([eot], lm.tok_encode(continuation))
+            if not context
+            else scored(lm.tok_encode(context), lm.tok_encode(context + continuation)[len(lm.tok_encode(context)) :])
+            for context, continuation in pairs
+        ]
+        expected_rolling = scored([eot], lm.tok_encode("The sea is blue."))[0]
+    ll = lm.loglikelihood([Instance("loglikelihood", {}, pair, 0) for pair in pairs])
+    assert [g for _, g in ll] == [g for _, g in expected_ll] == [False, False, True]
+    assert [lp for lp, _ in ll] == pytest.approx([lp for lp, _ in expected_ll], abs=1e-4)
     rolling = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("The sea is blue.",), 0)])
-    assert rolling[0] < 0
-    out = lm.generate_until([Instance("generate_until", {}, ("Question: 1+1?\nAnswer:", {"until": ["\n"], "max_gen_toks": 5}), 0)])
-    assert isinstance(out[0], str) and "\n" not in out[0]
+    assert rolling == pytest.approx([expected_rolling], abs=1e-4)
+    requests = [Instance("generate_until", {}, (question, {"until": [until], "max_gen_toks": 5}), 0) for until in ("\n", stop)]
+    out = lm.generate_until(requests)
+    assert out == [expected_text, expected_cut] and len(expected_cut) < len(expected_text)
 
 
 def test_eval_errors_name_the_fix(tmp_path, monkeypatch, pretrain_run):

@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import randomize_norms
+from _support.models import make_run
 
-from mixbench import build_model
 from mixbench.export.bundle import BundleError, module_closure, rewrite_module
 from mixbench.export.hf import export_hf
 from mixbench.layers import NormSpec, block_placements, list_placements
-from mixbench.training.weights import describe_model, save_weights
 
 transformers = pytest.importorskip("transformers")
 
@@ -34,17 +32,6 @@ def norm_specs() -> dict[str, NormSpec]:
     specs["pre+qk_norm=full"] = NormSpec(placement="pre", qk_norm="full")
     specs["sandwich+qk_norm=head+layernorm"] = NormSpec(placement="sandwich", qk_norm="head", kind="layernorm")
     return specs
-
-
-def make_run(folder: Path, spec: NormSpec, seed: int = 0) -> Path:
-    model = build_model("llama_debug", spec, seed=seed, num_layers=3, vocab_size=8192, hidden_size=32, intermediate_size=64, num_heads=2)
-    randomize_norms(model, torch.Generator().manual_seed(seed))
-    folder.mkdir(parents=True)
-    save_weights(
-        model, folder, describe_model("lm", "llama_debug", {k: getattr(model.cfg, k) for k in model.cfg.__dataclass_fields__}, model)
-    )
-    (folder / "config.yaml").write_text("data:\n  tokenizer: embedded\n")
-    return folder
 
 
 def test_exported_model_gives_our_logits_for_every_placement(tmp_path):
@@ -98,7 +85,13 @@ def test_export_cli_tokenizer_and_generation(sft_run, tmp_path, capsys):
     assert tok("The sea is blue.")["input_ids"] == TokenizerSpec("embedded").load().encode("The sea is blue.").ids
     model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
     generated = model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=3, do_sample=False)
-    assert generated.shape[1] <= 6
+    from mixbench.training.trained import load_trained
+
+    ours, expected = load_trained(sft_run).model.eval(), [5, 6, 7]  # greedy decoding by our model, ending at <eos> as HF's
+    with torch.no_grad():
+        while len(expected) < 6 and expected[-1:] != [tok.eos_token_id]:
+            expected.append(ours(torch.tensor([expected]))[0, -1].argmax().item())
+    assert generated[0].tolist() == expected
     assert main(["export", "--format", "hf", str(sft_run), "--out", str(tmp_path / "hf")]) == 2  # refuses a non-empty folder
 
 

@@ -5,22 +5,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import randomize_norms
+from _support.models import randomize_norms
+from _support.norms import EPS, layer_norm, rms_norm
 
 from mixbench import build_model
 from mixbench.layers import NormSpec, deepnorm_constants, profile_admin
-
-EPS = 1e-6
-
-
-def rms_norm(x, w):
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
-
-
-def layer_norm(x, w, b):
-    mu = x.mean(-1, keepdim=True)
-    var = (x - mu).pow(2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + EPS) * w + b
 
 
 def group_norm(x, w, b, groups):
@@ -209,7 +198,13 @@ def test_scaled_init_and_scaled_embed_options():
     assert scaled.blocks[5].mlp.fc2.weight.std().item() == pytest.approx(target, rel=0.05)
     assert base.blocks[5].mlp.fc2.weight.std().item() == pytest.approx(0.02, rel=0.05)
     ids = torch.arange(6)[None]
-    torch.testing.assert_close(scaled.embed(ids) * 512**0.5, scaled.embed(ids) * scaled.embed_scale)
+    first_block_input = {}
+    for name, model in (("scaled", scaled), ("base", base)):  # what the forward hands the first block
+        model.blocks[0].register_forward_pre_hook(lambda _, args, name=name: first_block_input.update({name: args[0]}))
+        with torch.no_grad():
+            model(ids)
+    torch.testing.assert_close(first_block_input["scaled"], scaled.embed.weight[:6][None] * 512**0.5, rtol=0, atol=0)
+    torch.testing.assert_close(first_block_input["base"], base.embed.weight[:6][None], rtol=0, atol=0)
     assert scaled.embed_scale == pytest.approx(512**0.5) and base.embed_scale == 1.0
     vit = build_model("vit_debug", norm=NormSpec(scaled_embed=True), img_size=16, patch_size=8, seed=0)
     plain = build_model("vit_debug", img_size=16, patch_size=8, seed=0)

@@ -8,14 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import randomize_norms
-from test_formulas import layer_norm, rms_norm  # the hand-written norms of the paper placements' tests
+from _support.models import randomize_norms
+from _support.norms import layer_norm, rms_norm
 
 from mixbench import build_model
 from mixbench.layers import DyT, NormConfigError, NormSpec, block_placements, list_placements, placement_parameters
 from mixbench.layers.placements import dyt_llm_alpha0
 
-EPS = 1e-6
 NEW = ["lns", "peri", "reordered", "hybrid", "hybrid_star", "dyt"]
 VIT = dict(img_size=16, patch_size=8, num_classes=3)
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,20 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.images import make_folder
 from PIL import Image
 
 from mixbench.cli.app import main
 from mixbench.data.folders import ImageFolderDataModule
-
-
-def make_folder(root, classes=("cat", "dog", "eel"), per_class=4, size=40):
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        for c in classes:
-            (root / split / c).mkdir(parents=True)
-            for i in range(per_class):
-                Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(root / split / c / f"{i}.JPEG")
-    return root
 
 
 def test_folder_classes_are_sorted_names_and_transforms_follow_the_recipe(tmp_path):
@@ -29,10 +20,26 @@ def test_folder_classes_are_sorted_names_and_transforms_follow_the_recipe(tmp_pa
     assert dm.classes == ["n01", "n02", "n03"] and dm.num_classes == 3 and dm.layout == "folder"
     images, labels = next(iter(dm.train_dataloader()))
     assert images.shape == (4, 3, 32, 32)
-    names = " ".join(type(t).__name__ for t in dm.train_set.transform.transforms)
-    assert "RandomResizedCrop" in names and "RandAugment" in names and "RandomErasing" in names
-    val_names = [type(t).__name__ for t in dm.val_set.transform.transforms]
-    assert val_names[:2] == ["Resize", "CenterCrop"]  # resize 32/0.875 then center crop 32
+    # the recipe's settings, not only its transforms' names (timm's reprs carry them)
+    normalize = "Normalize(mean=tensor([0.4850, 0.4560, 0.4060]), std=tensor([0.2290, 0.2240, 0.2250]))"
+    train = [line.strip() for line in repr(dm.train_set.transform).splitlines()[1:-1]]
+    ops, train = [line for line in train if line.startswith("AugmentOp(")], [line for line in train if not line.startswith("AugmentOp(")]
+    assert train == [
+        "RandomResizedCropAndInterpolation(size=(32, 32), scale=(0.08, 1.0), ratio=(0.75, 1.3333), interpolation=bicubic)",
+        "RandomHorizontalFlip(p=0.5)",
+        "RandAugment(n=2, ops=",  # rand-m9-mstd0.5-inc1: 2 ops a picture, magnitude 9 ± 0.5, the increasing variants
+        "MaybeToTensor()",
+        normalize,
+        "RandomErasing(p=0.25, mode=pixel, count=(1, 1))",
+    ]
+    assert len(ops) == 15 and all(", p=0.5, m=9, mstd=0.5)" in op for op in ops) and "AugmentOp(name=SolarizeIncreasing" in " ".join(ops)
+    val = [line.strip() for line in repr(dm.val_set.transform).splitlines()[1:-1]]
+    assert val == [  # resize 32/0.875 then center crop 32, bicubic
+        "Resize(size=36, interpolation=bicubic, max_size=None, antialias=True)",
+        "CenterCrop(size=(32, 32))",
+        "MaybeToTensor()",
+        normalize,
+    ]
 
 
 @pytest.mark.parametrize("pipeline", ["cpu", "gpu", "nvjpeg"])
@@ -89,7 +96,7 @@ def test_vit_small_mix_on_an_image_folder(tmp_path, pipeline):
         "loss.label_smoothing=0.1",
         "ema.decay=0.9",
         "trainer.enable_progress_bar=false",
-        "divergence.unigram_floor=false",
+        "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
         f"results_dir={tmp_path / 'results'}",
     ]
     assert main(args) == 0
@@ -104,7 +111,7 @@ def test_vit_small_mix_on_an_image_folder(tmp_path, pipeline):
 def test_vit_throughput_benchmark_smoke(tmp_path, monkeypatch):
     """bench/speed/vit_throughput.py's main, in the repository root, on the command line of a run of the script (in
     this process: without a fresh interpreter's ~10 s of imports)."""
-    from test_vit_speed_options import bench_module
+    from _support.bench import bench_module
 
     out = tmp_path / "vit.json"
     argv = [
@@ -129,11 +136,15 @@ def test_vit_throughput_benchmark_smoke(tmp_path, monkeypatch):
         "0.01",
         "--warmup",
         "1",
+        "--budget-s",  # time budgets far above the rows' cost: a loaded machine must not skip a phase
+        "3600",
+        "--max-s",
+        "3600",
         "--out",
         str(out),
     ]
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    bench_module().main(argv)
+    bench_module("speed", "vit_throughput").main(argv)
     rows = json.loads(out.read_text())["rows"]
     assert [(r["phase"], r["impl"]) for r in rows] == [
         ("candidates", "timm vit_tiny_patch16_224"),
@@ -156,7 +167,7 @@ def test_randaugment_posterize_to_zero_bits_works_with_the_installed_pillow():
 def test_ddp_trains_a_vit_with_its_ema(tmp_path):
     """The EMA copy is a submodule of the LightningModule but never gets gradients: DDP must not see it as a set of
     unused trainable parameters (it stopped every 2-GPU ViT run of the recipe, which keeps an EMA)."""
-    from test_cli import TINY_VIT
+    from _support.runs import TINY_VIT
 
     cmd = [
         sys.executable,

@@ -5,8 +5,7 @@ import csv
 import io
 import logging
 
-from test_results import record, with_validations
-from test_sweep import lm_run
+from _support.records import lm_run, record, with_validations
 
 from mixbench.cli.app import main
 from mixbench.results.records import load_records, write_record

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_sweep import lm_run
+from _support.records import lm_run
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError

@@ -4,7 +4,7 @@ import torch
 
 import mixbench
 from mixbench import build_model
-from mixbench.layers import placement_parameters
+from mixbench.layers import NormSpec, block_placements, get_block_placement, list_placements, placement_parameters
 from mixbench.models.llama import llama_config
 
 PAPER_SIZES_M = {"llama_71m": 70.6, "llama_130m": 134.1, "llama_250m": 247.4, "llama_350m": 368.0, "llama_1b": 1339.1, "llama_7b": 6738.4}
@@ -55,14 +55,40 @@ def test_pre_checkpoint_of_timm_gives_timm_outputs():
     torch.testing.assert_close(ours(x), reference(x))
 
 
+# what a block of a placement may change in the state dict of the same seed's Pre-LN model: DeepNorm rescales these
+# weights (its own init: test_deepnorm_scales_value_output_and_mlp_init_by_beta); HybridNorm's QKV norms replace norm1
+OWN_INIT = {"deepnorm": ("attn.qkv.weight", "attn.proj.weight", "mlp.fc1.weight", "mlp.fc2.weight")}
+REPLACED = {"hybrid": ("norm1.",)}
+
+
 @pytest.mark.parametrize("name, kwargs", [("llama_debug", {}), ("vit_debug", dict(img_size=16, patch_size=8))])
-def test_same_seed_same_weights_for_every_placement_except_deepnorm(name, kwargs):
-    states = {norm: build_model(name, norm=norm, seed=3, **kwargs).state_dict() for norm in ("pre", "post", "mix", "sandwich", "deepnorm")}
-    for norm in ("post", "mix", "sandwich"):
-        for key, value in states["pre"].items():
-            torch.testing.assert_close(states[norm][key], value, rtol=0, atol=0, msg=f"{norm}: {key}")
-    different = [k for k, v in states["pre"].items() if not torch.equal(states["deepnorm"][k], v)]
-    assert different, "deepnorm must define its own init"
+@pytest.mark.parametrize("placement", list_placements())
+def test_same_seed_same_initial_weights_for_every_placement_but_what_it_adds(name, kwargs, placement):
+    """Models differ only in the norm: every parameter a placement shares with Pre-LN starts equal for the same seed
+    (bit for bit), apart from the declared exceptions above; the rest are the parameters it adds (its own modules, DyT's
+    α and embedding gain).  ``custom`` mixes every block placement, one a block."""
+    spec = NormSpec(placement="custom", layers=tuple(block_placements())) if placement == "custom" else NormSpec(placement=placement)
+    num_layers = len(spec.plan(len(block_placements()))) if placement == "custom" else 4
+    pre = build_model(name, norm="pre", seed=3, num_layers=num_layers, **kwargs).state_dict()
+    model = build_model(name, norm=spec, seed=3, num_layers=num_layers, **kwargs)
+    state, plan = model.state_dict(), model.plan
+
+    def excepted(key, table):  # a key of a block whose placement declares it in ``table``
+        parts = key.split(".")
+        return parts[0] == "blocks" and key.split(".", 2)[2].startswith(table.get(plan[int(parts[1])], ()))
+
+    shared = [key for key in pre if key in state]
+    assert [key for key in pre if key not in state] == [key for key in pre if excepted(key, REPLACED)]
+    for key in shared:
+        if not excepted(key, OWN_INIT):
+            torch.testing.assert_close(state[key], pre[key], rtol=0, atol=0, msg=f"{placement}: {key}")
+    for key in state.keys() - pre.keys():  # added: a module the block's placement declares, or a norm's α / embedding gain
+        parts = key.split(".")
+        if parts[0] == "blocks":
+            block_placement = get_block_placement(plan[int(parts[1])])
+            assert key.split(".", 2)[2].startswith(block_placement.added_modules) or parts[-1] == "alpha", key
+        else:
+            assert placement == "dyt" and parts[-1] in ("alpha", "embed_gain"), key
 
 
 def test_deepnorm_scales_value_output_and_mlp_init_by_beta():

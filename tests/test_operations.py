@@ -9,35 +9,16 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_images import make_folder
-from test_project_plugins import TINY_LM as PROJECT_LM
-from test_project_plugins import project, registry  # noqa: F401  (fixtures: the project folder of docs/extending.md)
+from _support.images import make_folder
+from _support.project import TINY_LM as PROJECT_LM
+from _support.weights import TINY_LM as WEIGHTS_LM
+from _support.weights import TINY_VIT as WEIGHTS_VIT
 
 from mixbench.cli.app import main
 from mixbench.grids.sweep_args import expand_sweep
 
-TINY_VIT = [
-    "divergence.unigram_floor=false",
-    "task=vit_tiny",
-    "model.num_layers=2",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "trainer.max_steps=2",
-    "trainer.max_epochs=1",
-    "trainer.limit_val_batches=1",
-    "trainer.enable_progress_bar=false",
-]
-TINY_LM = [
-    "task=llama_lm",
-    "model=llama_debug",
-    "model.vocab_size=8192",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=null",
-    "trainer.limit_val_batches=1",
-    "data.seq_len=16",
-    "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",
-]
+TINY_VIT = ["task=vit_tiny", *WEIGHTS_VIT]  # 2 steps each (tests/_support/weights.py)
+TINY_LM = [*(arg for arg in WEIGHTS_LM if not arg.startswith("data.seq_len=")), "data.seq_len=16"]
 
 
 def records(folder: Path) -> list[dict]:
@@ -194,7 +175,7 @@ def test_a_corrupt_image_is_fatal_by_default_and_skipped_and_counted_on_request(
         "model.num_heads=2",
         "trainer.max_epochs=1",
         "trainer.enable_progress_bar=false",
-        "divergence.unigram_floor=false",
+        "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
         f"results_dir={tmp_path / 'results'}",
     ]
     assert main(args) == 2
@@ -309,7 +290,7 @@ def test_ctrl_c_stops_a_grid_side_by_side_running_runs_get_sigint_and_no_more_st
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the grid's handler is gone
 
 
-def test_a_sweep_side_by_side_runs_the_project_s_placement_given_with_project(project, tmp_path, monkeypatch):  # noqa: F811
+def test_a_sweep_side_by_side_runs_the_project_s_placement_given_with_project(project, tmp_path, monkeypatch):
     """``mixbench --project DIR run -m --jobs 2`` from outside the project: each run process is told the project, so
     its task (my_lm) and placement (halfpre) are known there too."""
     monkeypatch.chdir(tmp_path)

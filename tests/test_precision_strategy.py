@@ -1,5 +1,6 @@
 """trainer.precision=fp8 (torchao float8 Linear layers) and trainer.strategy=fsdp: selection, errors and config plumbing
-on the CPU (torchao faked); a real float8 conversion on an fp8-capable GPU (``-m gpu``)."""
+on the CPU (torchao faked), and torchao's real float8 conversion of the layers, which runs on the CPU too (torchao is in
+the [test] extra)."""
 
 import logging
 import sys
@@ -25,7 +26,7 @@ TINY_LM = [
     "trainer.limit_val_batches=1",
     "data.seq_len=16",
     "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",
+    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
 ]
 LLAMA_FP8 = {f"blocks.{i}.{name}" for i in range(4) for name in ("attn.qkv", "attn.proj")}  # with MLP widths 100 / 200 ∤ 16
 

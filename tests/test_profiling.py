@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from test_cli import TINY_VIT
+from _support.runs import TINY_VIT
 
 from mixbench.cli import main
 from mixbench.core.errors import ConfigError
@@ -16,7 +16,7 @@ TINY = [*TINY_VIT, "save_weights=false", "trainer.max_steps=5"]
 
 def run_folder(results_dir):
     record = min(results_dir.rglob("record.json"))  # the first run's folder (its name starts seed0-)
-    assert json.loads(record.read_text())["status"] in ("completed", "stalled")
+    assert json.loads(record.read_text())["status"] == "completed"  # the learning check is off (TINY_VIT): never stalled
     return record.parent
 
 

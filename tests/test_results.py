@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
+from _support.records import record, with_validations
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
@@ -12,24 +13,6 @@ from mixbench.results.frames import load_records_frame, records_frame
 from mixbench.results.records import SCHEMA, load_records, write_record
 from mixbench.results.render import _wrap_label, cells_frame, print_rich, render
 from mixbench.results.table import aggregate, find_baseline
-
-
-def record(norm, value, seed=0, status="completed", task="vit_small", metric="val/top1", hib=True, started=None, with_value=True):
-    """A minimal record; ``with_value=False`` leaves the primary metric out of ``metrics``."""
-    return {
-        "schema": SCHEMA,
-        "task": task,
-        "family": "vision",
-        "model": {"name": task},
-        "norm": {"label": norm, "placement": norm},
-        "seed": seed,
-        "status": status,
-        "metrics": {metric: value} if with_value else {},
-        "scale": "embedded",
-        "primary_metric": {"name": metric, "higher_is_better": hib, "value": value if with_value else None},
-        "dataset": {"name": "cifar10_embedded"},
-        "started_at": started,
-    }
 
 
 def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
@@ -406,17 +389,6 @@ def test_an_fp8_run_never_shares_a_cell_with_the_bf16_run_of_its_seed():
         "vit_small · vit_small+fp8(tensorwise) · cifar10_embedded [embedded]",
     ]
     assert sorted(c.mean for c in table.cells.values()) == [3.60, 3.64]  # not one cell of two repeats averaged to 3.62
-
-
-def with_validations(r, steps_values, total=100, **extra):
-    """``r`` with validations inside fit at ``(step, value)`` pairs of a ``total``-step budget."""
-    metric = r["primary_metric"]["name"]
-    return {
-        **r,
-        "budget": {"total_steps": total},
-        **extra,
-        "validations": [{"step": s, "fraction": s / total, "metrics": {metric: v}} for s, v in steps_values],
-    }
 
 
 def test_table_at_budget_fractions_shows_early_speed_and_final_quality_apart():

@@ -152,12 +152,20 @@ def test_stage_shares_are_disjoint_and_cover_the_source():
     assert not (shares[0] & shares[1]) and not (shares[1] & shares[2])
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/commonsense is absent")
-def test_commonsense_proxy_pairs_name_a_wrong_option():
+@pytest.mark.parametrize(  # sample: records in the shared layout made from the embedded items (tests/data/NOTICE.md)
+    "folder",
+    [
+        Path(__file__).resolve().parent / "data" / "commonsense",
+        pytest.param(SHARED, marks=pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/commonsense is absent")),
+    ],
+    ids=["sample", "shared"],
+)
+def test_commonsense_proxy_pairs_name_a_wrong_option(folder):
     from mixbench.core.jsonitems import read_items
     from mixbench.rlhf.data import commonsense_pairs
 
-    records = read_items(SHARED / "ARC-Challenge" / "train.json")[:50] + read_items(SHARED / "boolq" / "train.json")[:50]
+    records = read_items(folder / "ARC-Challenge" / "train.json")[:50] + read_items(folder / "boolq" / "train.json")[:50]
+    assert len(records) >= 12
     for r, p in zip(records, commonsense_pairs(records, "alpaca", 42)):
         assert p.chosen == r["output"] and p.rejected != p.chosen
         wrong = p.rejected.rsplit(" ", 1)[1]

@@ -17,6 +17,15 @@ def test_default_vit_tiny_run_learns(tmp_path):
     assert rec["status"] == "completed" and rec["metrics"]["val/top1"] > 20.0
 
 
+@pytest.mark.slow
+def test_the_readme_default_run_learns(tmp_path):
+    """The README's quick start exactly — ``mixbench run task=vit_small norm=mix``, its default budget (8 epochs of the
+    embedded CIFAR subset), the learning check on — ends completed, well above chance (10 %).  .ci/run runs it."""
+    assert main(["run", "task=vit_small", "norm=mix", "trainer.enable_progress_bar=false", f"results_dir={tmp_path}"]) == 0
+    (rec,) = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
+    assert rec["status"] == "completed" and rec["metrics"]["val/top1"] > 20.0 and rec["steps"] == rec["budget"]["total_steps"]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("norm", ["pre", "post", "mix"])

@@ -77,3 +77,16 @@ def test_welch_interval_agrees_with_scipys_welch_test():
     ref = ttest_ind(a, b, equal_var=False)
     ci = ref.confidence_interval(0.95)
     assert (ours.low, ours.high, ours.dof) == (pytest.approx(ci.low), pytest.approx(ci.high), pytest.approx(ref.df))
+
+
+def test_an_interval_that_ends_at_zero_does_not_exclude_it_and_bad_arguments_are_named():
+    """Mutation testing's survivors (bench/mutation): [−1, 0] contains 0 (a cell at the edge is not resolved); the
+    ValueErrors say what is wrong, and the confidence level must lie strictly inside (0, 1)."""
+    assert not excludes_zero(-1.0, 0.0) and not excludes_zero(0.0, 0.0)
+    with pytest.raises(ValueError, match=r"^degrees of freedom must be > 0, got 0$"):
+        t_quantile(0.975, 0)
+    with pytest.raises(ValueError, match=r"^quantile level must be in \(0, 1\), got 1.0$"):
+        t_quantile(1.0, 4)
+    for confidence in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match=rf"^confidence must be in \(0, 1\), got {confidence}$"):
+            welch_interval([1.0, 2.0], [3.0, 4.0], confidence=confidence)

@@ -18,7 +18,7 @@ TINY_LM = [
     "trainer.limit_val_batches=1",
     "data.seq_len=16",
     "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",
+    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
     "trainer.log_every_n_steps=1",
 ]
 FLAT = [(i, 5.0) for i in range(12)]
@@ -146,7 +146,7 @@ def test_unknown_or_missing_logger_is_a_clear_error(tmp_path, caplog, monkeypatc
 
 
 def test_a_vit_run_that_never_beat_chance_is_recorded_stalled(tmp_path):
-    from test_cli import TINY_VIT
+    from _support.runs import TINY_VIT
 
     args = [a for a in TINY_VIT if not a.startswith("divergence.")]  # the learning check on, as by default
     assert main(["run", "task=vit_tiny", "optim.lr=1e-12", "save_weights=false", f"results_dir={tmp_path}", *args]) == 0

@@ -6,36 +6,17 @@ import io
 import math
 
 import pytest
+from _support.records import V, lm_run
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
-from mixbench.results.records import SCHEMA, load_records, write_record
+from mixbench.results.records import load_records, write_record
 from mixbench.results.render import render
 from mixbench.results.sensitivity import capped, init_loss, lr_sensitivity
 from mixbench.results.sweep import Sweep, legend, value_text
 from mixbench.results.table import aggregate, budget_views
 
-V = 100  # vocabulary: ℓ₀ = ln 100 = 4.60517
 L0 = math.log(V)
-
-
-def lm_run(norm, ppl, loss, lr, seed=0, status="completed", **extra):
-    """An LLaMA record: val/ppl (primary, ↓) and val/loss set apart, so that a test tells which one is used."""
-    return {
-        "schema": SCHEMA,
-        "task": "llama_lm",
-        "family": "lm",
-        "model": {"name": "llama_tiny", "options": {"vocab_size": V}},
-        "norm": {"label": norm, "placement": norm},
-        "seed": seed,
-        "status": status,
-        "metrics": {"val/ppl": ppl, "val/loss": loss},
-        "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": ppl},
-        "dataset": {"name": "textmix"},
-        "scale": "proxy",
-        "config": {"optim": {"lr": lr}, "seed": seed},
-        **extra,
-    }
 
 
 NAN = float("nan")

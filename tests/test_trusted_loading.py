@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _support.weights import TINY_LM, TINY_VIT
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
-from test_weights import TINY_LM, TINY_VIT
 
 from mixbench.cli.app import main
 from mixbench.core.errors import UntrustedFile

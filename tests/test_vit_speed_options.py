@@ -2,7 +2,6 @@
 
 import importlib.util
 import json
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
+from _support.bench import bench_module as support_bench_module
 
 import mixbench
 from mixbench.core.errors import ConfigError
@@ -22,9 +22,7 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 def bench_module():
-    if str(ROOT / "bench" / "speed") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench" / "speed"))  # as when run as a script: it imports its neighbours
-    return importlib.import_module("vit_throughput")
+    return support_bench_module("speed", "vit_throughput")
 
 
 def debug_vit(norm="mix", **options):
@@ -215,15 +213,15 @@ def test_bench_smoke_writes_rows_ratios_and_profiles(tmp_path):
 @CUDA
 @pytest.mark.parametrize("backend", ["flash", "cudnn", "efficient"])
 def test_attention_backends_agree_on_gpu(backend):
+    from _support.cuda import require_sdpa_backend
+
+    require_sdpa_backend(backend, batch=4, heads=2, seq=5, head_dim=16, causal=False)  # vit_debug on 16 px: 4 patches + class token
     images = torch.randn(4, 3, 16, 16, device="cuda")
     ref = debug_vit().cuda()
     ours = debug_vit(attention_backend=backend).cuda()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         expected = ref(images)
-        try:
-            got = ours(images)
-        except RuntimeError as err:
-            pytest.skip(f"{backend} attention unavailable here: {err}")
+        got = ours(images)
     torch.testing.assert_close(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
 
 

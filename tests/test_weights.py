@@ -6,32 +6,11 @@ from pathlib import Path
 import pytest
 import timm
 import torch
+from _support.weights import TINY_LM
 
 from mixbench import build_model
 from mixbench.cli.app import main
 from mixbench.training.weights import WeightsError, describe_model, init_from, load_weights, save_weights
-
-TINY_VIT = [
-    "divergence.unigram_floor=false",
-    "model.num_layers=2",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "trainer.max_steps=2",
-    "trainer.max_epochs=1",
-    "trainer.limit_val_batches=1",
-    "trainer.enable_progress_bar=false",
-]
-TINY_LM = [
-    "task=llama_lm",
-    "model=llama_debug",
-    "model.vocab_size=8192",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=null",
-    "trainer.limit_val_batches=1",
-    "data.seq_len=32",
-    "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",
-]
 
 
 def only_record(folder: Path) -> dict:

@@ -98,9 +98,10 @@ def special_id(tokenizer, candidates: tuple[str, ...], what: str) -> int:
 def iter_texts(source: dict) -> Iterator[str]:
     """Document texts of a source: ``{"files": [...]}`` (C4-format JSON lines) or
     ``{"hub": "allenai/c4", "name": "en", "split": "train", "shuffle_seed": 32}``, both streamed by HF datasets."""
-    from datasets import load_dataset
+    from datasets import config, load_dataset
 
     if "files" in source:
+        config.HF_UPDATE_DOWNLOAD_COUNTS = False  # local files: no download-count request to the hub's S3 bucket
         stream = load_dataset("json", data_files=source["files"], split="train", streaming=True)
     else:
         stream = load_dataset(source["hub"], source.get("name"), split=source["split"], streaming=True)
