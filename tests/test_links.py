@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 
 import pytest
-from test_ladder_figures import RUNS
-from test_weights import TINY_LM
+from _support.ladder import RUNS
+from _support.weights import TINY_LM
 
 from mixbench.cli.app import main
 from mixbench.core.errors import LinkRefused

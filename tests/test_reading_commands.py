@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from _support.ladder import RUNS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_ladder_figures import RUNS
 
 import mixbench.core.reading as reading
 from mixbench.cli.app import main

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from _support.ladder import RUNS
+from _support.weights import TINY_LM
 from faults import TmpfsUnavailable, full_disk_at, tmpfs
 from omegaconf import OmegaConf
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from test_ladder_figures import RUNS
-from test_weights import TINY_LM
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
