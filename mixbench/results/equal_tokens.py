@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
-from .ladder_figures import KEY, Ladder
+from ..core.storage import atomic_write_text, save_figure
 from .records import column_key, outcome, row_key
 from .stats import welch_interval
 from .sweep import setting, with_setting
@@ -84,9 +85,10 @@ def targets(records: list[dict]) -> list[float]:
     return merged
 
 
-def equal_token_points(ladder: Ladder, records: list[dict]) -> list[Point]:
-    """The :class:`Point` of every (target, size, placement) of an ``lm`` ladder that has seeds near the target."""
-    annotated = [r for r in with_setting(records, KEY) if outcome(r) == "completed"]
+def equal_token_points(ladder, records: list[dict], key: str = "optim.lr") -> list[Point]:
+    """The :class:`Point` of every (target, size, placement) of ``ladder`` (a :class:`~.ladder_figures.Ladder` over the
+    setting ``key``) that has seeds near the target; none where the records count no tokens (images)."""
+    annotated = [r for r in with_setting(records, key) if outcome(r) == "completed"]
     columns = {rung.column for rung in ladder.rungs}
     mine = [r for r in annotated if column_key(r) in columns]
     points = []
@@ -100,7 +102,7 @@ def equal_token_points(ladder: Ladder, records: list[dict]) -> list[Point]:
                 at = [
                     found
                     for r in mine
-                    if row_key(r) == row and column_key(r) == rung.column and setting(r, KEY) == sweep.best
+                    if row_key(r) == row and column_key(r) == rung.column and setting(r, key) == sweep.best
                     if (found := loss_near(r, target)) is not None
                 ]
                 if at:
@@ -145,7 +147,7 @@ def cell_text(point: Point, baseline: str | None) -> str:
     return f"Δ {_signed(point.delta)}{interval} (n={len(point.losses)}, base n={point.baseline_n}) {where}"
 
 
-def markdown(ladder: Ladder, points: list[Point]) -> str:
+def markdown(ladder, points: list[Point]) -> str:
     """One table per token target: rows = placements, columns = the sizes with validations near it."""
     baseline = next((ladder.baseline(r) for r in ladder.rungs if ladder.baseline(r)), None)
     lines = [
@@ -172,7 +174,7 @@ def markdown(ladder: Ladder, points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(ladder: Ladder, points: list[Point]):
+def figure(ladder, points: list[Point]):
     """One panel per token target: Δ by model size, a line per placement, Welch intervals as error bars (hollow: one
     seed)."""
     import matplotlib.pyplot as plt
@@ -204,3 +206,18 @@ def figure(ladder: Ladder, points: list[Point]):
     fig.suptitle(f"{ladder.family}: placements by size at equal tokens, each at its own best lr (hollow: one seed)", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def write_equal_tokens(ladder, records: list[dict], out: Path, name: str, key: str = "optim.lr") -> list[Path]:
+    """``ladder_equal_tokens_<name>.md`` / ``.png`` in ``out`` where the records count tokens; the paths written."""
+    import matplotlib.pyplot as plt
+
+    points = equal_token_points(ladder, records, key)
+    if not points:
+        return []
+    table, picture = out / f"ladder_equal_tokens_{name}.md", out / f"ladder_equal_tokens_{name}.png"
+    atomic_write_text(table, markdown(ladder, points))
+    fig = figure(ladder, points)
+    save_figure(fig, picture, dpi=120)
+    plt.close(fig)
+    return [table, picture]

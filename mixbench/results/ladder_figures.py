@@ -33,6 +33,7 @@ from ..core.project import config_file
 from ..core.settings import flat_settings
 from ..core.storage import atomic_write_text, save_figure
 from ..core.tasks import task_files_merged
+from .equal_tokens import write_equal_tokens
 from .lr_curves import EDGE_MARKERS, _slug
 from .records import column_key
 from .sweep import RULE, Sweep, failed_everywhere, value_text, with_setting
@@ -439,16 +440,7 @@ def write_ladder(records: list[dict], out: str | Path, baseline: str = "pre", an
             save_figure(fig, out / f"{stem}_{name}.png", dpi=120)
             plt.close(fig)
             paths.append(out / f"{stem}_{name}.png")
-        if family == "lm":  # the same records at equal tokens (:mod:`.equal_tokens`)
-            from . import equal_tokens
-
-            points = equal_tokens.equal_token_points(ladder, records)
-            if points:
-                atomic_write_text(out / f"ladder_equal_tokens_{name}.md", equal_tokens.markdown(ladder, points))
-                fig = equal_tokens.figure(ladder, points)
-                fig.savefig(out / f"ladder_equal_tokens_{name}.png", dpi=120)
-                plt.close(fig)
-                paths += [out / f"ladder_equal_tokens_{name}.md", out / f"ladder_equal_tokens_{name}.png"]
+        paths += write_equal_tokens(ladder, records, out, name, KEY)  # the same records at equal tokens, where they count tokens
     if analysis_dir is not None:
         from .ladder_layers import write_layers
 
