@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _support.weights import TINY_VIT
 
 from mixbench.cli.app import main
 from mixbench.core.project import select_project
@@ -79,14 +80,7 @@ def test_python_api_compose_run_load_records(tmp_path):
             "task=vit_tiny",
             "norm=mix",
             "norm.alpha=0.5",
-            "model.num_layers=2",
-            "model.hidden_size=32",
-            "model.num_heads=2",
-            "trainer.max_steps=2",
-            "trainer.max_epochs=1",
-            "trainer.limit_val_batches=1",
-            "trainer.enable_progress_bar=false",
-            "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
+            *TINY_VIT,
             f"results_dir={tmp_path}",
         ]
     )

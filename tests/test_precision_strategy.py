@@ -8,6 +8,7 @@ import types
 
 import pytest
 import torch
+from _support.weights import TINY_LM as WEIGHTS_TINY_LM
 from torch import nn
 
 import mixbench
@@ -17,17 +18,7 @@ from mixbench.training.config import compose
 from mixbench.training.precision import apply_fp8, check_fp8_runtime, fp8_candidates, lightning_precision
 from mixbench.training.strategy import fsdp_mixed_precision, make_strategy
 
-TINY_LM = [
-    "task=llama_lm",
-    "model=llama_debug",
-    "model.vocab_size=8192",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=null",
-    "trainer.limit_val_batches=1",
-    "data.seq_len=16",
-    "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
-]
+TINY_LM = [*(s for s in WEIGHTS_TINY_LM if not s.startswith("data.seq_len=")), "data.seq_len=16"]  # 2 LLaMA steps, short rows
 LLAMA_FP8 = {f"blocks.{i}.{name}" for i in range(4) for name in ("attn.qkv", "attn.proj")}  # with MLP widths 100 / 200 ∤ 16
 
 

@@ -7,6 +7,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from _support.weights import TINY_VIT
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -44,14 +46,7 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_outside_the_checkout(tmp_path):
             "task=vit_tiny",
             "norm=mix",
             "norm.alpha=0.5",
-            "model.num_layers=2",
-            "model.hidden_size=32",
-            "model.num_heads=2",
-            "trainer.max_steps=2",
-            "trainer.max_epochs=1",
-            "trainer.limit_val_batches=1",
-            "trainer.enable_progress_bar=false",
-            "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
+            *TINY_VIT,
             f"results_dir={work / 'results'}",
         ],
         work,

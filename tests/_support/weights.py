@@ -1,15 +1,8 @@
 """The tiny runs of the weights tests (saving, init_from=, restricted loading): 2 steps of a ViT and of a LLaMA."""
 
-TINY_VIT = [
-    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
-    "model.num_layers=2",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "trainer.max_steps=2",
-    "trainer.max_epochs=1",
-    "trainer.limit_val_batches=1",
-    "trainer.enable_progress_bar=false",
-]
+from .runs import TINY_VIT as RUNS_TINY_VIT
+
+TINY_VIT = [s if s != "trainer.max_steps=3" else "trainer.max_steps=2" for s in RUNS_TINY_VIT]  # runs.TINY_VIT for 2 steps
 
 
 TINY_LM = [
