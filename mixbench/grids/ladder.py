@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..core.errors import ConfigError
 from ..core.tasks import get_task
-from ..results.sweep import Sweep, failed_everywhere, still_improving
+from ..results.sweep import Sweep, failed_everywhere
 from ..training.config import compose, norm_spec
 from ..training.run import finished_runs
 from .paper import grid
@@ -131,11 +131,10 @@ def next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better:
     if sweep.best is None:  # every lr tried failed
         if not failed_everywhere(k_of.values()):
             return _within(Step(((tried[0] - 1, 0),)), tried, max_lrs)
-        lowest = records_by_k[tried[0]]
-        if not any(still_improving(r) for r in lowest):
+        if not sweep.lowest_improving:
             return Step(done=f"failed at every lr tried ({len(tried)} lrs spanning ≥ a decade)")
         # the lowest lr was still learning when its budget ended: its seeds, and one lr lower
-        have = {r["seed"] for r in lowest}
+        have = {r["seed"] for r in records_by_k[tried[0]]}
         missing = tuple((tried[0], s) for s in range(LOWEST_FAILED_SEEDS) if s not in have)
         return _within(Step(((tried[0] - 1, 0), *missing)), tried, max_lrs)
     best = next(k for k in tried if k_of[k] == sweep.best)

@@ -76,7 +76,8 @@ def loss_near(record: dict, target: float) -> tuple[float, float, float] | None:
 
 
 def targets(records: list[dict]) -> list[float]:
-    """Each size's full budget in tokens (the most common over its records), smallest first, near-duplicates merged."""
+    """The full budgets (tokens) of the ``records``' runs, smallest first; one within :data:`TOKEN_TOLERANCE` above
+    another counts as that one."""
     ends = sorted({round(t) for r in records if (t := final_tokens(r))})
     merged: list[float] = []
     for t in ends:
@@ -88,23 +89,20 @@ def targets(records: list[dict]) -> list[float]:
 def equal_token_points(ladder, records: list[dict], key: str = "optim.lr") -> list[Point]:
     """The :class:`Point` of every (target, size, placement) of ``ladder`` (a :class:`~.ladder_figures.Ladder` over the
     setting ``key``) that has seeds near the target; none where the records count no tokens (images)."""
-    annotated = [r for r in with_setting(records, key) if outcome(r) == "completed"]
     columns = {rung.column for rung in ladder.rungs}
-    mine = [r for r in annotated if column_key(r) in columns]
+    cells: dict[tuple, list[dict]] = {}  # (row, column, value of key) → its finished records
+    for r in with_setting(records, key):
+        if outcome(r) == "completed" and column_key(r) in columns:
+            cells.setdefault((row_key(r), column_key(r), setting(r, key)), []).append(r)
     points = []
-    for target in targets(mine):
+    for target in targets([r for found in cells.values() for r in found]):
         for rung in ladder.rungs:
             seeds: dict[str, Point] = {}
             for row in ladder.rows:
                 sweep = ladder.sweep(row, rung)
                 if sweep is None or sweep.best is None:
                     continue
-                at = [
-                    found
-                    for r in mine
-                    if row_key(r) == row and column_key(r) == rung.column and setting(r, key) == sweep.best
-                    if (found := loss_near(r, target)) is not None
-                ]
+                at = [found for r in cells.get((row, rung.column, sweep.best), []) if (found := loss_near(r, target)) is not None]
                 if at:
                     seeds[row] = Point(
                         row,
@@ -159,12 +157,12 @@ def markdown(ladder, points: list[Point]) -> str:
         "95 % interval where both cells have ≥ 2 seeds; * = it excludes 0.",
     ]
     label = {rung.column: rung.label for rung in ladder.rungs}
+    rungs = {rung.column: rung for rung in ladder.rungs}
     for target in sorted({p.target for p in points}):
         here = [p for p in points if p.target == target]
         columns = [rung.column for rung in ladder.rungs if any(p.column == rung.column for p in here)]
         lines += ["", f"### {_tokens_text(target)} tokens", "", "| placement | " + " | ".join(label[c] for c in columns) + " |"]
         lines.append("|---|" + "---|" * len(columns))
-        rungs = {rung.column: rung for rung in ladder.rungs}
         for row in ladder.rows:
             cells = {p.column: p for p in here if p.row == row}
             failed = {c for c in columns if c not in cells and (sweep := ladder.sweep(row, rungs[c])) is not None and sweep.best is None}

@@ -236,7 +236,7 @@ class RunClock(Callback):
 
     def __init__(self, t0: float):
         self.t0 = t0
-        self.fit_start = self.train_start = self.first_steps_end = self.fit_end = None
+        self.fit_start = self.train_start = self.first_steps_end = None
         self.validations: list[float] = []
         self.windows: list[float] = []  # seconds per step of each full window without a validation
         self._window_t0, self._window_steps, self._window_clean, self._val_t0 = None, 0, True, None
@@ -274,13 +274,9 @@ class RunClock(Callback):
             self.validations.append(time.perf_counter() - self._val_t0)
         self._val_t0 = None
 
-    def on_fit_end(self, trainer, pl_module) -> None:
-        _sync(trainer)
-        self.fit_end = time.perf_counter()
-
     def parts(self, steps: int, final_validation_s: float | None, wall_s: float) -> dict:
-        """The record's ``time_parts``: the pieces above, the final validation, the rest (``other_s``: before and after
-        fit, checkpoints, the time between), and the run against its steady time (``wall_over_steady``)."""
+        """The record's ``time_parts``: the pieces above, the final validation, the run's ``steps`` and wall time, and the
+        run against its steady time (``wall_over_steady``)."""
         steady = statistics.median(self.windows) if self.windows else None
         first_steps = (self.first_steps_end - self.train_start) if self.first_steps_end and self.train_start else None
         out = {
