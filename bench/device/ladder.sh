@@ -20,7 +20,8 @@
 #
 # A chain runs rounds for its rungs: `mixbench reproduce ladder --dry-run --only task=T` (the plan: each placement's
 # next lrs and seeds from the records finished so far) → bench/grids/grid_lanes.py over its GPUs and cores → again,
-# until the plan is empty.  ANALYSIS="RUNG_TASKS@GPU@CORES" (none by default) also starts `mixbench reproduce ladder
+# until the plan is empty; with GO_AFTER=FILE (at start) the chains wait for that file first (bench/device/run_overhead.sh
+# GO=FILE touches it when its bench is done).  ANALYSIS="RUNG_TASKS@GPU@CORES" (none by default) also starts `mixbench reproduce ladder
 # --analyze` of those rungs on that GPU (Pre-LN and Mix-LN again at their best lr with weights kept, then angular
 # distance and layer-pruning ΔP; the JSON and PNG files come back under .ladder/analysis/<task>/).  LANES (default for 4 GPUs below): "RUNG_TASKS@GPUS@CORES@JOBS;..." — the rungs run in order
 # on those GPUs (comma-separated), pinned to those cores, JOBS runs a GPU.  A plan takes a few seconds of the chain's own
@@ -42,6 +43,8 @@ DEFAULT_LANES="in1k_vit_tiny,in1k_vit_small,c4_llama_71m,c4_llama_130m,c4_llama_
 GRID=${GRID:-ladder}   # or ladder_tokens (every size at 25M tokens); its records: results/proxy/$GRID, on the machine .$GRID
 RESULTS=.$GRID
 COMMON=(save_weights=false compile=true trainer.enable_progress_bar=false "results_dir=$RESULTS" resume=auto)
+read -ra extra <<< "${EXTRA:-}"   # EXTRA="compile.scope=blocks final_validation=reuse_fit": settings that change no
+COMMON+=("${extra[@]}")           # result (not a recipe's: mixbench/results/records.py NOT_RECIPE), here and at start
 SETTINGS=("llama:${TEXTMIX[0]}" "llama:${TEXTMIX[1]}" "llama:${TEXTMIX[2]}" llama:data.num_workers=2
           vit:data.path=.data/cifar/cifar10_bigbench.npz vit:data.num_workers=3)
 [ "$GRID" = ladder ] || SETTINGS=("${SETTINGS[@]:0:4}")  # ladder_tokens has no ViT family
@@ -78,6 +81,7 @@ seed_records() {  # seed_records DIR: the ladder's committed records (ViT-Ti fro
 chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASKS (comma-separated), one rung after another
     local tasks=$1 gpus=$2 cores=$3 jobs=$4 task round n name
     cd "$MB" || exit 2
+    [ -n "${GO_AFTER:-}" ] && until [ -e "$GO_AFTER" ]; do sleep 5; done  # e.g. a bench that needs the GPU alone first
     for task in ${tasks//,/ }; do
         [[ $task == c4_llama* ]] && until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
         [[ $task == in1k* ]] && until [ -e .data/cifar/.ready ]; do sleep 5; done
@@ -138,7 +142,7 @@ case $STEP in
         seed_records "$MB/$RESULTS"
         [ -d .plans ] && cp -r .plans "$MB/"
         touch "$MB/.started"
-        export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST GRID RESULTS ONLY
+        export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST GRID RESULTS ONLY GO_AFTER
         IFS=';' read -ra lanes <<< "${LANES:-$DEFAULT_LANES}"
         for lane in "${lanes[@]}"; do
             IFS='@' read -r tasks gpus cores jobs <<< "$lane"

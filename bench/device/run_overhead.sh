@@ -2,7 +2,8 @@
 # On a GPU machine after `bench/device/ladder.sh start` (its code in /tmp/mb, its corpus tokenised there): waits for the
 # ladder chains to end (at most WAIT_S seconds, default 0 = no wait), collects their records as ladder.sh does, then runs
 # bench/speed/run_overhead.py (the 1B ladder run's time outside its steady steps, compile.scope=model vs blocks) on GPU 0,
-# its JSON and table into $OUT.  STEPS (default 120) steps a variant; VARIANTS (default model,blocks).
+# its JSON and table into $OUT (or BENCH_OUT: e.g. /tmp/ladder_logs, which ladder.sh's archives carry
+# back when the bench runs in the background over several calls); GO=FILE is touched at the end (ladder.sh GO_AFTER).  STEPS (default 120) steps a variant; VARIANTS (default model,after).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 end=$(($(date +%s) + ${WAIT_S:-0}))
@@ -13,4 +14,5 @@ source /tmp/ladder_env
 cd /tmp/mb || exit 2
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 python3 bench/speed/run_overhead.py --text '.data/textmix3/pkgtext-train.*.json.gz' --steps "${STEPS:-120}" \
-    --variants "${VARIANTS:-model,blocks}" --out "$OUT/run_overhead_1b.json"
+    --variants "${VARIANTS:-model,after}" --out "${BENCH_OUT:-$OUT}/run_overhead_1b.json"
+[ -n "${GO:-}" ] && touch "$GO"  # the ladder chains started with GO_AFTER=$GO go on now

@@ -166,6 +166,7 @@ NOT_RECIPE = (
     "command",
     "slurm",
     "save_weights",
+    "final_validation",
     "checkpoint",
     "checkpoint_every_n_steps",  # the key before checkpoint.every_n_steps
     "logger",

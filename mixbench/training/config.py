@@ -291,6 +291,10 @@ RANGES = {  # key: (lowest, whether the lowest itself is refused)
 }
 
 
+# after fit: always a trainer.validate, or reuse_fit: the last validation inside fit where it was at the final step
+FINAL_VALIDATION = ("always", "reuse_fit")
+
+
 def check_ranges(cfg: DictConfig) -> None:
     for key, (low, strict) in RANGES.items():
         value = OmegaConf.select(cfg, key, default=None)
@@ -305,6 +309,8 @@ def check_ranges(cfg: DictConfig) -> None:
     logger_names(cfg.logger)
     if cfg.resume not in (None, "auto"):
         raise ConfigError(f"resume must be auto or null, got {cfg.resume!r}")
+    if cfg.get("final_validation", "always") not in FINAL_VALIDATION:
+        raise ConfigError(f"final_validation must be one of {', '.join(FINAL_VALIDATION)}, got {cfg.final_validation!r}")
 
 
 def validate(cfg: DictConfig) -> None:

@@ -69,7 +69,9 @@ def finished_record(run_dir: Path) -> dict | None:
 
 
 LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm", "profiler")  # where and how a run runs, not what it is
-RESOURCE_KEYS = ("data.num_workers",)  # what a run may use, not what it computes (capped by a grid's --jobs)
+# what a run may use or how it gets there, not what it computes: data workers (capped by a grid's --jobs), whether the
+# model is compiled whole or block by block, and whether the final validation repeats fit's last one (the same weights)
+RESOURCE_KEYS = ("data.num_workers", "compile.scope", "final_validation")
 
 
 def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:
@@ -450,7 +452,11 @@ def _run_locked(
         fit_validation = dict(divergence.last_finite_val)  # the last validation inside fit, with its step
         stop_profiling(trainer)  # the report covers fit; the evaluation below is not profiled
         final_t0 = time.perf_counter()
-        metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+        if (reused := reusable_fit_validation(cfg, history.validations, trainer.global_step)) is not None:
+            metrics = reused
+            record["final_validation"] = {"reused_fit_validation_at_step": trainer.global_step}
+        else:
+            metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         final_validation_s = time.perf_counter() - final_t0
         if trainer.received_sigterm:  # noted by Lightning's handler, which stops only between validation batches
             raise Preempted("SIGTERM", trainer.global_step, None, False)
@@ -559,6 +565,16 @@ def save_record(record: dict, run_dir: Path) -> None:
             log.warning("the record of this failed run was not written: %s", full)
         return
     log.info("record written to %s", run_dir / RECORD_FILE)
+
+
+def reusable_fit_validation(cfg: DictConfig, validations: list[dict], step: int) -> dict | None:
+    """With ``final_validation=reuse_fit``, the metrics of the validation inside fit at ``step`` (the run's last): the
+    same weights a final ``trainer.validate`` would evaluate, one full pass over the validation set less.  None (the
+    final validation runs) where the setting is ``always`` or fit's last validation was at another step (a run stopped
+    early, a ``val_check_interval`` that does not divide the steps)."""
+    if cfg.get("final_validation", "always") != "reuse_fit" or not validations or validations[-1]["step"] != step:
+        return None
+    return dict(validations[-1]["metrics"]) or None
 
 
 def check_final_validation(record: dict, fit_validation: dict, metric: str, step: int, rel_tol: float = 0.005) -> None:
