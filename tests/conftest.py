@@ -2,14 +2,24 @@ import os
 
 import pytest
 import torch
+from _support.paths import TESTS
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 pytest_plugins = (
-    "downstream_fixtures",  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
+    "_support.downstream",  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
     "_support.project",  # registry, project: the project folder of docs/extending.md
 )
+BENCH_TESTS = TESTS / "bench"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects: ``-m bench`` / ``-m "not bench"`` see the marker
+def pytest_collection_modifyitems(config, items):
+    """The tests of bench/'s scripts (tests/bench/) carry the ``bench`` marker."""
+    for item in items:
+        if BENCH_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.bench)
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,13 @@ import shlex
 from pathlib import Path
 
 import pytest
+from _support.paths import REPO_ROOT
 
 from mixbench.cli.app import build_parser
 from mixbench.grids.sweep_args import expand_sweep
 from mixbench.training.config import compose
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 PLACEHOLDER = re.compile(r"\.\.\.|[A-Z]{2,}|/path/|/data/|/shared/")  # RUN, SFT_RUN, DIR, ...: not a runnable value
 
 
@@ -39,7 +39,7 @@ def mixbench_commands(page: Path) -> list[list[str]]:
     return commands
 
 
-COMMANDS = [(page.relative_to(ROOT).as_posix(), argv) for page in PAGES for argv in mixbench_commands(page)]
+COMMANDS = [(page.relative_to(REPO_ROOT).as_posix(), argv) for page in PAGES for argv in mixbench_commands(page)]
 
 
 def test_the_pages_show_commands():
@@ -67,9 +67,9 @@ def test_the_readme_states_the_quick_start_benchs_last_result():
     """The README's quick-start time is what ``bench/quickstart/quickstart.py`` measured last (its committed JSON)."""
     import json
 
-    result = ROOT / "bench" / "quickstart" / "results" / "quickstart.json"
+    result = REPO_ROOT / "bench" / "quickstart" / "results" / "quickstart.json"
     if not result.is_file():
         pytest.skip("no quick-start measurement committed yet: python bench/quickstart/quickstart.py")
     measured = json.loads(result.read_text())
     minutes, cores = round(measured["median_wall_s"] / 60), measured["machine"]["cores_usable"]
-    assert f"about {minutes} minutes on {cores} idle CPU cores" in " ".join((ROOT / "README.md").read_text().split())
+    assert f"about {minutes} minutes on {cores} idle CPU cores" in " ".join((REPO_ROOT / "README.md").read_text().split())
