@@ -73,3 +73,24 @@ def test_the_readme_states_the_quick_start_benchs_last_result():
     measured = json.loads(result.read_text())
     minutes, cores = round(measured["median_wall_s"] / 60), measured["machine"]["cores_usable"]
     assert f"about {minutes} minutes on {cores} idle CPU cores" in " ".join((REPO_ROOT / "README.md").read_text().split())
+
+
+TEST_REFERENCE = re.compile(r"(tests/)?((?:[a-z0-9_]+/)*test_[a-z0-9_]+\.py)(?:::(test_[A-Za-z0-9_]+)(…)?)?")
+REFERRING = [*PAGES, REPO_ROOT / ".ci" / "run", REPO_ROOT / "bench" / "README.md", REPO_ROOT / "bench" / "mutation" / "run.py"]
+
+
+def test_every_test_the_docs_name_exists_where_they_say():
+    """``tests/cli/test_cli.py::test_print_config_and_list``, ``e2e/test_crash_safety.py::test_ctrl_c…`` (in a table of
+    tests, a path under ``tests/``): the module is there and holds a test of that name (``…``: one that starts so) — a
+    guarantee of docs/operations.md keeps naming the test that keeps it when tests move or are renamed."""
+    missing = []
+    for page in REFERRING:
+        for match in TEST_REFERENCE.finditer(page.read_text()):
+            rooted, path, name, prefix = match.groups()
+            module = (REPO_ROOT if rooted else REPO_ROOT / "tests") / (("tests/" if rooted else "") + path)
+            text = module.read_text() if module.is_file() else None
+            if text is None:
+                missing.append(f"{page.name}: {match.group(0)} (no such file)")
+            elif name and not re.search(rf"^def {name}" + ("" if prefix else r"\("), text, re.M):
+                missing.append(f"{page.name}: {match.group(0)} (no such test)")
+    assert missing == []

@@ -9,7 +9,7 @@ from _support.bench import bench_module
 @pytest.fixture(scope="module")
 def jpeg_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("jpegs")
-    bench_module("speed", "image_loader").write_jpegs(root, 64, 48)  # as tests/data/test_epoch_spanning.py's
+    bench_module("speed", "image_loader").write_jpegs(root, 64, 48)  # as tests/_support/data/test_epoch_spanning.py's
     return root
 
 

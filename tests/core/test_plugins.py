@@ -1,4 +1,4 @@
-"""The core is family- and placement-agnostic: a task plugin brings a third model family (tests/plugins/), and
+"""The core is family- and placement-agnostic: a task plugin brings a third model family (tests/_support/plugins/), and
 `mixbench run`, `table` and `analyze` work on it without any core change."""
 
 import json

@@ -83,7 +83,7 @@ def test_answer_extraction_is_llm_adapters():
 COMMONSENSE = {"sample": DATA / "commonsense", "shared": SHARED / "commonsense"}
 
 
-@pytest.mark.parametrize(  # sample: records in the test sets' layout made from the embedded items (tests/data/NOTICE.md)
+@pytest.mark.parametrize(  # sample: records in the test sets' layout made from the embedded items (tests/_support/data/NOTICE.md)
     "source",
     [
         "sample",

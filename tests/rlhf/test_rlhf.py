@@ -151,7 +151,7 @@ def test_stage_shares_are_disjoint_and_cover_the_source():
     assert not (shares[0] & shares[1]) and not (shares[1] & shares[2])
 
 
-@pytest.mark.parametrize(  # sample: records in the shared layout made from the embedded items (tests/data/NOTICE.md)
+@pytest.mark.parametrize(  # sample: records in the shared layout made from the embedded items (tests/_support/data/NOTICE.md)
     "folder",
     [
         DATA / "commonsense",

@@ -1,4 +1,4 @@
-"""Rebuild tests/data/commonsense: LLM-Adapters records (the layout of ``<shared>/data/commonsense``) made from the
+"""Rebuild tests/_support/data/commonsense: LLM-Adapters records (the layout of ``<shared>/data/commonsense``) made from the
 package's embedded evaluation items (mixbench/assets/eval, shippable) by mixbench's own converter.  The real test sets
 may not be shipped (../shared/data/README.md); the tests read them too where they are present."""
 
