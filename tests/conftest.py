@@ -10,6 +10,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 pytest_plugins = (
     "_support.downstream",  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
     "_support.project",  # registry, project: the project folder of docs/extending.md
+    "_support.shared_runs",  # uninterrupted, tiny_lm_run, tiny_vit_run, tiny_vit_results: tiny runs trained once a session
 )
 BENCH_TESTS = TESTS / "bench"
 
@@ -28,19 +29,6 @@ def token_cache(tmp_path_factory):
     their data (test_data.py), so a test reads what an earlier one built instead of tokenizing the same text again
     (~6 s on a 2-core machine)."""
     return tmp_path_factory.mktemp("token_cache")
-
-
-@pytest.fixture(scope="session")
-def uninterrupted(tmp_path_factory):
-    """The record of the crash-safety run (``_support.crash.COMMON``) trained without a fault, once a session: what
-    every killed, signalled or disk-full run must end at after ``resume=auto`` (test_crash_safety, test_disk_full)."""
-    from _support.crash import COMMON, record
-
-    from mixbench.cli.app import main
-
-    run_dir = tmp_path_factory.mktemp("full") / "run"
-    assert main(["run", *COMMON, f"run_dir={run_dir}"]) == 0
-    return record(run_dir)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """End to end: ``mixbench run`` with a tiny budget on the embedded data, then ``mixbench table``."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -8,11 +9,9 @@ from _support.runs import TINY_VIT, records
 from mixbench.cli.app import main
 
 
-def test_vit_run_then_table(tmp_path, capsys):
-    for norm in ("pre", "mix"):
-        alpha = ["norm.alpha=0.5"] if norm == "mix" else []  # a norm.* option the placement ignores is an error
-        assert main(["run", "task=vit_tiny", f"norm={norm}", *alpha, f"results_dir={tmp_path}", *TINY_VIT]) == 0
-    recs = records(tmp_path)
+def test_vit_run_then_table(tiny_vit_results, capsys):
+    """Pre-LN and Mix-LN (α=0.5) for 3 steps each (the session's ``tiny_vit_results``, _support/shared_runs.py: read only)."""
+    recs = records(tiny_vit_results)
     assert [r["status"] for r in recs] == ["completed", "completed"]
     mix = next(r for r in recs if r["norm"]["placement"] == "mix")
     assert mix["norm"]["plan"] == ["post", "pre"]
@@ -24,7 +23,7 @@ def test_vit_run_then_table(tmp_path, capsys):
     run_dir = Path(mix["run_dir"])
     assert (run_dir / "config.yaml").is_file() and (run_dir / "model.safetensors").is_file() and (run_dir / "model_config.json").is_file()
     capsys.readouterr()
-    assert main(["table", "--results-dir", str(tmp_path), "--format", "md"]) == 0
+    assert main(["table", "--results-dir", str(tiny_vit_results), "--format", "md"]) == 0
     out = capsys.readouterr().out
     assert "mix(α=0.5)" in out and "| pre |" in out and "cifar10_embedded" in out
 
@@ -58,8 +57,9 @@ def test_vocab_mismatch_fails_with_the_fix(tmp_path, caplog):
     assert rec["status"] == "failed" and "vocab_size" in rec["error"]
 
 
-def test_bad_input_never_touches_earlier_results(tmp_path, caplog):
-    assert main(["run", "task=vit_tiny", f"results_dir={tmp_path}", *TINY_VIT]) == 0
+def test_bad_input_never_touches_earlier_results(tmp_path, caplog, tiny_vit_results):
+    shutil.copytree(tiny_vit_results, tmp_path, dirs_exist_ok=True)  # two finished runs (_support/shared_runs.py)
+    assert len(records(tmp_path)) == 2
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".yaml")}
     assert main(["run", "task=vit_tiny", "norm=mix", "norm.alpha=2", f"results_dir={tmp_path}"]) == 2
     assert "norm.alpha must be in [0, 1]" in caplog.text

@@ -81,11 +81,11 @@ def test_a_run_into_a_folder_with_a_planted_link_is_exit_2_and_writes_nothing_th
     assert [p.name for p in run_dir.iterdir() if not p.name.startswith(".run.")] in ([], [name])  # no config, no record
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    assert main(["run", *TINY_LM, f"run_dir={run_dir}"]) == 0
-    return run_dir
+@pytest.fixture
+def finished(tiny_lm_run) -> Path:
+    """A finished run: the session's 2-step LLaMA (``weights.TINY_LM``, _support/shared_runs.py), which each test copies
+    before it plants a link."""
+    return tiny_lm_run
 
 
 @pytest.mark.parametrize(

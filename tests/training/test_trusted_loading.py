@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _support.weights import TINY_LM, TINY_VIT
+from _support.weights import TINY_LM
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
@@ -160,20 +160,21 @@ def test_export_eval_and_analyze_refuse_a_crafted_file(tmp_path, caplog):
     assert not (tmp_path / "hf").exists() and not (tmp_path / "eval").exists() and not (run / "analysis").exists()
 
 
-@pytest.mark.parametrize("args", [TINY_LM, ["task=vit_tiny", *TINY_VIT]], ids=["lm", "vit"])
-def test_our_own_checkpoints_need_nothing_outside_the_allowlist(tmp_path, args):
+@pytest.mark.parametrize("run", ["tiny_lm_run", "tiny_vit_run"], ids=["lm", "vit"])
+def test_our_own_checkpoints_need_nothing_outside_the_allowlist(run, request):
     """What a run checkpoints (model, optimizer, schedule, loops, data position, generator states, callbacks) is
-    tensors and plain values: the restricted unpickler loads every checkpoint, and the last one rebuilds the final model."""
-    assert main(["run", *args, "checkpoint.every_n_steps=1", f"run_dir={tmp_path / 'run'}"]) == 0
-    files = sorted((tmp_path / "run" / "checkpoints").glob("*.ckpt"))
+    tensors and plain values: the restricted unpickler loads every checkpoint, and the last one rebuilds the final model.
+    The runs: the session's 2-step LLaMA and ViT, checkpointed at every step (_support/shared_runs.py; read only)."""
+    run_dir = request.getfixturevalue(run)
+    files = sorted((run_dir / "checkpoints").glob("*.ckpt"))
     assert [p.name for p in files] == ["epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "last.ckpt"]
     for file in files:
         assert refused_globals(file) == [], file
         checkpoint = AtomicCheckpointIO().load_checkpoint(file)
         assert checkpoint["global_step"] == (1 if "step=1" in file.name else 2) and checkpoint["callbacks"]
     trained = load_trained(files[-1], tokenizer="embedded")  # as export and eval rebuild a model from a .ckpt
-    assert trained.description["family"] == ("lm" if args is TINY_LM else "vision")
-    final = load_file(str(tmp_path / "run" / "model.safetensors"))
+    assert trained.description["family"] == ("lm" if run == "tiny_lm_run" else "vision")
+    final = load_file(str(run_dir / "model.safetensors"))
     assert all(torch.equal(v, final[k]) for k, v in trained.model.state_dict().items())
 
 

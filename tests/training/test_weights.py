@@ -75,18 +75,18 @@ def test_legacy_model_pt_run_folder_still_loads(tmp_path):
     torch.testing.assert_close(fresh.head.weight, model.head.weight)
 
 
-def test_init_from_a_run_folder_and_a_checkpoint(tmp_path):
-    assert main(["run", *TINY_LM, "norm=mix", "checkpoint.every_n_steps=2", f"results_dir={tmp_path / 'a'}"]) == 0
-    first = only_record(tmp_path / "a")
-    run_dir = Path(first["run_dir"])
-    assert first["weights"] == "model.safetensors"
+def test_init_from_a_run_folder_and_a_checkpoint(tmp_path, tiny_lm_run):
+    run_dir = tiny_lm_run  # the session's 2-step Pre-LN LLaMA, checkpointed (_support/shared_runs.py; read only)
+    first = only_record(run_dir)
+    assert first["weights"] == "model.safetensors" and first["norm"]["placement"] == "pre"
     for source in (run_dir, run_dir / "checkpoints" / "last.ckpt", run_dir / "model.safetensors"):
         out = tmp_path / f"from-{source.name}"
-        assert main(["run", *TINY_LM, "norm=mix", "trainer.max_steps=1", f"init_from={source}", f"results_dir={out}"]) == 0
+        assert main(["run", *TINY_LM, "norm=pre", "trainer.max_steps=1", f"init_from={source}", f"results_dir={out}"]) == 0
         record = only_record(out)
         assert record["status"] == "completed" and record["init_from"]["source"] == str(source)
     # a placement mismatch is one clear error, and nothing is trained
-    assert main(["run", *TINY_LM, "norm=pre", f"init_from={run_dir}", f"results_dir={tmp_path / 'bad'}"]) == 2
+    assert main(["run", *TINY_LM, "norm=mix", f"init_from={run_dir}", f"results_dir={tmp_path / 'bad'}"]) == 2
+    assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").rglob("*.safetensors"))
 
 
 def test_init_from_changes_the_starting_point(tmp_path):
