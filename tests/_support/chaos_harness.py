@@ -37,8 +37,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if not __package__:  # run as a script: the test suite's folder on sys.path, as pytest's ``pythonpath`` puts it
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script: the test suite's folder on sys.path, as pytest's ``pythonpath`` puts it, in place
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # of this one's (whose cuda.py would hide torch's ``cuda``)
 
 from _support.faults import TmpfsUnavailable, run_command, tmpfs  # noqa: E402 (after the script's sys.path)
 from mixbench.core.errors import RESUMABLE_EXIT  # noqa: E402

@@ -6,8 +6,8 @@ validation batch) or ``write`` (half-way through writing the checkpoint of that 
 import sys
 from pathlib import Path
 
-if not __package__:  # run as a script: the test suite's folder on sys.path, as pytest's ``pythonpath`` puts it
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script: the test suite's folder on sys.path, as pytest's ``pythonpath`` puts it, in place
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # of this one's (whose cuda.py would hide torch's ``cuda``)
 
 from _support.faults import at_step, inject, send  # noqa: E402 (after the script's sys.path)
 from mixbench.cli.app import main  # noqa: E402
