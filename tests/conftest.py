@@ -2,14 +2,25 @@ import os
 
 import pytest
 import torch
+from _support.paths import TESTS
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 pytest_plugins = (
-    "downstream_fixtures",  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
+    "_support.downstream",  # pretrain_run, sft_run: one tiny pretrain → SFT chain per session
     "_support.project",  # registry, project: the project folder of docs/extending.md
+    "_support.shared_runs",  # uninterrupted, tiny_lm_run, tiny_vit_run, tiny_vit_results: tiny runs trained once a session
 )
+BENCH_TESTS = TESTS / "bench"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects: ``-m bench`` / ``-m "not bench"`` see the marker
+def pytest_collection_modifyitems(config, items):
+    """The tests of bench/'s scripts (tests/bench/) carry the ``bench`` marker."""
+    for item in items:
+        if BENCH_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.bench)
 
 
 @pytest.fixture(scope="session")
@@ -18,19 +29,6 @@ def token_cache(tmp_path_factory):
     their data (test_data.py), so a test reads what an earlier one built instead of tokenizing the same text again
     (~6 s on a 2-core machine)."""
     return tmp_path_factory.mktemp("token_cache")
-
-
-@pytest.fixture(scope="session")
-def uninterrupted(tmp_path_factory):
-    """The record of the crash-safety run (``_support.crash.COMMON``) trained without a fault, once a session: what
-    every killed, signalled or disk-full run must end at after ``resume=auto`` (test_crash_safety, test_disk_full)."""
-    from _support.crash import COMMON, record
-
-    from mixbench.cli.app import main
-
-    run_dir = tmp_path_factory.mktemp("full") / "run"
-    assert main(["run", *COMMON, f"run_dir={run_dir}"]) == 0
-    return record(run_dir)
 
 
 @pytest.fixture

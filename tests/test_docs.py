@@ -7,13 +7,13 @@ import shlex
 from pathlib import Path
 
 import pytest
+from _support.paths import REPO_ROOT
 
 from mixbench.cli.app import build_parser
 from mixbench.grids.sweep_args import expand_sweep
 from mixbench.training.config import compose
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 PLACEHOLDER = re.compile(r"\.\.\.|[A-Z]{2,}|/path/|/data/|/shared/")  # RUN, SFT_RUN, DIR, ...: not a runnable value
 
 
@@ -39,7 +39,7 @@ def mixbench_commands(page: Path) -> list[list[str]]:
     return commands
 
 
-COMMANDS = [(page.relative_to(ROOT).as_posix(), argv) for page in PAGES for argv in mixbench_commands(page)]
+COMMANDS = [(page.relative_to(REPO_ROOT).as_posix(), argv) for page in PAGES for argv in mixbench_commands(page)]
 
 
 def test_the_pages_show_commands():
@@ -67,9 +67,30 @@ def test_the_readme_states_the_quick_start_benchs_last_result():
     """The README's quick-start time is what ``bench/quickstart/quickstart.py`` measured last (its committed JSON)."""
     import json
 
-    result = ROOT / "bench" / "quickstart" / "results" / "quickstart.json"
+    result = REPO_ROOT / "bench" / "quickstart" / "results" / "quickstart.json"
     if not result.is_file():
         pytest.skip("no quick-start measurement committed yet: python bench/quickstart/quickstart.py")
     measured = json.loads(result.read_text())
     minutes, cores = round(measured["median_wall_s"] / 60), measured["machine"]["cores_usable"]
-    assert f"about {minutes} minutes on {cores} idle CPU cores" in " ".join((ROOT / "README.md").read_text().split())
+    assert f"about {minutes} minutes on {cores} idle CPU cores" in " ".join((REPO_ROOT / "README.md").read_text().split())
+
+
+TEST_REFERENCE = re.compile(r"(tests/)?((?:[a-z0-9_]+/)*test_[a-z0-9_]+\.py)(?:::(test_[A-Za-z0-9_]+)(…)?)?")
+REFERRING = [*PAGES, REPO_ROOT / ".ci" / "run", REPO_ROOT / "bench" / "README.md", REPO_ROOT / "bench" / "mutation" / "run.py"]
+
+
+def test_every_test_the_docs_name_exists_where_they_say():
+    """``tests/cli/test_cli.py::test_print_config_and_list``, ``e2e/test_crash_safety.py::test_ctrl_c…`` (in a table of
+    tests, a path under ``tests/``): the module is there and holds a test of that name (``…``: one that starts so) — a
+    guarantee of docs/operations.md keeps naming the test that keeps it when tests move or are renamed."""
+    missing = []
+    for page in REFERRING:
+        for match in TEST_REFERENCE.finditer(page.read_text()):
+            rooted, path, name, prefix = match.groups()
+            module = (REPO_ROOT if rooted else REPO_ROOT / "tests") / (("tests/" if rooted else "") + path)
+            text = module.read_text() if module.is_file() else None
+            if text is None:
+                missing.append(f"{page.name}: {match.group(0)} (no such file)")
+            elif name and not re.search(rf"^def {name}" + ("" if prefix else r"\("), text, re.M):
+                missing.append(f"{page.name}: {match.group(0)} (no such test)")
+    assert missing == []

@@ -2,27 +2,27 @@
 
 import re
 import sys
-from pathlib import Path
 
 import grimp
+from _support.paths import REPO_ROOT
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def contract_layers() -> list[str]:
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    contracts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
     return [" | ".join(sorted(part.strip() for part in layer.split("|"))) for layer in layers]
 
 
 def drawn_layers() -> list[str]:
     """The layers of docs/layout.md's picture, top to bottom (a layer may continue on a line starting with ``|``)."""
-    picture = re.search(r"## Packages and the imports they may make.*?```text\n(.*?)```", (ROOT / "docs" / "layout.md").read_text(), re.S)
+    picture = re.search(
+        r"## Packages and the imports they may make.*?```text\n(.*?)```", (REPO_ROOT / "docs" / "layout.md").read_text(), re.S
+    )
     layers = []
     for line in picture.group(1).splitlines():
         name = line[:45].strip()
@@ -35,7 +35,7 @@ def drawn_layers() -> list[str]:
 
 def test_docs_picture_is_the_contract():
     assert drawn_layers() == contract_layers()
-    readme = re.search(r"## Layout.*?```text\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    readme = re.search(r"## Layout.*?```text\n(.*?)```", (REPO_ROOT / "README.md").read_text(), re.S).group(1)
     short = [" | ".join(sorted("mixbench." + p.strip() for p in layer.split("|"))) for layer in re.split(r"→", readme.replace("\n", " "))]
     assert short == contract_layers()
 
@@ -106,8 +106,8 @@ def test_no_module_below_the_families_names_a_family():
     below = [part.strip() for layer in layers[layers.index("mixbench.families") + 1 :] for part in layer.split("|")]
     offenders = {}
     for package in below:
-        for path in (ROOT / package.replace(".", "/")).rglob("*.py"):
+        for path in (REPO_ROOT / package.replace(".", "/")).rglob("*.py"):
             if found := family_comparisons(path.read_text()):
-                offenders[str(path.relative_to(ROOT))] = found
+                offenders[str(path.relative_to(REPO_ROOT))] = found
     assert below and "mixbench.layers" in below
     assert offenders == {}

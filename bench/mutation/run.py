@@ -41,11 +41,11 @@ class Target:
 
 
 PLACEMENT_TESTS = (
-    "tests/test_formulas.py",
-    "tests/test_formulas_beyond.py",
-    "tests/test_placement.py",
-    "tests/test_models.py",
-    "tests/test_norm_spec_rules.py",
+    "tests/layers/test_formulas.py",
+    "tests/layers/test_formulas_beyond.py",
+    "tests/layers/test_placement.py",
+    "tests/models/test_models.py",
+    "tests/layers/test_norm_spec_rules.py",
 )
 TARGETS = {
     t.name: t
@@ -61,27 +61,31 @@ TARGETS = {
         ),
         Target("placement", ("mixbench/layers/placement.py",), PLACEMENT_TESTS),
         Target("residual", ("mixbench/layers/residual.py",), PLACEMENT_TESTS),
-        Target("stats", ("mixbench/results/stats.py",), ("tests/test_stats.py",)),
-        Target("sweep", ("mixbench/results/sweep.py",), ("tests/test_sweep.py", "tests/test_sweep_rules.py")),
-        Target("cell", ("mixbench/results/cell.py",), ("tests/test_results.py", "tests/test_stats.py", "tests/test_sweep_rules.py")),
+        Target("stats", ("mixbench/results/stats.py",), ("tests/results/test_stats.py",)),
+        Target("sweep", ("mixbench/results/sweep.py",), ("tests/results/test_sweep.py", "tests/results/test_sweep_rules.py")),
+        Target(
+            "cell",
+            ("mixbench/results/cell.py",),
+            ("tests/results/test_results.py", "tests/results/test_stats.py", "tests/results/test_sweep_rules.py"),
+        ),
         Target(
             "status",  # the status classification and the families' learning checks, on records (no training runs)
             ("mixbench/training/status.py",),
-            ("tests/test_status_and_loggers.py", "tests/test_status_rules.py"),
+            ("tests/training/test_status_and_loggers.py", "tests/training/test_status_rules.py"),
             pytest_args=("-k", "classify or reclassify or rules or loss_gain or floor or trend or unfinished"),
         ),
         Target(
             "llama_forward",
             ("mixbench/models/llama.py",),
             (
-                "tests/test_formulas.py",
-                "tests/test_formulas_beyond.py",
-                "tests/test_models.py",
-                "tests/test_llama_forward_edges.py",
+                "tests/layers/test_formulas.py",
+                "tests/layers/test_formulas_beyond.py",
+                "tests/models/test_models.py",
+                "tests/models/test_llama_forward_edges.py",
                 # the masked forward and the KV cache that generation runs on (eval's generate protocol, RLHF)
-                "tests/test_rlhf.py::test_cached_and_uncached_generation_give_the_same_tokens",
-                "tests/test_rlhf.py::test_masked_forward_of_an_unpadded_row_is_the_training_forward",
-                "tests/test_eval.py::test_scorer_matches_full_logits_and_greedy",
+                "tests/rlhf/test_rlhf.py::test_cached_and_uncached_generation_give_the_same_tokens",
+                "tests/rlhf/test_rlhf.py::test_masked_forward_of_an_unpadded_row_is_the_training_forward",
+                "tests/evaluation/test_eval.py::test_scorer_matches_full_logits_and_greedy",
             ),
             names=("mixbench.models.llama.*forward*", "mixbench.models.llama.*embed_tokens*", "mixbench.models.llama.*apply_rope*"),
         ),

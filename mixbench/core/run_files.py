@@ -1,6 +1,6 @@
 """The names of the files a run writes into its folder, and of a grid's manifest beside the run folders, for the
 readers that may not import the writers (``mixbench status`` reads them from the results layer, below
-``mixbench.training`` and ``mixbench.grids``); ``tests/test_status_command.py`` checks that they are the writers' names."""
+``mixbench.training`` and ``mixbench.grids``); ``tests/cli/test_status_command.py`` checks that they are the writers' names."""
 
 from __future__ import annotations
 

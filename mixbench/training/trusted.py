@@ -11,7 +11,7 @@ Beyond those, :data:`TRUSTED_GLOBALS` lists the types mixbench's own checkpoints
 the model, optimizer and schedule states, Lightning's loop counters, the data position (ints), the generators' states
 (NumPy's key array stored as a list), the divergence monitor's and validation history's numbers and ReMax's initial
 reward — all tensors and plain values (so were the checkpoints of LM pretraining, ViT, SFT, reward-model and ReMax
-runs when this was written; ``tests/test_trusted_loading.py`` checks an LM's and a ViT's).  A new state should store
+runs when this was written; ``tests/training/test_trusted_loading.py`` checks an LM's and a ViT's).  A new state should store
 plain values too; a type that cannot be avoided is named here.
 
 A file that needs anything else raises :class:`mixbench.core.errors.UntrustedFile` naming the file and the refused

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-# a 2-block ViT for 3 steps on the embedded CIFAR-10 (tests/test_cli.py's runs and the tests that reuse its settings)
+# a 2-block ViT for 3 steps on the embedded CIFAR-10 (tests/cli/test_cli.py's runs and the tests that reuse its settings)
 TINY_VIT = [
     "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
     "model.num_layers=2",

@@ -1,0 +1,75 @@
+"""The LM ladder at equal tokens (mixbench.results.equal_tokens): validations picked by token count, Δ at each size's
+full budget, and the committed ladder's numbers."""
+
+import math
+
+import pytest
+from _support.paths import REPO_ROOT
+
+from mixbench.results.equal_tokens import FAILED, equal_token_points, loss_near, markdown, targets
+from mixbench.results.ladder_figures import ladders
+from mixbench.results.records import SCHEMA, load_records
+
+LADDER = REPO_ROOT / "results" / "proxy" / "ladder"
+
+
+def record(task, params, norm, seed, steps, losses, lr=1e-3, status="completed"):
+    """An LM record of ``steps`` steps of 128 × 256 tokens whose validations at 25/50/75/100 % gave ``losses``."""
+    fractions = (0.25, 0.5, 0.75, 1.0)
+    return {
+        "schema": SCHEMA,
+        "task": task,
+        "family": "lm",
+        "model": {"name": task, "options": {}, "num_params": params},
+        "norm": {"label": norm, "placement": norm},
+        "seed": seed,
+        "status": status,
+        "scale": "proxy",
+        "dataset": {"name": "textmix", "seq_len": 256},
+        "effective": {"global_batch_size": 128},
+        "steps": steps,
+        "metrics": {"val/loss": losses[-1], "val/ppl": math.exp(losses[-1])},
+        "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": math.exp(losses[-1])},
+        "validations": [{"step": int(f * steps), "fraction": f, "metrics": {"val/loss": x}} for f, x in zip(fractions, losses)],
+        "config": {"optim": {"lr": lr}, "seed": seed},
+        "started_at": f"2026-01-01T00:00:0{seed}",
+    }
+
+
+def test_a_validation_counts_at_a_target_within_the_tolerance_and_the_nearest_wins():
+    r = record("small", 10, "pre", 0, 400, [5.0, 4.0, 3.5, 3.0])  # 3.28M, 6.55M, 9.83M, 13.1M tokens
+    assert loss_near(r, 6.5e6)[:1] == (4.0,) and loss_near(r, 6.5e6)[2] == 0.5
+    assert loss_near(r, 13.1e6)[0] == 3.0
+    assert loss_near(r, 4.5e6) is None  # 3.28M is 27 % away, 6.55M 46 %: nothing within ±15 %
+    assert targets([r, record("big", 20, "pre", 0, 800, [5, 4, 3, 2])]) == pytest.approx([13107200, 26214400])
+
+
+def test_deltas_at_equal_tokens_compare_each_size_where_it_has_validations():
+    rows = []
+    for seed, shift in ((0, 0.0), (1, 0.02)):
+        rows.append(record("small", 10, "pre", seed, 400, [5.0 + shift, 4.0 + shift, 3.5, 3.0 + shift]))
+        rows.append(record("small", 10, "mix", seed, 400, [4.5, 3.5 - shift, 3.2, 2.6 + shift]))
+        rows.append(record("big", 20, "pre", seed, 800, [4.0 + shift, 3.0 + shift, 2.5, 2.0]))
+        rows.append(record("big", 20, "mix", seed, 800, [3.8, 2.9 + shift, 2.45, 1.9]))
+    rows.append(record("big", 20, "post", 0, 800, [7.0] * 4, status="stalled"))
+    (ladder,) = ladders(rows).values()
+    points = equal_token_points(ladder, rows)
+    at = {(p.target, p.column.split(" ")[0], p.row): p for p in points}
+    small_end = next(t for t in targets(rows) if t < 2e7)
+    # at the small model's whole budget (13.1M): the small model's end, the big model's 50 % validation
+    assert at[(small_end, "small", "mix")].delta == pytest.approx((2.6 + 2.62) / 2 - (3.0 + 3.02) / 2)
+    big_mid = at[(small_end, "big", "mix")]
+    assert big_mid.fraction == 0.5 and big_mid.delta == pytest.approx((2.9 + 2.92) / 2 - (3.0 + 3.02) / 2)
+    assert big_mid.low is not None and big_mid.low < big_mid.delta < big_mid.high
+    table = markdown(ladder, points)
+    assert "50% of its run" in table and FAILED in table  # post stalled at its only lr at the big size
+
+
+def test_the_committed_ladder_at_equal_tokens_gives_the_issues_numbers():
+    records, _ = load_records(LADDER)
+    (lm,) = [ladder for family, ladder in ladders(records).items() if family == "lm"]
+    points = {(round(p.target / 1e5), p.column.split(" ")[0], p.row): p for p in equal_token_points(lm, records)}
+    assert points[(110, "c4_llama_130m", "mix(α=0.25)")].delta == pytest.approx(-0.503, abs=5e-4)  # 11.0M, its end
+    assert points[(110, "c4_llama_250m", "mix(α=0.25)")].delta == pytest.approx(-0.533, abs=5e-4)  # 9.8M, 50 %
+    one_b = points[(110, "c4_llama_1b", "mix(α=0.25)")]
+    assert one_b.delta == pytest.approx(-0.069, abs=5e-4) and one_b.low is None  # 12.5M, one seed

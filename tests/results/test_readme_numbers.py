@@ -1,0 +1,165 @@
+"""The READMEs' headline numbers are what ``mixbench table`` computes from the committed records: the tuned table of
+the lr sweep (results/proxy/lr_sensitivity), the ladder's tuned table by size and its equal-token view
+(results/proxy/ladder), and the top README's claims about both.  A record added, removed or re-classified that moves a
+headline number fails here until the README says the new one."""
+
+import re
+
+import pytest
+from _support.paths import REPO_ROOT
+
+from mixbench.cli.app import main
+from mixbench.results.equal_tokens import equal_token_points
+from mixbench.results.ladder_figures import ladders
+from mixbench.results.records import load_records
+
+SWEEP = REPO_ROOT / "results" / "proxy" / "lr_sensitivity"
+LADDER = REPO_ROOT / "results" / "proxy" / "ladder"
+NUMBER = r"[−+-]?\d[\d,]*\.?\d*"
+DELTA = re.compile(rf"Δ ({NUMBER}) \[({NUMBER}), ({NUMBER})\]")
+LADDER_ROWS = {"pre": "pre", "post": "post", "mix": "mix(α=0.25)", "deepnorm": "deepnorm", "olmo2": "reordered+qk_norm=full"}
+LADDER_ROWS |= {"lns": "lns", "peri": "peri", "dyt": "dyt"}
+VIT_ROWS = {"pre": "pre", "post": "post", "mix": "mix(α=0.25)", "admin": "admin", "hybrid": "hybrid"}
+
+
+def number(text: str) -> float:
+    return float(text.replace("−", "-").replace(",", "").replace("+", ""))
+
+
+def decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def same(printed: str, value: float) -> bool:
+    """``printed`` is ``value`` rounded to the decimals it shows."""
+    return abs(number(printed) - value) <= 0.5 * 10 ** -decimals(printed) + 1e-9
+
+
+def table_rows(markdown: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in markdown.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            name = re.match(r"`?([^`]+)`?", cells[0]).group(1)  # `pre` (value) → pre
+            rows[name] = cells[1:]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def lm_and_vit():
+    records, _ = load_records(LADDER)
+    found = ladders(records)
+    return found["lm"], found["vision"], records
+
+
+def test_the_lr_sweeps_tuned_table_in_its_readme_is_what_mixbench_table_prints(capsys):
+    assert main(["table", "--results-dir", str(SWEEP), "--best-over", "optim.lr", "--baseline", "pre", "--format", "md"]) == 0
+    printed = table_rows(capsys.readouterr().out)
+    text = (SWEEP / "README.md").read_text()
+    start = text.index("| norm | c4_llama_71m")
+    readme = table_rows(text[start : text.index("\n\n", start)])  # the tuned table (the README's first of that header)
+    checked = 0
+    for row, cells in printed.items():
+        if row in readme and any("Δ" in c for c in cells):
+            assert [DELTA.findall(c) for c in readme[row][: len(cells)]] == [DELTA.findall(c) for c in cells], row
+            checked += 1
+    assert checked >= 13  # every placement but the baseline
+
+
+def ladder_cell_checks(ladder, rows: dict, readme_rows: dict[str, list[str]]) -> int:
+    """Each README cell ``−31.1 [−33.4, −28.7] @1e-3`` (or one-seed ``−1.44 @5e-4``) against the ladder's own cell."""
+    checked = 0
+    for short, row in rows.items():
+        for rung, text in zip(ladder.rungs, readme_rows[short]):
+            sweep = ladder.sweep(row, rung)
+            match = re.match(rf"\**({NUMBER})(?: \[({NUMBER}), ({NUMBER})\])?\** @({NUMBER}(?:e-\d)?)", text.replace("**", ""))
+            if short == "pre" or sweep is None or match is None:
+                continue
+            delta = ladder.table.cells[(row, rung.column)].delta
+            value, low, high, lr = match.groups()
+            assert same(value, delta.diff), (short, rung.label, text)
+            assert (low is None) == (delta.low is None), (short, rung.label, text)
+            if low is not None:
+                assert same(low, delta.low) and same(high, delta.high), (short, rung.label, text)
+            assert number(lr) == pytest.approx(float(sweep.best)), (short, rung.label, text)
+            checked += 1
+    return checked
+
+
+def test_the_ladders_tuned_tables_in_its_readme_are_the_records_cells(lm_and_vit):
+    lm, vit, _ = lm_and_vit
+    readme = (LADDER / "README.md").read_text()
+    section = readme.split("## The tuned table by size")[1].split("## Figures")[0]
+    tables = section.split("\n\n")
+    lm_rows = table_rows(next(t for t in tables if "LLaMA 71M" in t))
+    vit_rows = table_rows(next(t for t in tables if "ViT-Ti" in t))
+    assert ladder_cell_checks(lm, LADDER_ROWS, lm_rows) >= 25
+    assert ladder_cell_checks(vit, VIT_ROWS, vit_rows) == 8
+
+
+def test_the_equal_token_view_in_the_ladder_readme_is_the_records(lm_and_vit):
+    lm, _, records = lm_and_vit
+    points = {(round(p.target / 1e6, 1), p.column.split(" ")[0], p.row): p for p in equal_token_points(lm, records)}
+    section = (LADDER / "README.md").read_text().split("## At equal tokens: the same records")[1].split("\n- ")[0]
+    sizes = ["c4_llama_71m", "c4_llama_130m", "c4_llama_250m", "c4_llama_1b"]
+    checked, target = 0, None
+    for line in section.splitlines():
+        if not line.startswith("| ") or line.startswith("| tokens"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        target = number(cells[0].rstrip("M")) if cells[0] else target
+        row = LADDER_ROWS[cells[1].strip("`")]
+        for size, text in zip(sizes, cells[2:]):
+            match = re.match(rf"({NUMBER})(?: \[({NUMBER}), ({NUMBER})\])?", text)
+            if match is None:
+                continue
+            point = points[(target, size, row)]
+            assert same(match.group(1), point.delta), (target, size, row, text)
+            if match.group(2):
+                assert same(match.group(2), point.low) and same(match.group(3), point.high), (target, size, row, text)
+            checked += 1
+    assert checked >= 19
+
+
+@pytest.mark.parametrize(
+    "claim, source, row, column, kind",
+    [
+        ("Mix-LN −8.4 [−11.6, −5.2] ppl", "sweep", "mix(α=0.25)", "num_layers=24", "interval"),
+        ("Post-LN\n  −7.5 [−10.8, −4.3] against Pre-LN", "sweep", "post", "num_layers=24", "interval"),
+        ("(+5.8 [4.1, 7.5] against Pre-LN", "sweep", "post", "vit_tiny", "interval"),
+        ("−9.5 [−12.5, −6.5] ppl against Pre-LN at 596 steps", "ladder", "post", "llama_250m", "interval"),
+        ("Mix-LN −11.2 [−13.5, −8.9]", "ladder", "mix(α=0.25)", "llama_250m", "interval"),
+        ("Mix-LN −31.4,", "ladder", "mix(α=0.25)", "llama_130m", "value"),
+        ("Post-LN −31.1,", "ladder", "post", "llama_130m", "value"),
+        ("Mix-LN's gain over Pre-LN is +4.70 at ViT-Ti", "ladder", "mix(α=0.25)", "vit_tiny", "value"),
+        ("and +5.05 at ViT-S", "ladder", "mix(α=0.25)", "vit_small", "value"),
+    ],
+)
+def test_the_top_readmes_headline_numbers_are_the_records(claim, source, row, column, kind, lm_and_vit):
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert claim in readme, f"the top README no longer says {claim!r}"
+    if source == "ladder":
+        lm, vit, _ = lm_and_vit
+        table = (lm if "llama" in column else vit).table
+    else:
+        records, _ = load_records(SWEEP)
+        table = ladders(records)["lm" if "num_layers" in column else "vision"].table
+    (col,) = [c for c in table.columns if column in c and (row, c) in table.cells]
+    delta = table.cells[(row, col)].delta
+    numbers = re.findall(NUMBER, claim.split("Pre-LN")[0] if "gain" not in claim else claim.split("is")[-1])
+    numbers = [n for n in numbers if "." in n]
+    assert same(numbers[0], delta.diff), (claim, delta)
+    if kind == "interval":
+        assert same(numbers[1], delta.low) and same(numbers[2], delta.high), (claim, delta)
+
+
+def test_the_top_readmes_equal_token_claim_is_the_records(lm_and_vit):
+    lm, _, records = lm_and_vit
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "Mix-LN leads Pre-LN by 0.50 nats at 130M and 0.53 at 250M" in readme and "by 0.07 at 1B" in readme
+    points = {(p.column.split(" ")[0], p.row): p for p in equal_token_points(lm, records) if round(p.target / 1e6, 1) == 11.0}
+    assert [round(-points[(size, "mix(α=0.25)")].delta, 2) for size in ("c4_llama_130m", "c4_llama_250m", "c4_llama_1b")] == [
+        0.50,
+        0.53,
+        0.07,
+    ]
