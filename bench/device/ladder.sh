@@ -81,10 +81,11 @@ seed_records() {  # seed_records DIR: the ladder's committed records (ViT-Ti fro
 chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASKS (comma-separated), one rung after another
     local tasks=$1 gpus=$2 cores=$3 jobs=$4 task round n name
     cd "$MB" || exit 2
-    [ -n "${GO_AFTER:-}" ] && until [ -e "$GO_AFTER" ]; do sleep 5; done  # e.g. a bench that needs the GPU alone first
     for task in ${tasks//,/ }; do
         [[ $task == c4_llama* ]] && until [ -e .data/textmix3/.tokenized ]; do sleep 5; done
         [[ $task == in1k* ]] && until [ -e .data/cifar/.ready ]; do sleep 5; done
+        # after the data: a bench that needs the GPU alone (run_overhead.sh GO=) removes the file when it starts
+        [ -n "${GO_AFTER:-}" ] && until [ -e "$GO_AFTER" ]; do sleep 5; done
         name=${task#*_}; round=0
         while :; do
             round=$((round + 1))

@@ -11,10 +11,11 @@ fixed cost of the full one; the projection to ``--full-steps`` adds the steady s
     projected wall = wall + (full_steps − steps) × steady_step;   ratio = projected wall / (full_steps × steady_step)
 
 The target (issue 49) is ratio ≤ 1.15 at 764 steps on one H200.  Variants (``--variants``, comma-separated):
-``model`` (whole-model compile: the ladder's runs so far), ``blocks`` (``compile.scope=blocks``: the repeated block
-compiled once) and ``after`` (``blocks`` + ``final_validation=reuse_fit``: fit's validation at the last step is the
-record's, no second full pass).  Rows run one after another on the same card, in the order given, each with empty
-Inductor and Triton caches (a fresh machine's first run; a lease's later runs of the same shapes compile faster).
+``model`` (whole-model compile: the ladder's runs until 2026-12-07), ``blocks`` (``compile.scope=blocks``: the
+repeated block compiled once), ``reuse`` (``blocks`` + ``final_validation=reuse_fit``: fit's validation at the last step
+is the record's, no second full pass) and ``cuda_init`` (``reuse`` + ``init_device=cuda``: the model built on the
+GPU).  Rows run one after another on the same card, in the order given, each with empty Inductor and Triton caches (a
+fresh machine's first run; a lease's later runs of the same shapes compile faster).
 
     python bench/speed/run_overhead.py --text '.data/textmix3/pkgtext-train.*.json.gz' --out bench/speed/results/run_overhead_1b.json
 """
@@ -33,9 +34,10 @@ from harness import Runner, start_logging, text_table, write_table_result  # noq
 
 log = logging.getLogger("run_overhead")
 VARIANTS = {
-    "model": ["compile.scope=model"],  # the ladder's runs so far
+    "model": ["compile.scope=model"],  # the ladder's runs until 2026-12-07
     "blocks": ["compile.scope=blocks"],
-    "after": ["compile.scope=blocks", "final_validation=reuse_fit"],  # + fit's last validation is the record's metrics
+    "reuse": ["compile.scope=blocks", "final_validation=reuse_fit"],  # + fit's last validation is the record's metrics
+    "cuda_init": ["compile.scope=blocks", "final_validation=reuse_fit", "init_device=cuda"],  # + the model built on the GPU
 }
 VALIDATIONS = 4
 
@@ -104,7 +106,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=120, help="steps of each short run (a multiple of 4: four validations)")
     ap.add_argument("--full-steps", type=int, default=764, help="the full run the short one is projected to (the 1B ladder run)")
-    ap.add_argument("--variants", default="model,after")
+    ap.add_argument("--variants", default="model,cuda_init")
     ap.add_argument("--gpu", default="0")
     ap.add_argument("--out", type=Path, default=Path("bench/speed/results/run_overhead_1b.json"))
     ap.add_argument("--dry-run", action="store_true", help="log the commands only")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ..core.constants import ANGULAR_TOKENS
 from ..core.errors import AnalysisMismatch
@@ -51,6 +51,7 @@ def subject_from_run(run_dir: str | Path) -> Subject:
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
+    OmegaConf.update(cfg, "init_device", "cpu", force_add=True)  # the run's weights replace the initial ones, wherever drawn
     state, _, _ = load_weights(run_dir)
     datamodule = build_datamodule(cfg)
     model = _build(cfg, datamodule)

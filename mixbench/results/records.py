@@ -167,6 +167,7 @@ NOT_RECIPE = (
     "slurm",
     "save_weights",
     "final_validation",
+    "init_device",
     "checkpoint",
     "checkpoint_every_n_steps",  # the key before checkpoint.every_n_steps
     "logger",

@@ -3,12 +3,14 @@ with its data-dependent init, the LightningModule.  Shared by the run, its pre-f
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from ..core.contracts import BenchDataModule, check_contract
+from ..core.errors import ConfigError
 from ..core.families import get_family
 from ..data import get_datamodule_class
 from ..layers import profile_admin
@@ -42,25 +44,40 @@ def model_options(cfg: DictConfig, datamodule) -> dict:
     return get_family(cfg.task.family).options_from_data(cfg, options, datamodule)
 
 
-def profiling_batch(datamodule, items: int = PROFILE_ITEMS):
-    """The first ``items`` examples of the first validation batch, on the CPU: a real, fixed batch (no augmentation,
-    the same on every rank, the training order untouched) for an init that needs one."""
+def profiling_batch(datamodule, items: int = PROFILE_ITEMS, device=None):
+    """The first ``items`` examples of the first validation batch, on ``device`` (default the CPU): a real, fixed batch
+    (no augmentation, the same on every rank, the training order untouched) for an init that needs one."""
     import torch
     from lightning.fabric.utilities.apply_func import apply_to_collection
 
     batch = next(iter(datamodule.val_dataloader()))
-    return apply_to_collection(batch, torch.Tensor, lambda t: t[:items].cpu())
+    return apply_to_collection(batch, torch.Tensor, lambda t: t[:items].to(device or "cpu"))
+
+
+def init_device(cfg: DictConfig):
+    """The device the run's model is built on: None (the CPU) or, for ``init_device=cuda``, the run's GPU — its
+    parameters drawn there by the CUDA generator that ``seed`` seeds (other weights than the CPU's at the same seed)."""
+    if cfg.get("init_device", "cpu") != "cuda":
+        return None
+    import torch
+
+    if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
+        raise ConfigError("init_device=cuda builds the model on the run's GPU, and this run has none: set init_device=cpu")
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def build_run_model(cfg: DictConfig, spec, datamodule, options: dict):
-    """The run's model at its initial weights: built from the preset, ``spec`` and ``options``, then any init a
-    placement takes from data — Admin's profiling pass (``norm.admin_init=profile``) over :func:`profiling_batch`, unless
-    ``init_from`` replaces the initial weights.  Returns ``(model, omegas)``: the profiled Admin ω per sub-layer, or None."""
-    model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
+    """The run's model at its initial weights: built from the preset, ``spec`` and ``options`` (on :func:`init_device`),
+    then any init a placement takes from data — Admin's profiling pass (``norm.admin_init=profile``) over
+    :func:`profiling_batch`, unless ``init_from`` replaces the initial weights.  Returns ``(model, omegas)``: the
+    profiled Admin ω per sub-layer, or None."""
+    device = init_device(cfg)
+    with device if device is not None else contextlib.nullcontext():  # a torch.device is a context: tensors made there
+        model = build_model(cfg.model.name, spec, seed=cfg.seed, **options)
     if cfg.get("init_from") is not None:  # its weights replace the initial ones: nothing to profile
         return model, None
     loss = get_family(cfg.task.family).analysis_loss
-    omegas = profile_admin(model, lambda: loss(model, profiling_batch(datamodule)))
+    omegas = profile_admin(model, lambda: loss(model, profiling_batch(datamodule, device=device)))
     return model, omegas
 
 

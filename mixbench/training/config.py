@@ -293,6 +293,7 @@ RANGES = {  # key: (lowest, whether the lowest itself is refused)
 
 # after fit: always a trainer.validate, or reuse_fit: the last validation inside fit where it was at the final step
 FINAL_VALIDATION = ("always", "reuse_fit")
+INIT_DEVICES = ("cpu", "cuda")  # where the model is built and its initial weights drawn
 
 
 def check_ranges(cfg: DictConfig) -> None:
@@ -311,6 +312,13 @@ def check_ranges(cfg: DictConfig) -> None:
         raise ConfigError(f"resume must be auto or null, got {cfg.resume!r}")
     if cfg.get("final_validation", "always") not in FINAL_VALIDATION:
         raise ConfigError(f"final_validation must be one of {', '.join(FINAL_VALIDATION)}, got {cfg.final_validation!r}")
+    init = cfg.get("init_device", "cpu")
+    if init not in INIT_DEVICES:
+        raise ConfigError(f"init_device must be one of {', '.join(INIT_DEVICES)}, got {init!r}")
+    if init == "cuda" and (cfg.trainer.devices != 1 or cfg.trainer.num_nodes != 1):
+        raise ConfigError(
+            "init_device=cuda builds the model on the run's one GPU: set trainer.devices=1 trainer.num_nodes=1, or init_device=cpu"
+        )
 
 
 def validate(cfg: DictConfig) -> None:

@@ -1,7 +1,7 @@
 """Checks of a run that its config alone decides, made before a run folder or record is written: the data module's
 required settings (its constructor reads no data), that its local files exist (globs and folders looked up, nothing
-read), ``init_from``'s model description (family, norm placement, architecture options) against the run's model, and
-that ``resume_from`` exists and holds nothing outside :mod:`mixbench.training.trusted`'s allowlist."""
+read), that ``init_device=cuda`` has a GPU, ``init_from``'s model description (family, norm placement, architecture
+options) against the run's model, and that ``resume_from`` exists and holds nothing outside :mod:`mixbench.training.trusted`'s allowlist."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..core.errors import ConfigError
-from .builders import make_datamodule
+from .builders import init_device, make_datamodule
 from .config import norm_spec
 from .profiling import check_profiler
 from .strategy import accumulation_steps, world_size
@@ -72,6 +72,7 @@ def preflight(cfg: DictConfig) -> None:
     accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
     check_data_sources(make_datamodule(cfg))
     check_profiler(cfg.profiler, int(cfg.trainer.num_nodes))
+    init_device(cfg)  # init_device=cuda on a run without a GPU: refused here
     if cfg.init_from is not None:
         check_init_from(cfg)
     if cfg.resume_from is not None:

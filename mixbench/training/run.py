@@ -70,8 +70,9 @@ def finished_record(run_dir: Path) -> dict | None:
 
 LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm", "profiler")  # where and how a run runs, not what it is
 # what a run may use or how it gets there, not what it computes: data workers (capped by a grid's --jobs), whether the
-# model is compiled whole or block by block, and whether the final validation repeats fit's last one (the same weights)
-RESOURCE_KEYS = ("data.num_workers", "compile.scope", "final_validation")
+# model is compiled whole or block by block, whether the final validation repeats fit's last one (the same weights), and
+# where the initial weights are drawn (the same distribution: a seed drawn on the GPU stands for that seed)
+RESOURCE_KEYS = ("data.num_workers", "compile.scope", "final_validation", "init_device")
 
 
 def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:

@@ -116,6 +116,12 @@ def test_analyze_commands_on_a_run_and_at_init(tmp_path, token_cache):
     with pytest.raises(AnalysisMismatch, match="recorded"):
         prune_profile(subject_from_run(run_dir))
     (run_dir / "record.json").write_text(json.dumps(record))
+    config = run_dir / "config.yaml"  # as a run with init_device=cuda saves it: its weights load on this CPU all the same
+    saved = config.read_text()
+    config.write_text(saved.replace("init_device: cpu", "init_device: cuda"))
+    assert "init_device: cuda" in config.read_text()
+    assert prune_profile(subject_from_run(run_dir))["original"] == whole["original"]
+    config.write_text(saved)
     assert (run_dir / "analysis" / "grad_norm.png").stat().st_size > 0
     assert main(["analyze", "training-grad-norm", "--run", str(run_dir), "--steps", "0", "1", "-1"]) == 0
     (logged,) = json.loads((run_dir / "analysis" / "training_grad_norm.json").read_text())
