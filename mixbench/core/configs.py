@@ -4,6 +4,9 @@ training stack, so that ``mixbench list`` shows the groups without importing Lig
 
 from __future__ import annotations
 
+import copy
+import functools
+import os
 from pathlib import Path
 
 import yaml
@@ -15,6 +18,19 @@ from .project import config_choices, config_file
 from .reading import UnreadableFile, read_text_capped
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, mtime_ns: int, size: int):
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+
+
+def load_config_file(path: str | Path):
+    """``OmegaConf.load(path)`` of one of mixbench's or a project's config files, its YAML parsed once a process while
+    the file is unchanged (its modification time and size): a grid composes every run from the same few files.  Each
+    call returns a fresh config."""
+    stat = os.stat(path)
+    return OmegaConf.create(copy.deepcopy(_parsed(str(path), stat.st_mtime_ns, stat.st_size)))
+
+
 def load_group(group: str, choice: str, root: str | Path | None = None) -> DictConfig:
     """``configs/<group>/<choice>.yaml`` from the project search path."""
     path = config_file(group, f"{choice}.yaml", root=root)
@@ -22,7 +38,7 @@ def load_group(group: str, choice: str, root: str | Path | None = None) -> DictC
         valid = config_choices(group, root)
         raise ConfigError(f"unknown {group}={choice!r}{did_you_mean(choice, valid)} Valid: {', '.join(valid)}")
     try:
-        loaded = OmegaConf.load(path)
+        loaded = load_config_file(path)
     except (yaml.YAMLError, OmegaConfBaseException) as err:
         raise ConfigError(f"{path} is not valid YAML: {one_line(err)}") from None
     if not isinstance(loaded, DictConfig):

@@ -24,7 +24,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..core.configs import load_group, read_saved_config
+from ..core.configs import load_config_file, load_group, read_saved_config
 from ..core.errors import ConfigError, did_you_mean, one_line
 from ..core.families import family_of_model, get_family
 from ..core.project import config_choices, config_file, runs_root  # noqa: F401 (runs_root: imported from here too)
@@ -224,7 +224,7 @@ def compose(args: list[str], root: str | Path | None = None) -> DictConfig:
     if model_family.name != family.name:
         raise ConfigError(f"model {model_name!r} is a {model_family.name} model but task {task.name!r} needs a {family.name} model")
 
-    cfg = OmegaConf.load(config_file("defaults.yaml", root=root))
+    cfg = load_config_file(config_file("defaults.yaml", root=root))
     cfg.choices = {"task": task.name, "model": model_name, "norm": choices.get("norm", task.norm), "data": choices.get("data", task.data)}
     cfg.task = {
         "name": task.name,
@@ -362,6 +362,6 @@ def load_run_config(run_dir: str | Path) -> DictConfig:
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
     saved = OmegaConf.create(read_saved_config(path))  # plain values: no resolver runs on a file from elsewhere
     upgrade_saved_config(saved)
-    cfg = OmegaConf.merge(OmegaConf.load(config_file("defaults.yaml")), saved)
+    cfg = OmegaConf.merge(load_config_file(config_file("defaults.yaml")), saved)
     get_task(cfg.task.name).load_plugin()
     return cfg
