@@ -15,6 +15,19 @@ TINY_VIT = [
     "trainer.enable_progress_bar=false",
 ]
 
+# the debug LLaMA for 4 steps, validated at 2 and 4 (grids/test_search's trials, training/test_status_and_loggers' runs)
+LM_FOUR_STEPS = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.limit_val_batches=1",
+    "data.seq_len=16",
+    "trainer.enable_progress_bar=false",
+    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
+]
+
 
 def records(results_dir: Path) -> list[dict]:
     """Every record.json under ``results_dir``, in path order."""

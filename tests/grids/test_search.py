@@ -5,6 +5,7 @@ import json
 
 import pytest
 from _support.paths import REPO_ROOT
+from _support.runs import LM_FOUR_STEPS
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
@@ -15,15 +16,7 @@ from mixbench.results.records import write_record
 optuna = pytest.importorskip("optuna")
 
 TINY_LM = [
-    "task=llama_lm",
-    "model=llama_debug",
-    "model.vocab_size=8192",
-    "trainer.max_steps=4",
-    "trainer.val_check_interval=2",
-    "trainer.limit_val_batches=1",
-    "data.seq_len=16",
-    "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
+    *LM_FOUR_STEPS,
     "save_weights=false",
 ]
 

@@ -4,21 +4,14 @@ import json
 import logging
 
 import pytest
+from _support.runs import LM_FOUR_STEPS
 
 from mixbench.cli.app import main
 from mixbench.results.records import write_record
 from mixbench.training.status import classify, loss_gain
 
 TINY_LM = [
-    "task=llama_lm",
-    "model=llama_debug",
-    "model.vocab_size=8192",
-    "trainer.max_steps=4",
-    "trainer.val_check_interval=2",
-    "trainer.limit_val_batches=1",
-    "data.seq_len=16",
-    "trainer.enable_progress_bar=false",
-    "divergence.unigram_floor=false",  # too few steps to learn: off; the check's own tests are in test_learning_check.py
+    *LM_FOUR_STEPS,
     "trainer.log_every_n_steps=1",
 ]
 FLAT = [(i, 5.0) for i in range(12)]
