@@ -6,8 +6,9 @@
   (:class:`mixbench.core.errors.DiskFull`).
 * :func:`checkpoint_callback`: Lightning's ``ModelCheckpoint`` every N optimizer steps, keeping the newest
   ``keep_last`` (ranked by step) plus ``last.ckpt``.
-* :func:`newest_checkpoint` checks each candidate (every byte against the CRC its zip archive stores) before picking
-  it: a truncated or damaged file is skipped with a warning naming it; if every one is damaged it raises
+* :func:`newest_checkpoint` checks each candidate's zip structure (its directory, and each member where the directory
+  says; not the data's CRCs, which would read the whole file once more) before picking it: a truncated or damaged file
+  is skipped with a warning naming it; if every one is damaged it raises
   :class:`mixbench.core.errors.CheckpointError` naming them.  The one it picks must load through the restricted
   unpickler (:mod:`mixbench.training.trusted`), else :class:`mixbench.core.errors.UntrustedFile`; so does every
   checkpoint Lightning reads to resume (:meth:`AtomicCheckpointIO.load_checkpoint`).
@@ -163,11 +164,22 @@ def checkpoint_step(path: Path) -> int:
     return step
 
 
-def checkpoint_problem(path: Path) -> str | None:
-    """Why ``path`` is not a complete checkpoint (unreadable, not a zip archive, a member failing its CRC), or None."""
+LOCAL_HEADER = b"PK\x03\x04"  # the signature each member's local header starts with
+
+
+def checkpoint_problem(path: Path, read_data: bool = False) -> str | None:
+    """Why ``path`` is not a complete checkpoint, or None: unreadable, not a zip archive (a truncated file has lost its
+    central directory at the end), or a member whose local header or data does not lie where the directory says —
+    without reading the data (a 1B checkpoint is ~15 GB): checkpoints are renamed into place only after a whole,
+    fsynced write.  ``read_data=True`` also checks every member's bytes against its CRC (a bad disk)."""
     try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
+        with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
+            size = raw.seek(0, 2)
+            for member in archive.infolist():
+                raw.seek(member.header_offset)
+                if raw.read(4) != LOCAL_HEADER or member.header_offset + 30 + member.compress_size > size:
+                    return f"{member.filename} is not where its directory says (the file is cut or overwritten)"
+            bad = archive.testzip() if read_data else None
     except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
         return str(err) or type(err).__name__
     return f"{bad} fails its checksum" if bad else None

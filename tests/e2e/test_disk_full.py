@@ -31,7 +31,7 @@ def intact_checkpoints(run_dir: Path) -> list[str]:
     """The checkpoint files of ``run_dir``, each checked complete; no temporary file is left beside them."""
     folder = run_dir / "checkpoints"
     assert not [p.name for p in folder.iterdir() if ".tmp-" in p.name]
-    assert all(checkpoint_problem(p) is None for p in folder.glob("*.ckpt"))
+    assert all(checkpoint_problem(p, read_data=True) is None for p in folder.glob("*.ckpt"))
     return sorted(p.name for p in folder.glob("*.ckpt"))
 
 
