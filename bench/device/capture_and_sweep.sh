@@ -63,7 +63,7 @@ case $STEP in
         mkdir -p .grid/runs && cp -r results/proxy/placements/runs/in1k_vit_tiny results/proxy/placements/runs/c4_llama_71m .grid/runs/
         touch "$W/.started"  # records newer than this are the sweep's own
         sweep_daemon vision 48-63 3 4
-        lane gpu_tests 0-15 0 python3 -m pytest -q -m gpu tests/test_step_graph.py tests/test_device_arrays.py tests/test_device_pipeline.py \
+        lane gpu_tests 0-15 0 python3 -m pytest -q -m gpu tests/training/test_step_graph.py tests/data/test_device_arrays.py tests/data/test_device_pipeline.py \
             -p no:cacheprovider -s &
         lane vit_ti 16-31 - python3 bench/speed/step_capture.py --group vit_ti --gpu 1 --workers 3 --out "$W/step_capture_vit_ti.json" &
         wait ;;
@@ -78,7 +78,7 @@ case $STEP in
         source bench/device/dali_bundle.sh env || { echo "DALI could not be set up"; pack_outputs; exit 1; }
         (lane vit_s 32-47 - python3 bench/speed/step_capture.py --group vit_s --gpu 2 --workers 14 --repeats "${REPEATS:-3}" \
             --out "$W/step_capture_vit_s.json"
-         lane dali_tests 32-47 2 python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider) &
+         lane dali_tests 32-47 2 python3 -m pytest -q -m gpu tests/data/test_dali.py -p no:cacheprovider) &
         lane multi_gpu_vit_s 0-31 - python3 bench/speed/multi_gpu.py --gpus 0,1 --only vit_small --vit-pipeline dali \
             --budget 480 --out "$W/multi_gpu_vit_s.json" &
         wait ;;
@@ -87,7 +87,7 @@ case $STEP in
         unpack_textmix
         lane llama_71m 0-15 - python3 bench/speed/step_capture.py --group llama_71m --gpu 0 --out "$W/step_capture_llama_71m.json" &
         lane llama_130m 16-31 - python3 bench/speed/step_capture.py --group llama_130m --gpu 1 --out "$W/step_capture_llama_130m.json" &
-        lane dali_tests 32-47 2 python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider &
+        lane dali_tests 32-47 2 python3 -m pytest -q -m gpu tests/data/test_dali.py -p no:cacheprovider &
         wait
         sweep_daemon lm 0-47 0,1,2 3 ;;
     collect) ;;

@@ -9,7 +9,7 @@
 #                                          #   device's 64 MiB counts).  RUN=cpu in the first also runs
 #                                          #   bench/speed/vit_e2e.py --pipelines cpu (≈ 5 min)
 #   bash bench/device/speed_calls.sh dali      # carrying the last part, .dali/SHA256, .whl, .whl_fp8 (torchao), .data/textmix3,
-#                                          #   bench/speed/.timm: unpacks DALI, pytest -m gpu tests/test_dali.py tests/test_device_pipeline.py, vit_e2e --pipelines dali
+#                                          #   bench/speed/.timm: unpacks DALI, pytest -m gpu tests/data/test_dali.py tests/data/test_device_pipeline.py, vit_e2e --pipelines dali
 #   bash bench/device/speed_calls.sh peer      # nothing to carry: timm_peer --pipelines cpu dali (timm's train.py beside both)
 #   bash bench/device/speed_calls.sh scale     # a 4-GPU machine, after the receive calls, carrying the last part, .dali/SHA256,
 #                                          #   .whl, .whl_fp8, .data/textmix3: three lanes at once, each on its own GPUs and cores:
@@ -110,7 +110,7 @@ case $STEP in
     receive)
         [ "${RUN:-}" != cpu ] || bench vit_e2e_cpu python3 bench/speed/vit_e2e.py --pipelines cpu --out "$W/vit_e2e_cpu.json" ;;
     dali)
-        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py tests/test_device_pipeline.py -p no:cacheprovider
+        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/data/test_dali.py tests/data/test_device_pipeline.py -p no:cacheprovider
         bench vit_e2e_dali python3 bench/speed/vit_e2e.py --pipelines dali --out "$W/vit_e2e_dali.json" ;;
     peer)
         bench timm_peer python3 bench/speed/timm_peer.py --pipelines cpu dali --out "$W/timm_peer.json" ;;
@@ -139,7 +139,7 @@ case $STEP in
             --variants profiler.kind=simple profiler.kind=pytorch,profiler.trace=true --out "$W/vit_e2e_profile.json" ;;
     regress)
         [ -f .data/base/bench/vit_e2e.py ] || { echo "carry .data/base (see the header)"; exit 2; }
-        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider  # the checkout's hand-over first
+        bench dali_gpu_tests python3 -m pytest -q -m gpu tests/data/test_dali.py -p no:cacheprovider  # the checkout's hand-over first
         for round in 1 2; do
             order="base new"; [ "$round" = 2 ] && order="new base"
             for tree in $order; do tree_vit_e2e "$tree" "regress_${tree}_$round"; done
@@ -174,7 +174,7 @@ case $STEP in
         groups=(vit_ti llama_71m)
         if [ "$STEP" = capture ]; then
             groups=(vit_s)
-            bench capture_dali_tests python3 -m pytest -q -m gpu tests/test_dali.py -p no:cacheprovider
+            bench capture_dali_tests python3 -m pytest -q -m gpu tests/data/test_dali.py -p no:cacheprovider
         fi
         for g in "${groups[@]}"; do  # DALI's threads for vit_s; the proxy grid's 3 loader workers for vit_ti's "before" row
             workers=14; [ "$g" = vit_ti ] && workers=3
