@@ -20,8 +20,8 @@
 #
 # A chain runs rounds for its rungs: `mixbench reproduce ladder --dry-run --only task=T` (the plan: each placement's
 # next lrs and seeds from the records finished so far) → bench/grids/grid_lanes.py over its GPUs and cores → again,
-# until the plan is empty; with GO_AFTER=FILE (at start) the chains wait for that file first (bench/device/run_overhead.sh
-# GO=FILE touches it when its bench is done).  ANALYSIS="RUNG_TASKS@GPU@CORES" (none by default) also starts `mixbench reproduce ladder
+# until the plan is empty; with GO_AFTER=FILE (at start) the chains also wait, after their data, for that file
+# (bench/device/run_overhead.sh GO=FILE removes it when its bench starts and touches it when the bench is done).  ANALYSIS="RUNG_TASKS@GPU@CORES" (none by default) also starts `mixbench reproduce ladder
 # --analyze` of those rungs on that GPU (Pre-LN and Mix-LN again at their best lr with weights kept, then angular
 # distance and layer-pruning ΔP; the JSON and PNG files come back under .ladder/analysis/<task>/).  LANES (default for 4 GPUs below): "RUNG_TASKS@GPUS@CORES@JOBS;..." — the rungs run in order
 # on those GPUs (comma-separated), pinned to those cores, JOBS runs a GPU.  A plan takes a few seconds of the chain's own

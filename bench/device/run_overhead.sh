@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine after `bench/device/ladder.sh start` (its code in /tmp/mb, its corpus tokenised there): waits for the
 # ladder chains to end (at most WAIT_S seconds, default 0 = no wait), collects their records as ladder.sh does, then runs
-# bench/speed/run_overhead.py (the 1B ladder run's time outside its steady steps, compile.scope=model vs blocks) on GPU 0,
-# its JSON and table into $OUT (or BENCH_OUT: e.g. /tmp/ladder_logs, which ladder.sh's archives carry
-# back when the bench runs in the background over several calls); GO=FILE is touched at the end (ladder.sh GO_AFTER).  STEPS (default 120) steps a variant; VARIANTS (default model,cuda_init).
+# bench/speed/run_overhead.py (the 1B ladder run's time outside its steady steps, before and after: compile.scope,
+# final_validation, init_device) on GPU 0, its JSON and table into $OUT (or BENCH_OUT: e.g. /tmp/ladder_logs, which
+# ladder.sh's archives carry back when the bench runs in the background over several calls); GO=FILE is removed first and
+# touched at the end (ladder.sh GO_AFTER).  STEPS (default 120) steps a variant; VARIANTS (default model,cuda_init).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -n "${GO:-}" ] && rm -f "$GO"  # the chains wait again (a bench run before, e.g. one that failed, left it behind); start
