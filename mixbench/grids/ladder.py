@@ -11,7 +11,9 @@ in ``results_dir`` and plans the next runs of every (rung, placement) on the run
    them was still improving when its budget ended (:func:`mixbench.results.sweep.still_improving`), its seeds (2) and
    one step lower, until the lowest failed lr stops improving or ``max_lrs`` is reached;
 2. **seeds**: 3 at the best lr (chosen by the tuned table's rule, :class:`mixbench.results.sweep.Sweep`), up to 5 where
-   they disagree (some train, some stall or diverge).
+   they disagree (some train, some stall or diverge).  A rung with ``seeds_first: true`` asks for the seeds at the best
+   lr so far in every sweep round too, ahead of the sweep's runs: where a run is so costly (1B) that a lease may end
+   mid-sweep, the best so far gets its interval first.
 
 A (rung, placement) is done when its best lr is bracketed (a tried lr on each side of it, worse or failed) and has its
 seeds, when it failed at every lr tried (≥ 3 of them spanning a decade), or when it has used ``max_lrs`` lrs.  A
@@ -62,6 +64,7 @@ class Rung:
     anchor: float
     overrides: tuple[str, ...]
     starts: tuple[tuple[str, float | None], ...]  # (placement, start lr or None: the anchor), in the grid's order
+    seeds_first: bool = False  # the best lr so far gets its seeds in every sweep round, ahead of the sweep
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ def rungs(name: str, root=None) -> list[Rung]:
                 paper_tokens = rung.get("paper_tokens")
                 steps = lm_budget(family["budget"], None if paper_tokens is None else float(paper_tokens))
                 overrides += [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps // VALIDATIONS}"]
-            out.append(Rung(family["name"], rung["task"], float(rung["lr"]), tuple(overrides), _starts(placements, rung)))
+            seeds_first = bool(rung.get("seeds_first", False))
+            out.append(Rung(family["name"], rung["task"], float(rung["lr"]), tuple(overrides), _starts(placements, rung), seeds_first))
     return out
 
 
@@ -119,8 +123,33 @@ def _starts(placements: dict, rung: dict) -> tuple[tuple[str, float | None], ...
     return tuple((p, float(own[p]) if own.get(p) is not None else None if v is None else float(v)) for p, v in placements.items())
 
 
-def next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int) -> Step:
-    """The next runs of one (rung, placement) from its finished records by grid index (see the module's rules)."""
+def next_step(
+    records_by_k: dict[int, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int, seeds_first: bool = False
+) -> Step:
+    """The next runs of one (rung, placement) from its finished records by grid index (see the module's rules); with
+    ``seeds_first``, a sweep round also asks for the missing seeds at the best lr so far, ahead of its own runs."""
+    step = _next_step(records_by_k, start, higher_is_better, seeds, max_lrs)
+    if not seeds_first or not step.runs or not records_by_k:
+        return step
+    sweep = Sweep.from_records([r for k in sorted(records_by_k) for r in records_by_k[k]], LR_KEY, higher_is_better)
+    if sweep.best is None:  # no lr has trained: nothing to seed
+        return step
+    best = next(k for k in sorted(records_by_k) if records_by_k[k][0]["config"]["optim"]["lr"] == sweep.best)
+    first = _missing_seeds(records_by_k[best], best, sweep, seeds)
+    return Step((*first, *(run for run in step.runs if run not in first)))
+
+
+def _missing_seeds(records: list[dict], best: int, sweep: Sweep, seeds: dict) -> tuple[tuple[int, int], ...]:
+    """The seeds the best lr (grid index ``best``, its finished ``records``) still needs: ``seeds.best``, or
+    ``seeds.disagree`` where its seeds disagree (some trained, some stalled or diverged)."""
+    cell = sweep.cells[sweep.best]
+    have = {r["seed"] for r in records}
+    mixed = cell.n and cell.n < len(have)
+    wanted = int(seeds["disagree"] if mixed else seeds["best"])
+    return tuple((best, s) for s in range(wanted) if s not in have)
+
+
+def _next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int) -> Step:
     sweep_start = [k for k in (start - 1, start, start + 1) if k not in records_by_k]
     if sweep_start:
         return Step(tuple((k, 0) for k in sweep_start))
@@ -142,12 +171,8 @@ def next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better:
         return _within(Step(((best + 1, 0),)), tried, max_lrs)
     if best == tried[0]:
         return _within(Step(((best - 1, 0),)), tried, max_lrs)
-    cell = sweep.cells[sweep.best]
-    have = {r["seed"] for r in records_by_k[best]}
-    mixed = cell.n and cell.n < len(have)  # some seeds at the best lr trained, some stalled or diverged
-    wanted = int(seeds["disagree"] if mixed else seeds["best"])
-    missing = tuple((best, s) for s in range(wanted) if s not in have)
-    return Step(missing) if missing else Step(done=f"best lr bracketed, {len(have)} seeds there")
+    missing = _missing_seeds(records_by_k[best], best, sweep, seeds)
+    return Step(missing) if missing else Step(done=f"best lr bracketed, {len({r['seed'] for r in records_by_k[best]})} seeds there")
 
 
 def _within(step: Step, tried: list[int], max_lrs: int) -> Step:
@@ -190,7 +215,7 @@ def plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), ro
             cfg = compose([*base, *extra], root)
             by_k = _finished_by_index(cfg, rung.anchor)
             start = grid_index(rung.anchor, start_lr if start_lr is not None else rung.anchor)
-            step = next_step(by_k, start, _higher_is_better(cfg), seeds, max_lrs)
+            step = next_step(by_k, start, _higher_is_better(cfg), seeds, max_lrs, seeds_first=rung.seeds_first)
             runs = [(abs(k - start), [*base, f"{LR_KEY}={lr_at(rung.anchor, k)}", f"seed={seed}", *extra]) for k, seed in step.runs]
             ranked += [(rank, argv) for rank, argv in runs if all(item in argv for item in only)]
             lrs = ", ".join(f"{lr_at(rung.anchor, k):g}×{len(rs)}" for k, rs in sorted(by_k.items())) or "none"

@@ -92,6 +92,18 @@ def test_seeds_at_the_best_lr_three_and_five_where_they_disagree():
     assert disagree.runs == ((2, 0),)
 
 
+def test_seeds_first_asks_for_the_best_lrs_seeds_ahead_of_each_sweep_round():
+    def first(*records):
+        return next_step(by_k(*records), 0, False, SEEDS, 7, seeds_first=True).runs
+
+    assert first() == ((-1, 0), (0, 0), (1, 0))  # nothing finished: nothing to seed yet
+    assert first(run(50, 0)) == ((0, 1), (0, 2), (-1, 0), (1, 0))  # the start lr trained: its seeds, then its bracket
+    assert first(run(60, -1), run(50, 0), run(40, 1)) == ((1, 1), (1, 2), (2, 0))  # the best moved up: its seeds, then above
+    assert first(run(900, 0, status="stalled")) == ((-1, 0), (1, 0))  # no lr trained: the sweep alone
+    bracketed = (run(60, -1), run(50, 0), run(55, 1))
+    assert first(*bracketed) == step(*bracketed).runs == ((0, 1), (0, 2))  # once bracketed, the same as without
+
+
 def test_a_best_lr_whose_seeds_disagree_gets_five():
     rows = [run(60, -1), run(70, 1), run(50, 0), run(52, 0, seed=1), run(900, 0, seed=2, status="stalled")]
     rows += [run(900, -1, seed=1, status="stalled"), run(900, 1, seed=1, status="stalled")]  # every lr 1 of 2 or 3 stalled
@@ -178,6 +190,7 @@ def test_the_equal_data_ladder_runs_four_sizes_at_764_steps_from_each_sizes_ladd
     assert dict(sizes[0].starts) == {"pre": 3e-3, "mix": None, "post": 3e-4, "deepnorm": None}  # 71M's ladder bests
     one_b = {r.task: r for r in rungs("ladder")}["c4_llama_1b"]
     assert sizes[-1].overrides == one_b.overrides and sizes[-1].anchor == one_b.anchor  # the 1B records count in both
+    assert [r.seeds_first for r in sizes] == [False, False, False, True] and not one_b.seeds_first  # 1B: seeds first
 
 
 def test_a_rung_start_for_an_unknown_placement_is_refused(tmp_path):
