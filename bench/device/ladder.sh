@@ -17,6 +17,9 @@
 #                                         #   end of every round's plan
 #   bash bench/device/ladder.sh collect   # any time: the records finished so far and the chains' logs
 #   bash bench/device/ladder.sh watch     # collect every 60 s for WATCH_S seconds (default 540)
+#   LANES=… bash bench/device/ladder.sh lanes   # more lanes on the running machine (e.g. small rungs in a lease's last
+#                                         #   minutes, where the next 1B run would not finish)
+#   STOP="c4_llama_1b" bash bench/device/ladder.sh stop   # those rungs' chains end now, with their runs (no record)
 #
 # A chain runs rounds for its rungs: `mixbench reproduce ladder --dry-run --only task=T` (the plan: each placement's
 # next lrs and seeds from the records finished so far) → bench/grids/grid_lanes.py over its GPUs and cores → again,
@@ -32,7 +35,7 @@
 # lease starts them again from nothing: no checkpoints come back).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?"start | text | collect | watch"}
+STEP=${1:?"start | text | cifar | plan | lanes | stop | collect | watch"}
 source bench/device/carry.sh
 MB=/tmp/mb
 LOGS=/tmp/ladder_logs
@@ -119,6 +122,32 @@ analysis_chain() {  # analysis_chain TASKS GPU CORES: `reproduce ladder --analyz
     echo "== analyses done at $(date +%T)"
 }
 
+start_lanes() {  # start_lanes "RUNG_TASKS@GPUS@CORES@JOBS;...": one chain a lane, each in its own session (stop)
+    local lane tasks gpus cores jobs lanes
+    export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST GRID RESULTS ONLY GO_AFTER
+    IFS=';' read -ra lanes <<< "$1"
+    for lane in "${lanes[@]}"; do
+        IFS='@' read -r tasks gpus cores jobs <<< "$lane"
+        (source /tmp/ladder_env
+         setsid -f bash -c "$(declare -p COMMON SETTINGS); chain $tasks $gpus $cores $jobs" > "$LOGS/chain_${tasks%%,*}.log" 2>&1 < /dev/null)
+    done
+}
+
+stop_lanes() {  # stop_lanes TASK ...: the chains whose lane starts with one of these rungs end, with their runs (their
+    # sessions: chain, grid_lanes, the runs); a run cut off leaves no record, and a later lease starts it again
+    local task pid sid lanes runs
+    for task in "$@"; do
+        for pid in $(pgrep -f "; chain $task[ ,]"); do
+            sid=$(ps -o sid= -p "$pid" | tr -d ' ')
+            runs=()  # grid_lanes starts each run in its own session: found before the chain's session ends
+            for lanes in $(pgrep -s "$sid" -f grid_lanes.py); do runs+=($(pgrep -P "$lanes")); done
+            kill -TERM -- "-$sid" 2>/dev/null && echo "stopped the chain of $task"
+            for pid in "${runs[@]}"; do kill -KILL -- "-$pid" 2>/dev/null && echo "stopped its run $pid"; done
+        done
+        echo "== $task stopped at $(date +%T)" >> "$LOGS/chain_$task.log"
+    done
+}
+
 pack() {  # (written aside, then moved: a call cut off at its limit still brings back the last whole archive)
     { echo "${LOGS#/}"; (cd / && finished_run_files /tmp/mb/.started "tmp/mb/$RESULTS" && finished_run_files /tmp/mb/.started "tmp/mb/${RESULTS}_analysis" \
         && find "tmp/mb/$RESULTS/analysis" -mindepth 2 -maxdepth 2 \( -name '*.json' -o -name '*.png' \) 2>/dev/null); } | tar czf "$OUT/.ladder.tmp" -C / -T - 2>/dev/null
@@ -143,13 +172,7 @@ case $STEP in
         seed_records "$MB/$RESULTS"
         [ -d .plans ] && cp -r .plans "$MB/"
         touch "$MB/.started"
-        export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST GRID RESULTS ONLY GO_AFTER
-        IFS=';' read -ra lanes <<< "${LANES:-$DEFAULT_LANES}"
-        for lane in "${lanes[@]}"; do
-            IFS='@' read -r tasks gpus cores jobs <<< "$lane"
-            (source /tmp/ladder_env
-             setsid -f bash -c "$(declare -p COMMON SETTINGS); chain $tasks $gpus $cores $jobs" > "$LOGS/chain_${tasks%%,*}.log" 2>&1 < /dev/null)
-        done
+        start_lanes "${LANES:-$DEFAULT_LANES}"
         if [ -n "${ANALYSIS:-}" ]; then  # "RUNG_TASKS@GPU@CORES": the layer analyses of those rungs on that GPU
             IFS='@' read -r tasks gpus cores <<< "$ANALYSIS"
             (source /tmp/ladder_env
@@ -176,6 +199,11 @@ case $STEP in
         done
         rm -rf "$RESULTS"
         exit 0 ;;
+    lanes)  # more lanes on a machine where start ran (LANES as at start; e.g. smaller rungs for a lease's last minutes)
+        [ -f /tmp/ladder_env ] || { echo "start first"; exit 2; }
+        start_lanes "${LANES:?"LANES=RUNG_TASKS@GPUS@CORES@JOBS;..."}"; sleep 20 ;;
+    stop)   # STOP="c4_llama_1b ...": those lanes' chains end now, with the runs they have going
+        read -ra stop <<< "${STOP:?"STOP=RUNG_TASK ..."}"; stop_lanes "${stop[@]}" ;;
     collect) ;;
     watch)
         end=$(($(date +%s) + ${WATCH_S:-540}))
