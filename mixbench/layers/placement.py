@@ -14,6 +14,7 @@ placement registry (:mod:`mixbench.layers.placements`, which also documents ever
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,15 @@ from .placements import (
 )
 
 QK_NORMS = ("none", "head", "full")
+
+
+def block_codes() -> dict[str, str]:
+    """Each block placement's code in a custom plan's label: its first two letters (``post`` → ``po``), a multi-word
+    name's initials (``hybrid_first`` → ``hf``); a code that two registered placements share is neither's, and they keep
+    their whole names, so that two plans never share a label (the label is the table row)."""
+    codes = {n: "".join(w[0] for w in n.split("_")) if "_" in n else n[:2] for n in block_placements()}
+    shared = Counter(codes.values())
+    return {n: c if shared[c] == 1 else n for n, c in codes.items()}
 
 
 def __getattr__(name: str):
@@ -152,7 +162,8 @@ class NormSpec:
     def label(self) -> str:
         """Short human-readable name used in tables, e.g. ``mix(α=0.25)``."""
         if self.layers is not None:
-            return "custom[" + ",".join(p[:2] for p in self.layers) + "]"
+            codes = block_codes()
+            return "custom[" + ",".join(codes.get(p, p) for p in self.layers) + "]"
         if self.placement == "pre" and self.kind == "groupnorm":
             name = "group_ln"
         else:

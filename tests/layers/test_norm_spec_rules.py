@@ -8,6 +8,8 @@ import pytest
 
 from mixbench import build_model
 from mixbench.layers import NormConfigError, NormSpec, block_placements
+from mixbench.layers import placement as placement_module
+from mixbench.layers.placement import block_codes
 
 
 def test_from_dict_keeps_the_placements_own_options_and_defaults_to_pre():
@@ -74,6 +76,16 @@ def test_a_number_as_admin_init_and_the_output_norms_gain_reach_the_weights(fami
 def test_labels_name_every_option_that_makes_a_different_row():
     """The label is the table row: options that change the model must show in it (survivors of the label mutants)."""
     assert NormSpec(placement="custom", layers=("pre", "post", "sandwich")).label() == "custom[pr,po,sa]"
+    assert NormSpec(placement="custom", layers=("hybrid", "hybrid_first", "peri")).label() == "custom[hy,hf,pe]"
     spec = NormSpec(placement="mix", scaled_init=True, scaled_embed=True, final_norm=False, qk_norm="head")
     assert spec.label() == "mix(α=0.25)+scaled_init+scaled_embed[no-final-norm]+qk_norm=head"
     assert NormSpec(placement="post", final_norm=False).label() == "post[no-final-norm]"
+
+
+def test_every_block_placement_has_its_own_code_in_plan_labels(monkeypatch):
+    """Two plans never share a label: the codes are unique, and a code two placements would share gives way to names."""
+    codes = block_codes()
+    assert sorted(codes) == sorted(block_placements()) and len(set(codes.values())) == len(codes)
+    monkeypatch.setattr(placement_module, "block_placements", lambda: ["pre", "post", "posh", "hybrid_first", "high_freq", "half"])
+    expected = {"pre": "pr", "post": "post", "posh": "posh", "hybrid_first": "hybrid_first", "high_freq": "high_freq", "half": "ha"}
+    assert block_codes() == expected
