@@ -14,7 +14,7 @@
 #   bash bench/device/ladder.sh plan      # HERE, before the lease: round 1 of each rung from the committed records
 #                                         #   (results/proxy/ladder/runs) into .plans/, which start carries along;
 #                                         #   LAST="peri dyt" (here and at start) puts those placements' runs at the
-#                                         #   end of every round's plan
+#                                         #   end of every round's plan; SKIP="deepnorm" leaves them out of it
 #   bash bench/device/ladder.sh collect   # any time: the records finished so far and the chains' logs
 #   bash bench/device/ladder.sh watch     # collect every 60 s for WATCH_S seconds (default 540)
 #   LANES=… bash bench/device/ladder.sh lanes   # more lanes on the running machine (e.g. small rungs in a lease's last
@@ -62,7 +62,14 @@ plan_rung() {  # plan_rung TASK [CORES [ARG ...]]: the next round of one rung fr
 }
 
 put_last() {  # put_last PLAN: the runs of the placements LAST (e.g. "peri dyt") moved to the end of the plan, so that
-    # a lease cut short has run the others' first
+    # a lease cut short has run the others' first; those of the placements SKIP (e.g. "deepnorm") left out of it: a
+    # lease whose time is for the other placements (their later rounds would otherwise wait for SKIP's runs)
+    if [ -n "${SKIP:-}" ]; then
+        local skip
+        skip=$(printf ' norm=%s |' $SKIP)
+        grep -Ev "${skip%|}" "$1" > "$1.tmp"
+        mv "$1.tmp" "$1"
+    fi
     [ -n "${LAST:-}" ] || return 0
     local last
     last=$(printf ' norm=%s |' $LAST)
@@ -124,7 +131,7 @@ analysis_chain() {  # analysis_chain TASKS GPU CORES: `reproduce ladder --analyz
 
 start_lanes() {  # start_lanes "RUNG_TASKS@GPUS@CORES@JOBS;...": one chain a lane, each in its own session (stop)
     local lane tasks gpus cores jobs lanes
-    export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST GRID RESULTS ONLY GO_AFTER
+    export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST SKIP GRID RESULTS ONLY GO_AFTER
     IFS=';' read -ra lanes <<< "$1"
     for lane in "${lanes[@]}"; do
         IFS='@' read -r tasks gpus cores jobs <<< "$lane"
