@@ -65,16 +65,20 @@ put_last() {  # put_last PLAN: the runs of the placements LAST (e.g. "peri dyt")
     # a lease cut short has run the others' first; those of the placements SKIP (e.g. "deepnorm") left out of it: a
     # lease whose time is for the other placements (their later rounds would otherwise wait for SKIP's runs)
     if [ -n "${SKIP:-}" ]; then
-        local skip
-        skip=$(printf ' norm=%s |' $SKIP)
-        grep -Ev "${skip%|}" "$1" > "$1.tmp"
+        grep -Ev "$(norms_pattern $SKIP)" "$1" > "$1.tmp"
         mv "$1.tmp" "$1"
     fi
     [ -n "${LAST:-}" ] || return 0
     local last
-    last=$(printf ' norm=%s |' $LAST)
-    { grep -Ev "${last%|}" "$1"; grep -E "${last%|}" "$1"; } > "$1.tmp"
+    last=$(norms_pattern $LAST)
+    { grep -Ev "$last" "$1"; grep -E "$last" "$1"; } > "$1.tmp"
     mv "$1.tmp" "$1"
+}
+
+norms_pattern() {  # norms_pattern NORM ...: the extended regex of a plan line with one of these placements
+    local pattern
+    pattern=$(printf ' norm=%s |' "$@")
+    echo "${pattern%|}"
 }
 
 seed_records() {  # seed_records DIR: the ladder's committed records (ViT-Ti from the lr_sensitivity grid where it has none)
@@ -131,7 +135,7 @@ analysis_chain() {  # analysis_chain TASKS GPU CORES: `reproduce ladder --analyz
 
 start_lanes() {  # start_lanes "RUNG_TASKS@GPUS@CORES@JOBS;...": one chain a lane, each in its own session (stop)
     local lane tasks gpus cores jobs lanes
-    export -f chain plan_rung put_last analysis_chain; export MB LOGS LAST SKIP GRID RESULTS ONLY GO_AFTER
+    export -f chain plan_rung put_last norms_pattern analysis_chain; export MB LOGS LAST SKIP GRID RESULTS ONLY GO_AFTER
     IFS=';' read -ra lanes <<< "$1"
     for lane in "${lanes[@]}"; do
         IFS='@' read -r tasks gpus cores jobs <<< "$lane"
@@ -142,14 +146,14 @@ start_lanes() {  # start_lanes "RUNG_TASKS@GPUS@CORES@JOBS;...": one chain a lan
 
 stop_lanes() {  # stop_lanes TASK ...: the chains whose lane starts with one of these rungs end, with their runs (their
     # sessions: chain, grid_lanes, the runs); a run cut off leaves no record, and a later lease starts it again
-    local task pid sid lanes runs
+    local task pid sid lanes runs run
     for task in "$@"; do
         for pid in $(pgrep -f "; chain $task[ ,]"); do
             sid=$(ps -o sid= -p "$pid" | tr -d ' ')
             runs=()  # grid_lanes starts each run in its own session: found before the chain's session ends
             for lanes in $(pgrep -s "$sid" -f grid_lanes.py); do runs+=($(pgrep -P "$lanes")); done
             kill -TERM -- "-$sid" 2>/dev/null && echo "stopped the chain of $task"
-            for pid in "${runs[@]}"; do kill -KILL -- "-$pid" 2>/dev/null && echo "stopped its run $pid"; done
+            for run in "${runs[@]}"; do kill -KILL -- "-$run" 2>/dev/null && echo "stopped its run $run"; done
         done
         echo "== $task stopped at $(date +%T)" >> "$LOGS/chain_$task.log"
     done

@@ -131,12 +131,19 @@ def next_step(
     step = _next_step(records_by_k, start, higher_is_better, seeds, max_lrs)
     if not seeds_first or not step.runs or not records_by_k:
         return step
-    sweep = Sweep.from_records([r for k in sorted(records_by_k) for r in records_by_k[k]], LR_KEY, higher_is_better)
-    if sweep.best is None:  # no lr has trained: nothing to seed
+    sweep, best = _best_index(records_by_k, higher_is_better)
+    if best is None:  # no lr has trained: nothing to seed
         return step
-    best = next(k for k in sorted(records_by_k) if records_by_k[k][0]["config"]["optim"]["lr"] == sweep.best)
     first = _missing_seeds(records_by_k[best], best, sweep, seeds)
     return Step((*first, *(run for run in step.runs if run not in first)))
+
+
+def _best_index(records_by_k: dict[int, list[dict]], higher_is_better: bool) -> tuple[Sweep, int | None]:
+    """The sweep over every lr tried and its best lr's grid index (None where every lr tried failed)."""
+    sweep = Sweep.from_records([r for k in sorted(records_by_k) for r in records_by_k[k]], LR_KEY, higher_is_better)
+    if sweep.best is None:
+        return sweep, None
+    return sweep, next(k for k in sorted(records_by_k) if records_by_k[k][0]["config"]["optim"]["lr"] == sweep.best)
 
 
 def _missing_seeds(records: list[dict], best: int, sweep: Sweep, seeds: dict) -> tuple[tuple[int, int], ...]:
@@ -153,12 +160,10 @@ def _next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better
     sweep_start = [k for k in (start - 1, start, start + 1) if k not in records_by_k]
     if sweep_start:
         return Step(tuple((k, 0) for k in sweep_start))
-    records = [r for k in sorted(records_by_k) for r in records_by_k[k]]
-    sweep = Sweep.from_records(records, LR_KEY, higher_is_better)
-    k_of = {k: records_by_k[k][0]["config"]["optim"]["lr"] for k in records_by_k}
+    sweep, best = _best_index(records_by_k, higher_is_better)
     tried = sorted(records_by_k)
-    if sweep.best is None:  # every lr tried failed
-        if not failed_everywhere(k_of.values()):
+    if best is None:  # every lr tried failed
+        if not failed_everywhere(records_by_k[k][0]["config"]["optim"]["lr"] for k in tried):
             return _within(Step(((tried[0] - 1, 0),)), tried, max_lrs)
         if not sweep.lowest_improving:
             return Step(done=f"failed at every lr tried ({len(tried)} lrs spanning ≥ a decade)")
@@ -166,7 +171,6 @@ def _next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better
         have = {r["seed"] for r in records_by_k[tried[0]]}
         missing = tuple((tried[0], s) for s in range(LOWEST_FAILED_SEEDS) if s not in have)
         return _within(Step(((tried[0] - 1, 0), *missing)), tried, max_lrs)
-    best = next(k for k in tried if k_of[k] == sweep.best)
     if best == tried[-1]:
         return _within(Step(((best + 1, 0),)), tried, max_lrs)
     if best == tried[0]:
