@@ -145,6 +145,13 @@ def cell_text(point: Point, baseline: str | None) -> str:
     return f"Δ {_signed(point.delta)}{interval} (n={len(point.losses)}, base n={point.baseline_n}) {where}"
 
 
+def _marked(point: Point, ladder, baseline: str | None) -> str:
+    """:func:`cell_text`, then ``(lr not bracketed; pre's lr not bracketed)`` where the tuned table says so."""
+    rung = next(r for r in ladder.rungs if r.column == point.column)
+    untuned = ladder.untuned_text(point.row, rung, with_baseline=point.delta is not None)
+    return cell_text(point, baseline) + (f" ({untuned})" if untuned else "")
+
+
 def markdown(ladder, points: list[Point]) -> str:
     """One table per token target: rows = placements, columns = the sizes with validations near it."""
     baseline = next((ladder.baseline(r) for r in ladder.rungs if ladder.baseline(r)), None)
@@ -154,7 +161,8 @@ def markdown(ladder, points: list[Point]) -> str:
         "Each placement at the lr the tuned table picks at the full budget; its finished seeds' validation nearest the target "
         f"(within ±{TOKEN_TOLERANCE:.0%}). A point before the end of its run sits mid-cosine (a higher lr than at a run's end): "
         "at equal tokens the size whose whole run it is has the advantage of its decayed schedule. [low, high] = Welch's "
-        "95 % interval where both cells have ≥ 2 seeds; * = it excludes 0.",
+        "95 % interval where both cells have ≥ 2 seeds; * = it excludes 0. lr not bracketed: that best lr is an edge of "
+        "its sweep (or its one lr), not a tuned one (pre's: the baseline's).",
     ]
     label = {rung.column: rung.label for rung in ladder.rungs}
     rungs = {rung.column: rung for rung in ladder.rungs}
@@ -167,7 +175,7 @@ def markdown(ladder, points: list[Point]) -> str:
             cells = {p.column: p for p in here if p.row == row}
             failed = {c for c in columns if c not in cells and (sweep := ladder.sweep(row, rungs[c])) is not None and sweep.best is None}
             if cells or failed:
-                texts = [cell_text(cells[c], baseline) if c in cells else FAILED if c in failed else "—" for c in columns]
+                texts = [_marked(cells[c], ladder, baseline) if c in cells else FAILED if c in failed else "—" for c in columns]
                 lines.append(f"| {row} | " + " | ".join(texts) + " |")
     return "\n".join(lines) + "\n"
 

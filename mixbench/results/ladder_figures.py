@@ -83,6 +83,20 @@ class Ladder:
     def baseline(self, rung: Rung) -> str | None:
         return self.table.baseline_of.get(rung.column)
 
+    def untuned_text(self, row: str, rung: Rung, with_baseline: bool = True) -> str:
+        """``lr not bracketed`` where ``row``'s best lr at ``rung`` is an edge of its sweep (:attr:`Sweep.bracketed`),
+        then (``with_baseline``) ``pre's lr not bracketed`` where its baseline's is; joined by ``; ``; blank where tuned."""
+
+        def untuned(name: str | None) -> bool:
+            sweep = self.sweep(name, rung) if name else None
+            return sweep is not None and sweep.best is not None and not sweep.bracketed
+
+        base = self.baseline(rung)
+        notes = ["lr not bracketed"] if untuned(row) else []
+        if with_baseline and base != row and untuned(base):
+            notes.append(f"{base}'s lr not bracketed")
+        return "; ".join(notes)
+
     @property
     def higher_is_better(self) -> bool:
         return self.table.higher_is_better[self.rungs[0].column]
@@ -175,12 +189,6 @@ def breaks_at(ladder: Ladder, row: str) -> Break | None:
     return None
 
 
-def bracketed(sweep: Sweep) -> bool:
-    """Whether the best lr of ``sweep`` has an lr tried on each side of it (its best is tuned, not an edge)."""
-    values = sorted(float(v) for v in sweep.cells)
-    return sweep.best is not None and values[0] < float(sweep.best) < values[-1]
-
-
 def below_default(ladder: Ladder, row: str) -> list[tuple[Rung, float]]:
     """The rungs where ``row``'s best lr is below the rung's default lr, with that lr."""
     found = []
@@ -192,20 +200,26 @@ def below_default(ladder: Ladder, row: str) -> list[tuple[Rung, float]]:
 
 
 def cell_text(ladder: Ladder, row: str, rung: Rung, digits: int = 2) -> str:
-    """``Δ −3.00 [−5.27, −0.73]* @lr 1e-3 (1/3 stalled)``; the baseline row's own value; ``3/3 lrs stalled`` where no
-    seed finished at any lr; ``not run``."""
+    """``Δ −3.00 [−5.27, −0.73]* @lr 1e-3 (1/3 stalled; lr not bracketed)``; the baseline row's own value; ``3/3 lrs
+    stalled`` where no seed finished at any lr; ``not run``."""
     sweep = ladder.sweep(row, rung)
     if sweep is None:
         return "not run"
     cell = sweep.cell
     if sweep.best is None or row == ladder.baseline(rung) or cell.delta is None:
-        note = " (no baseline)" if sweep.best is not None and row != ladder.baseline(rung) else ""
-        return sweep.summary(digits) + note
+        no_baseline = "no baseline" if sweep.best is not None and row != ladder.baseline(rung) else ""
+        return sweep.summary(digits) + _notes(no_baseline, ladder.untuned_text(row, rung, with_baseline=False))
     base = ladder.table.cells[(ladder.baseline(rung), rung.column)]
     seeds = [f"n={cell.n}"] if cell.n < 2 else []
     seeds += [f"{ladder.baseline(rung)} n={base.n}"] if base.n < 2 else []
     text = cell.delta_text(digits) + (f" ({', '.join(seeds)})" if seeds else "") + f" @lr {value_text(sweep.best)}"
-    return text + (f" ({ended})" if (ended := cell.ended_text()) else "")
+    return text + _notes(cell.ended_text(), ladder.untuned_text(row, rung))
+
+
+def _notes(*notes: str) -> str:
+    """`` (1/3 stalled; lr not bracketed)``: the notes that are not blank, in parentheses; blank where none is."""
+    kept = [n for n in notes if n]
+    return f" ({'; '.join(kept)})" if kept else ""
 
 
 def markdown(ladder: Ladder) -> str:
@@ -235,7 +249,9 @@ def markdown(ladder: Ladder) -> str:
         "which), \\* = it excludes 0. k/n stalled (diverged, failed = crashed): seeds of the chosen cell that did not "
         "finish. The baseline row shows its own mean ± std. k/n lrs stalled: no seed finished at any lr tried. Breaks at: "
         "the smallest size where the placement trained at some lr and finished at none, with ? until those lrs are ≥ 3 "
-        "spanning a decade (the sweep's rule). Best lr below the default: the "
+        "spanning a decade (the sweep's rule). lr not bracketed: no lr that trained on one side of the best (or one lr "
+        "tried), so its value is the best of a sweep not yet done, not a tuned one (pre's: the baseline's). Best lr "
+        "below the default: the "
         "sizes where the placement's best lr is below the task's default lr (the column's header).",
         "",
     ]
@@ -376,7 +392,7 @@ def lr_figure(ladder: Ladder):
         ax.plot(xs, best, marker="*", markersize=10, color=colors[row], label=row)
         for rung, x, y in zip(ladder.rungs, xs, best):  # a best lr with no lr tried on one side of it: not tuned yet
             sweep = ladder.sweep(row, rung)
-            if sweep is not None and sweep.best is not None and not bracketed(sweep):
+            if sweep is not None and sweep.best is not None and not sweep.bracketed:
                 ended_seen.add("untuned")
                 ax.plot([x], [y], marker="*", markersize=10, markerfacecolor="white", color=colors[row], linestyle="")
     for rung in ladder.rungs:  # under the points, as wide as the placements' spread

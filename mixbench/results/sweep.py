@@ -199,6 +199,13 @@ class Sweep:
         return [v for v in self.cells if self.outcome(v) in TRAINED]
 
     @property
+    def bracketed(self) -> bool:
+        """Whether the best value has a value that trained (:attr:`trained`) on each side of it: tuned, not an edge of
+        the sweep; a value whose seeds only crashed brackets nothing."""
+        values = sorted(float(v) for v in self.trained)
+        return self.best is not None and values[0] < float(self.best) < values[-1]
+
+    @property
     def sensitivity(self) -> float | None:
         """S of :mod:`.sensitivity` over :attr:`trained`, ℓ(η) from :func:`loss_at`.  None without ℓ₀, without val/loss,
         when no seed finished at any value (a row where nothing trained has no optimum to be flat around), or over one

@@ -63,6 +63,23 @@ def test_deltas_at_equal_tokens_compare_each_size_where_it_has_validations():
     assert big_mid.low is not None and big_mid.low < big_mid.delta < big_mid.high
     table = markdown(ladder, points)
     assert "50% of its run" in table and FAILED in table  # post stalled at its only lr at the big size
+    # one lr each: every best lr is an edge of its sweep, and the table says so, the baseline's too
+    pre_row, mix_row = (next(line for line in table.splitlines() if line.startswith(f"| {row} |")) for row in ("pre", "mix"))
+    assert pre_row.count("(lr not bracketed)") == 2 and "pre's" not in pre_row
+    assert mix_row.count("(lr not bracketed; pre's lr not bracketed)") == 2
+
+
+def test_a_best_lr_bracketed_by_lrs_that_trained_loses_its_mark_at_equal_tokens():
+    rows = [
+        record("small", 10, norm, seed, 400, [5.0, 4.0, 3.5, 3.0 - 0.1 * (norm == "mix") + 0.01 * seed])
+        for norm in ("pre", "mix")
+        for seed in (0, 1)
+    ]
+    rows += [record("small", 10, "pre", 0, 400, [5.0, 4.0, 3.6, x], lr=lr) for lr, x in ((3e-4, 3.3), (3e-3, 3.4))]
+    (ladder,) = ladders(rows).values()
+    table = markdown(ladder, equal_token_points(ladder, rows))
+    pre_row, mix_row = (next(line for line in table.splitlines() if line.startswith(f"| {row} |")) for row in ("pre", "mix"))
+    assert "bracketed" not in pre_row and mix_row.endswith("100% of its run (lr not bracketed) |")
 
 
 def test_the_committed_ladder_at_equal_tokens_gives_the_issues_numbers():

@@ -51,10 +51,28 @@ def test_the_table_shows_aggregates_delta_and_interval_each_at_its_best_lr():
             assert numbers(rows[row][i])[: len(expected)] == pytest.approx(expected, abs=0.005)
             checked += 1
     assert checked == 3  # mix at both sizes, post at the small one
-    assert rows["mix"][0] == "Δ −3.00 [−5.27, −0.73]* @lr 1e-3"  # by hand: 28 − 31, Welch ν = 4
-    assert rows["mix"][1] == "Δ −3.00 (n=1) @lr 3e-4"  # 18 − 21, one seed: no interval
-    assert rows["post"][0].startswith("Δ +10.00 [") and rows["post"][0].endswith("@lr 1e-3 (1/3 stalled)")  # 41 − 31
-    assert rows["pre (baseline)"][:2] == ["31.00 ± 1.00 (n=3) @lr 1e-3", "21.00 ± 1.00 (n=3) @lr 1e-3"]
+    # every best lr here is an edge of its sweep (two lrs tried each): marked, the baseline's too
+    untuned = "lr not bracketed; pre's lr not bracketed"
+    assert rows["mix"][0] == f"Δ −3.00 [−5.27, −0.73]* @lr 1e-3 ({untuned})"  # by hand: 28 − 31, Welch ν = 4
+    assert rows["mix"][1] == f"Δ −3.00 (n=1) @lr 3e-4 ({untuned})"  # 18 − 21, one seed: no interval
+    assert rows["post"][0].startswith("Δ +10.00 [") and rows["post"][0].endswith(f"@lr 1e-3 (1/3 stalled; {untuned})")  # 41 − 31
+    assert rows["pre (baseline)"][:2] == [
+        "31.00 ± 1.00 (n=3) @lr 1e-3 (lr not bracketed)",
+        "21.00 ± 1.00 (n=3) @lr 1e-3 (lr not bracketed)",
+    ]
+
+
+def test_a_best_lr_with_an_lr_that_trained_on_each_side_loses_its_mark_and_one_whose_seeds_crashed_brackets_nothing():
+    bracketing = [
+        run("pre", 33.0, 3e-4, "s"),  # pre at the small size: 3e-4 < 1e-3 (best) < 3e-3
+        run("mix", 31.0, 3e-3, "s", status="failed"),  # mix: 3e-3 only crashed, 1e-3 stays its edge
+    ]
+    (ladder,) = ladders([*RUNS, *bracketing]).values()
+    rows = md_rows(markdown(ladder))
+    assert rows["pre (baseline)"][0] == "31.00 ± 1.00 (n=3) @lr 1e-3"
+    assert rows["mix"][0] == "Δ −3.00 [−5.27, −0.73]* @lr 1e-3 (lr not bracketed)"  # the baseline's mark gone
+    (ladder,) = ladders([*RUNS, bracketing[0], run("mix", 31.0, 3e-3, "s")]).values()  # a 3e-3 seed that trained
+    assert md_rows(markdown(ladder))["mix"][0] == "Δ −3.00 [−5.27, −0.73]* @lr 1e-3"
 
 
 def test_breaks_at_the_smallest_size_where_every_lr_failed_and_the_lr_below_the_default():
