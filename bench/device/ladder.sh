@@ -27,7 +27,8 @@
 # (bench/device/run_overhead.sh GO=FILE removes it when its bench starts and touches it when the bench is done).  ANALYSIS="RUNG_TASKS@GPU@CORES" (none by default) also starts `mixbench reproduce ladder
 # --analyze` of those rungs on that GPU (Pre-LN and Mix-LN again at their best lr with weights kept, then angular
 # distance and layer-pruning ΔP; the JSON and PNG files come back under .ladder/analysis/<task>/).  LANES (default for 4 GPUs below): "RUNG_TASKS@GPUS@CORES@JOBS;..." — the rungs run in order
-# on those GPUs (comma-separated), pinned to those cores, JOBS runs a GPU.  A plan takes a few seconds of the chain's own
+# on those GPUs (comma-separated), pinned to those cores, JOBS runs a GPU (their memory adds up: on an 80 GB H100 two 250M
+# runs, 34.9 + 32.1 GiB, and a 130M run, 12.1 GiB when it crashed, ran out; one 250M beside two smaller runs, ≈ 59 GiB, is the layout to try).  A plan takes a few seconds of the chain's own
 # cores while its GPUs wait; the other chains go on meanwhile.
 #
 # Every call leaves $OUT/ladder_<step>.tgz: the chains' logs and plans, and every record.json / config.yaml /

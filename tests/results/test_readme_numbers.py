@@ -162,3 +162,42 @@ def test_the_top_readmes_equal_token_claim_is_the_records(lm_and_vit):
     points = {(p.column.split(" ")[0], p.row): p for p in equal_token_points(lm, records) if round(p.target / 1e6, 1) == 11.0}
     measured = [-points[(size, "mix(α=0.25)")].delta for size in ("c4_llama_130m", "c4_llama_250m", "c4_llama_1b")]
     assert all(same(said, value) for said, value in zip(claim.groups(), measured)), (claim.groups(), measured)
+
+
+def test_the_fixed_token_ladders_table_in_its_readme_is_the_records():
+    """results/proxy/ladder_tokens/README.md: each row's finished values by lr, stalled lrs, best lr's mean ± sd (n),
+    whether it is bracketed, and Δ, against the tuned table of its committed records."""
+    folder = REPO_ROOT / "results" / "proxy" / "ladder_tokens"
+    records, _ = load_records(folder)
+    lm = ladders(records)["lm"]
+    rung_of = {rung.column.split(" ")[0].removeprefix("c4_llama_"): rung for rung in lm.rungs}  # 130m → its rung
+    text = (folder / "README.md").read_text()
+    start = text.index("| size | placement | val/ppl by lr |")
+    checked = 0
+    for line in text[start : text.index("\n\n", start)].splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        row, rung = LADDER_ROWS[cells[1].strip("`")], rung_of[cells[0].split(" ")[0].lower()]
+        sweep = lm.sweep(row, rung)
+        for part in cells[2].split(" · "):  # "1e-3: 31.50, 32.80 (seeds 0, 2)" or "3e-3: stalled (1,050)"
+            lr, said = part.split(": ", 1)
+            (value,) = [v for v in sweep.cells if float(v) == pytest.approx(number(lr))]
+            if said.startswith("stalled"):
+                assert sweep.outcome(value) == "stalled", (line, lr)
+            else:
+                shown = re.findall(NUMBER, re.sub(r"\(.*?\)", "", said))
+                assert sorted(number(x) for x in shown) == pytest.approx(sorted(sweep.cells[value].values), abs=0.005), (line, lr)
+        best = re.match(rf"({NUMBER})(?: ± ({NUMBER}))? \(n=(\d+)\) @({NUMBER}(?:e-\d)?)(, not bracketed)?", cells[3])
+        if best is None:
+            assert sweep.best is None and cells[3].startswith("none"), line
+        else:
+            mean, std, n, lr, untuned = best.groups()
+            assert number(lr) == pytest.approx(float(sweep.best)) and int(n) == sweep.cell.n, line
+            assert same(mean, sweep.cell.mean) and (std is None or same(std, sweep.cell.std)), line
+            assert (untuned is not None) == (not sweep.bracketed), line
+        delta = lm.table.cells[(row, rung.column)].delta
+        if re.match(NUMBER, cells[4]):
+            assert same(re.match(NUMBER, cells[4]).group(0), delta.diff), line
+        elif cells[4].startswith("none:"):  # no Δ said, because one of the two best lrs is an edge of its sweep
+            assert lm.untuned_text(row, rung), line
+        checked += 1
+    assert checked >= 7
