@@ -83,17 +83,17 @@ class Ladder:
     def baseline(self, rung: Rung) -> str | None:
         return self.table.baseline_of.get(rung.column)
 
+    def untuned(self, row: str | None, rung: Rung) -> bool:
+        """Whether ``row`` has a best lr at ``rung`` that is an edge of its sweep (not :attr:`Sweep.bracketed`)."""
+        sweep = self.sweep(row, rung) if row else None
+        return sweep is not None and sweep.best is not None and not sweep.bracketed
+
     def untuned_text(self, row: str, rung: Rung, with_baseline: bool = True) -> str:
-        """``lr not bracketed`` where ``row``'s best lr at ``rung`` is an edge of its sweep (:attr:`Sweep.bracketed`),
-        then (``with_baseline``) ``pre's lr not bracketed`` where its baseline's is; joined by ``; ``; blank where tuned."""
-
-        def untuned(name: str | None) -> bool:
-            sweep = self.sweep(name, rung) if name else None
-            return sweep is not None and sweep.best is not None and not sweep.bracketed
-
+        """``lr not bracketed`` where ``row``'s best lr at ``rung`` is :meth:`untuned`, then (``with_baseline``) ``pre's
+        lr not bracketed`` where its baseline's is; joined by ``; ``; blank where both are tuned."""
         base = self.baseline(rung)
-        notes = ["lr not bracketed"] if untuned(row) else []
-        if with_baseline and base != row and untuned(base):
+        notes = ["lr not bracketed"] if self.untuned(row, rung) else []
+        if with_baseline and base != row and self.untuned(base, rung):
             notes.append(f"{base}'s lr not bracketed")
         return "; ".join(notes)
 
@@ -391,8 +391,7 @@ def lr_figure(ladder: Ladder):
                     ax.plot([x], [float(value)], marker=EDGE_MARKERS[ended], markerfacecolor="none", color=colors[row], linestyle="")
         ax.plot(xs, best, marker="*", markersize=10, color=colors[row], label=row)
         for rung, x, y in zip(ladder.rungs, xs, best):  # a best lr with no lr tried on one side of it: not tuned yet
-            sweep = ladder.sweep(row, rung)
-            if sweep is not None and sweep.best is not None and not sweep.bracketed:
+            if ladder.untuned(row, rung):
                 ended_seen.add("untuned")
                 ax.plot([x], [y], marker="*", markersize=10, markerfacecolor="white", color=colors[row], linestyle="")
     for rung in ladder.rungs:  # under the points, as wide as the placements' spread
