@@ -145,9 +145,9 @@ def cell_text(point: Point, baseline: str | None) -> str:
     return f"Δ {_signed(point.delta)}{interval} (n={len(point.losses)}, base n={point.baseline_n}) {where}"
 
 
-def _marked(point: Point, ladder, baseline: str | None) -> str:
-    """:func:`cell_text`, then ``(lr not bracketed; pre's lr not bracketed)`` where the tuned table says so."""
-    rung = next(r for r in ladder.rungs if r.column == point.column)
+def _marked(point: Point, ladder, rung, baseline: str | None) -> str:
+    """:func:`cell_text`, then ``(lr not bracketed; pre's lr not bracketed)`` where the tuned table says so (``rung``:
+    the point's column of ``ladder``)."""
     untuned = ladder.untuned_text(point.row, rung, with_baseline=point.delta is not None)
     return cell_text(point, baseline) + (f" ({untuned})" if untuned else "")
 
@@ -175,7 +175,7 @@ def markdown(ladder, points: list[Point]) -> str:
             cells = {p.column: p for p in here if p.row == row}
             failed = {c for c in columns if c not in cells and (sweep := ladder.sweep(row, rungs[c])) is not None and sweep.best is None}
             if cells or failed:
-                texts = [_marked(cells[c], ladder, baseline) if c in cells else FAILED if c in failed else "—" for c in columns]
+                texts = [_marked(cells[c], ladder, rungs[c], baseline) if c in cells else FAILED if c in failed else "—" for c in columns]
                 lines.append(f"| {row} | " + " | ".join(texts) + " |")
     return "\n".join(lines) + "\n"
 
