@@ -5,8 +5,11 @@ relaunched until the grid is complete while faults strike at seeded random momen
 * SIGKILL and SIGTERM during a training step, a validation or a checkpoint write (:mod:`faults`);
 * the newest checkpoint of an unfinished run truncated (with its twin ``last.ckpt``);
 * a finished record corrupted (``mixbench table`` and ``mixbench reclassify`` must name it and go on);
-* the disk filled once (the results folder is a tmpfs where root can mount one; else ENOSPC injected into a
-  checkpoint write);
+* the disk filled once (the results folder is a tmpfs where root can mount one, and each grid's runs folder a tmpfs
+  of its own inside it: the grid that fills its disk is the only one to write there, so the other grid's writes can
+  neither meet that full disk nor give space back on it — a checkpoint write of the other grid that meets ENOSPC
+  removes its temporary file, and the megabytes it frees let the filled grid's next checkpoint through; else ENOSPC
+  injected into a checkpoint write);
 * a second writer (``mixbench run --config RUN/config.yaml run_dir=RUN resume=auto``) started on a run folder while
   its grid trains in it (the grid process waits at a step meanwhile).
 
@@ -55,7 +58,7 @@ FAMILIES = {  # task → its grid's own settings (each grid: 3 placements × 2 s
 SIGNALS = ("SIGKILL", "SIGTERM")  # planned two kills for each SIGTERM
 MOMENT_KINDS = ("step", "validation", "write")
 LANE_FAULTS = (*SIGNALS, "full disk", "second writer")  # faults of a grid process, at a moment of its training
-DISK_MB = 640  # the tmpfs results folder: every checkpoint of the grid fits
+DISK_MB = 640  # the tmpfs results folder, and each grid's runs folder (a tmpfs inside it): every checkpoint of a grid fits
 # what the process server imports once (by name: its sys.path is the interpreter's own, without tests/)
 PRELOAD = ["mixbench.cli.app", "mixbench.training.run", "mixbench.grids.runner", "mixbench.families.lm", "mixbench.families.vision"]
 
@@ -239,6 +242,8 @@ class Chaos:
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(tmpfs(self.results, DISK_MB))
+                for task in FAMILIES:  # a disk of its own for each grid: only its process fills it, or frees space on it
+                    stack.enter_context(tmpfs(self.disk(task), DISK_MB))
                 self.real_disk = True
             except TmpfsUnavailable:
                 self.results.mkdir(parents=True, exist_ok=True)
@@ -283,7 +288,8 @@ class Chaos:
                 self.report.faults[fault["kind"]] += 1
             elif fault["kind"] == "full disk":
                 self.report.faults["full disk"] += 1
-                (self.results / "ballast").unlink(missing_ok=True)  # space freed once the process stopped
+                if fault["path"] is not None:
+                    (Path(fault["path"]) / "ballast").unlink(missing_ok=True)  # space freed once the process stopped
                 if launch.process.exitcode != RESUMABLE_EXIT or "no space left" not in launch.log.read_text():
                     self.report.problems.append(f"{launch.log}: the full disk did not stop it with exit {RESUMABLE_EXIT}")
         self.queue[:0] = [fault["kind"] for fault in launch.faults if fault not in fired]
@@ -314,7 +320,10 @@ class Chaos:
         if kind in SIGNALS:
             moment, action, path = self.rng.choice(MOMENT_KINDS), kind, None
         elif kind == "full disk":
-            moment, action, path = ("step", "fill", str(self.results)) if self.real_disk else ("write", "no_space", None)
+            # a fill at a step: the next write on that disk is the run's next checkpoint (every 2 steps, the last step
+            # among them: the runs' steps are even), bigger than the FILL_LEAVE bytes it leaves, and only this process
+            # writes to (or frees space on) its grid's own disk until it stops
+            moment, action, path = ("step", "fill", str(self.disk(lane.task))) if self.real_disk else ("write", "no_space", None)
         else:
             moment, action, path = "step", "pause", str(self.folder / f"pause-{self.launcher.started + 1}-{len(self.queue)}")
         per_step = {"step": 1, "validation": 1 / validation_every(self.steps), "write": 1}[moment]  # a checkpoint: 2 writes
@@ -369,8 +378,12 @@ class Chaos:
 
     # ------------------------------------------------------------------ the grid's state and the final check
 
+    def disk(self, task: str) -> Path:
+        """The folder ``task``'s grid puts its runs in (``<results>/runs/<task>``): a tmpfs of its own, where one is mounted."""
+        return self.results / "runs" / task
+
     def runs(self, task: str) -> list[Path]:
-        return sorted(p.parent for p in (self.results / "runs" / task).glob("*/*/*/config.yaml"))
+        return sorted(p.parent for p in self.disk(task).glob("*/*/*/config.yaml"))
 
     def finished(self, task: str) -> list[Path]:
         """The readable finished records of ``task``'s grid."""
