@@ -188,7 +188,7 @@ def figure(ladder, points: list[Point]):
     size = {rung.column: rung.params for rung in ladder.rungs}
     targets_ = sorted({p.target for p in points})
     n = max(1, len(targets_))
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), sharex=True, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 3.0, 3.8), sharex=True, sharey=True, squeeze=False)
     rows = [row for row in ladder.rows if any(p.row == row and p.delta is not None for p in points)]
     colors = {row: plt.get_cmap("tab10")(i % 10) for i, row in enumerate(rows)}
     for ax, target in zip(axes[0], targets_):

@@ -1,7 +1,8 @@
 """The READMEs' headline numbers are what ``mixbench table`` computes from the committed records: the tuned table of
 the lr sweep (results/proxy/lr_sensitivity), the ladder's tuned table by size and its equal-token view
-(results/proxy/ladder), and the top README's claims about both.  A record added, removed or re-classified that moves a
-headline number fails here until the README says the new one."""
+(results/proxy/ladder), the fixed-token ladder's tables (results/proxy/ladder_tokens), and the top README's claims about
+them.  A record added, removed or re-classified that moves a headline number fails here until the README says the new
+one."""
 
 import re
 
@@ -133,6 +134,9 @@ def test_the_equal_token_view_in_the_ladder_readme_is_the_records(lm_and_vit):
         ("Post-LN −31.1,", "ladder", "post", "llama_130m", "value"),
         ("Mix-LN's gain over Pre-LN is +4.70 at ViT-Ti", "ladder", "mix(α=0.25)", "vit_tiny", "value"),
         ("and +5.05 at ViT-S", "ladder", "mix(α=0.25)", "vit_small", "value"),
+        ("Mix-LN −1.42 [−3.37, 0.53]", "ladder_tokens", "mix(α=0.25)", "llama_130m", "interval"),
+        ("Post-LN −0.91 [−2.85, 1.03]", "ladder_tokens", "post", "llama_130m", "interval"),
+        ("Post-LN −7.10 [−11.75, −2.44] at 250M", "ladder_tokens", "post", "llama_250m", "interval"),
     ],
 )
 def test_the_top_readmes_headline_numbers_are_the_records(claim, source, row, column, kind, lm_and_vit):
@@ -141,6 +145,9 @@ def test_the_top_readmes_headline_numbers_are_the_records(claim, source, row, co
     if source == "ladder":
         lm, vit, _ = lm_and_vit
         table = (lm if "llama" in column else vit).table
+    elif source == "ladder_tokens":
+        records, _ = load_records(REPO_ROOT / "results" / "proxy" / "ladder_tokens")
+        table = ladders(records)["lm"].table
     else:
         records, _ = load_records(SWEEP)
         table = ladders(records)["lm" if "num_layers" in column else "vision"].table
@@ -173,7 +180,7 @@ def test_the_fixed_token_ladders_table_in_its_readme_is_the_records():
     rung_of = {rung.column.split(" ")[0].removeprefix("c4_llama_"): rung for rung in lm.rungs}  # 130m → its rung
     text = (folder / "README.md").read_text()
     start = text.index("| size | placement | val/ppl by lr |")
-    checked = 0
+    rows = set()
     for line in text[start : text.index("\n\n", start)].splitlines()[2:]:
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
         row, rung = LADDER_ROWS[cells[1].strip("`")], rung_of[cells[0].split(" ")[0].lower()]
@@ -194,10 +201,47 @@ def test_the_fixed_token_ladders_table_in_its_readme_is_the_records():
             assert number(lr) == pytest.approx(float(sweep.best)) and int(n) == sweep.cell.n, line
             assert same(mean, sweep.cell.mean) and (std is None or same(std, sweep.cell.std)), line
             assert (untuned is not None) == (not sweep.bracketed), line
-        delta = lm.table.cells[(row, rung.column)].delta
-        if re.match(NUMBER, cells[4]):
-            assert same(re.match(NUMBER, cells[4]).group(0), delta.diff), line
-        elif cells[4].startswith("none:"):  # no Δ said, because one of the two best lrs is an edge of its sweep
+        delta, said = lm.table.cells[(row, rung.column)].delta, cells[4].replace("**", "")
+        if interval := re.match(rf"({NUMBER}) \[({NUMBER}), ({NUMBER})\]", said):  # "−7.10 [−11.75, −2.44]"
+            assert all(same(x, v) for x, v in zip(interval.groups(), (delta.diff, delta.low, delta.high))), line
+            assert cells[4].startswith("**") == delta.significant, line  # bold: the interval excludes 0
+        elif re.match(NUMBER, said):  # a Δ without an interval: either cell has one seed
+            assert same(re.match(NUMBER, said).group(0), delta.diff) and delta.low is None, line
+        elif said.startswith("none:"):  # no Δ said, because one of the two best lrs is an edge of its sweep
             assert lm.untuned_text(row, rung), line
-        checked += 1
+        else:
+            assert (said == "baseline") == (row == "pre") and (row == "pre" or said.startswith("breaks at")), line
+        rows.add((rung.column, row))
+    finished = {(rung.column, row) for rung in lm.rungs for row in ("pre", "post", "mix(α=0.25)") if lm.sweep(row, rung).cells}
+    assert rows == finished, f"rows the README lacks: {finished - rows}; rows without records: {rows - finished}"
+
+
+def test_the_fixed_token_ladders_answer_is_the_records():
+    """results/proxy/ladder_tokens/README.md's answer table: each size's Mix-LN and Post-LN Δ against Pre-LN, in ppl
+    (the tuned table) and in nats (the equal-token view at 25M tokens), with the Welch interval where it says one."""
+    folder = REPO_ROOT / "results" / "proxy" / "ladder_tokens"
+    records, _ = load_records(folder)
+    lm = ladders(records)["lm"]
+    rung_of = {rung.column.split(" ")[0].removeprefix("c4_llama_"): rung for rung in lm.rungs}
+    nats = {(p.column, p.row): p for p in equal_token_points(lm, records) if round(p.target / 1e6) == 25}
+    text = (folder / "README.md").read_text()
+    start = text.index("| size | Mix-LN − Pre-LN (ppl) |")
+    checked = 0
+    for line in text[start : text.index("\n\n", start)].splitlines()[2:]:
+        cells = [c.strip().replace("**", "") for c in line.strip().strip("|").split(" | ")]
+        rung = rung_of[cells[0].lower()]
+        in_nats = cells[3].split(" / ")
+        for row, said, said_nats in zip(("mix(α=0.25)", "post"), cells[1:3], in_nats):
+            if said.startswith("—"):
+                assert lm.table.cells[(row, rung.column)].delta is None and said_nats == "—", line
+                continue
+            delta, point = lm.table.cells[(row, rung.column)].delta, nats[(rung.column, row)]
+            expected = {said: (delta.diff, delta.low, delta.high), said_nats: (point.delta, point.low, point.high)}
+            for shown, (diff, low, high) in expected.items():
+                numbers = re.match(rf"({NUMBER})(?: \[({NUMBER}), ({NUMBER})\])?", shown).groups()
+                assert same(numbers[0], diff), (line, shown)
+                assert (numbers[1] is None) == (low is None), (line, shown)  # an interval said where, and only where, one exists
+                if low is not None:
+                    assert same(numbers[1], low) and same(numbers[2], high), (line, shown)
+            checked += 1
     assert checked >= 7
