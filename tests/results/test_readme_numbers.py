@@ -16,6 +16,7 @@ from mixbench.results.records import load_records
 
 SWEEP = REPO_ROOT / "results" / "proxy" / "lr_sensitivity"
 LADDER = REPO_ROOT / "results" / "proxy" / "ladder"
+TOKENS = REPO_ROOT / "results" / "proxy" / "ladder_tokens"
 NUMBER = r"[−+-]?\d[\d,]*\.?\d*"
 DELTA = re.compile(rf"Δ ({NUMBER}) \[({NUMBER}), ({NUMBER})\]")
 LADDER_ROWS = {"pre": "pre", "post": "post", "mix": "mix(α=0.25)", "deepnorm": "deepnorm", "olmo2": "reordered+qk_norm=full"}
@@ -44,6 +45,14 @@ def table_rows(markdown: str) -> dict[str, list[str]]:
             name = re.match(r"`?([^`]+)`?", cells[0]).group(1)  # `pre` (value) → pre
             rows[name] = cells[1:]
     return rows
+
+
+@pytest.fixture(scope="module")
+def tokens_lm():
+    """The fixed-token ladder's LLaMA ladder, its records, and its rungs by size as the README writes them (130m)."""
+    records, _ = load_records(TOKENS)
+    lm = ladders(records)["lm"]
+    return lm, records, {rung.column.split(" ")[0].removeprefix("c4_llama_"): rung for rung in lm.rungs}
 
 
 @pytest.fixture(scope="module")
@@ -139,15 +148,14 @@ def test_the_equal_token_view_in_the_ladder_readme_is_the_records(lm_and_vit):
         ("Post-LN −7.10 [−11.75, −2.44] at 250M", "ladder_tokens", "post", "llama_250m", "interval"),
     ],
 )
-def test_the_top_readmes_headline_numbers_are_the_records(claim, source, row, column, kind, lm_and_vit):
+def test_the_top_readmes_headline_numbers_are_the_records(claim, source, row, column, kind, lm_and_vit, tokens_lm):
     readme = (REPO_ROOT / "README.md").read_text()
     assert claim in readme, f"the top README no longer says {claim!r}"
     if source == "ladder":
         lm, vit, _ = lm_and_vit
         table = (lm if "llama" in column else vit).table
     elif source == "ladder_tokens":
-        records, _ = load_records(REPO_ROOT / "results" / "proxy" / "ladder_tokens")
-        table = ladders(records)["lm"].table
+        table = tokens_lm[0].table
     else:
         records, _ = load_records(SWEEP)
         table = ladders(records)["lm" if "num_layers" in column else "vision"].table
@@ -171,14 +179,11 @@ def test_the_top_readmes_equal_token_claim_is_the_records(lm_and_vit):
     assert all(same(said, value) for said, value in zip(claim.groups(), measured)), (claim.groups(), measured)
 
 
-def test_the_fixed_token_ladders_table_in_its_readme_is_the_records():
+def test_the_fixed_token_ladders_table_in_its_readme_is_the_records(tokens_lm):
     """results/proxy/ladder_tokens/README.md: each row's finished values by lr, stalled lrs, best lr's mean ± sd (n),
     whether it is bracketed, and Δ, against the tuned table of its committed records."""
-    folder = REPO_ROOT / "results" / "proxy" / "ladder_tokens"
-    records, _ = load_records(folder)
-    lm = ladders(records)["lm"]
-    rung_of = {rung.column.split(" ")[0].removeprefix("c4_llama_"): rung for rung in lm.rungs}  # 130m → its rung
-    text = (folder / "README.md").read_text()
+    lm, _, rung_of = tokens_lm
+    text = (TOKENS / "README.md").read_text()
     start = text.index("| size | placement | val/ppl by lr |")
     rows = set()
     for line in text[start : text.index("\n\n", start)].splitlines()[2:]:
@@ -216,15 +221,12 @@ def test_the_fixed_token_ladders_table_in_its_readme_is_the_records():
     assert rows == finished, f"rows the README lacks: {finished - rows}; rows without records: {rows - finished}"
 
 
-def test_the_fixed_token_ladders_answer_is_the_records():
+def test_the_fixed_token_ladders_answer_is_the_records(tokens_lm):
     """results/proxy/ladder_tokens/README.md's answer table: each size's Mix-LN and Post-LN Δ against Pre-LN, in ppl
     (the tuned table) and in nats (the equal-token view at 25M tokens), with the Welch interval where it says one."""
-    folder = REPO_ROOT / "results" / "proxy" / "ladder_tokens"
-    records, _ = load_records(folder)
-    lm = ladders(records)["lm"]
-    rung_of = {rung.column.split(" ")[0].removeprefix("c4_llama_"): rung for rung in lm.rungs}
+    lm, records, rung_of = tokens_lm
     nats = {(p.column, p.row): p for p in equal_token_points(lm, records) if round(p.target / 1e6) == 25}
-    text = (folder / "README.md").read_text()
+    text = (TOKENS / "README.md").read_text()
     start = text.index("| size | Mix-LN − Pre-LN (ppl) |")
     checked = 0
     for line in text[start : text.index("\n\n", start)].splitlines()[2:]:
