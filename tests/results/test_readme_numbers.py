@@ -37,6 +37,15 @@ def same(printed: str, value: float) -> bool:
     return abs(number(printed) - value) <= 0.5 * 10 ** -decimals(printed) + 1e-9
 
 
+def says_delta(shown: str, diff: float, low: float | None, high: float | None) -> bool:
+    """``shown`` ("−7.10 [−11.75, −2.44]" or "−6.76, one seed") is ``diff``, with an interval where, and only where,
+    one exists (``low`` not None), and that interval is ``[low, high]``."""
+    value, *interval = re.match(rf"({NUMBER})(?: \[({NUMBER}), ({NUMBER})\])?", shown).groups()
+    if (interval[0] is None) != (low is None):
+        return False
+    return same(value, diff) and (low is None or (same(interval[0], low) and same(interval[1], high)))
+
+
 def table_rows(markdown: str) -> dict[str, list[str]]:
     rows = {}
     for line in markdown.splitlines():
@@ -207,15 +216,13 @@ def test_the_fixed_token_ladders_table_in_its_readme_is_the_records(tokens_lm):
             assert same(mean, sweep.cell.mean) and (std is None or same(std, sweep.cell.std)), line
             assert (untuned is not None) == (not sweep.bracketed), line
         delta, said = lm.table.cells[(row, rung.column)].delta, cells[4].replace("**", "")
-        if interval := re.match(rf"({NUMBER}) \[({NUMBER}), ({NUMBER})\]", said):  # "−7.10 [−11.75, −2.44]"
-            assert all(same(x, v) for x, v in zip(interval.groups(), (delta.diff, delta.low, delta.high))), line
-            assert cells[4].startswith("**") == delta.significant, line  # bold: the interval excludes 0
-        elif re.match(NUMBER, said):  # a Δ without an interval: either cell has one seed
-            assert same(re.match(NUMBER, said).group(0), delta.diff) and delta.low is None, line
+        if re.match(NUMBER, said):  # a Δ, with its interval where both cells have ≥ 2 seeds; bold where it excludes 0
+            assert says_delta(said, delta.diff, delta.low, delta.high), line
+            assert cells[4].startswith("**") == bool(delta.significant), line
         elif said.startswith("none:"):  # no Δ said, because one of the two best lrs is an edge of its sweep
             assert lm.untuned_text(row, rung), line
         else:
-            assert (said == "baseline") == (row == "pre") and (row == "pre" or said.startswith("breaks at")), line
+            assert said == "baseline" if row == "pre" else said.startswith("breaks at"), line
         rows.add((rung.column, row))
     finished = {(rung.column, row) for rung in lm.rungs for row in ("pre", "post", "mix(α=0.25)") if lm.sweep(row, rung).cells}
     assert rows == finished, f"rows the README lacks: {finished - rows}; rows without records: {rows - finished}"
@@ -238,12 +245,7 @@ def test_the_fixed_token_ladders_answer_is_the_records(tokens_lm):
                 assert lm.table.cells[(row, rung.column)].delta is None and said_nats == "—", line
                 continue
             delta, point = lm.table.cells[(row, rung.column)].delta, nats[(rung.column, row)]
-            expected = {said: (delta.diff, delta.low, delta.high), said_nats: (point.delta, point.low, point.high)}
-            for shown, (diff, low, high) in expected.items():
-                numbers = re.match(rf"({NUMBER})(?: \[({NUMBER}), ({NUMBER})\])?", shown).groups()
-                assert same(numbers[0], diff), (line, shown)
-                assert (numbers[1] is None) == (low is None), (line, shown)  # an interval said where, and only where, one exists
-                if low is not None:
-                    assert same(numbers[1], low) and same(numbers[2], high), (line, shown)
+            assert says_delta(said, delta.diff, delta.low, delta.high), (line, said)
+            assert says_delta(said_nats, point.delta, point.low, point.high), (line, said_nats)
             checked += 1
     assert checked >= 7
