@@ -15,6 +15,9 @@ in ``results_dir`` and plans the next runs of every (rung, placement) on the run
    lr so far in every sweep round too, ahead of the sweep's runs: where a run is so costly (1B) that a lease may end
    mid-sweep, the best so far gets its interval first.
 
+An lr run by hand between two grid lrs (5e-4 on the 1e-3 grid) counts as one more lr tried, at its own place
+(:func:`grid_position`): it can be the best (then it gets the seeds), and a step from it goes to the grid lr beside it.
+
 A (rung, placement) is done when its best lr is bracketed (a tried lr on each side of it, worse or failed) and has its
 seeds, when it failed at every lr tried (≥ 3 of them spanning a decade), or when it has used ``max_lrs`` lrs.  A
 language-model rung's budget is ``budget.fraction`` of the paper's tokens for that size (Table 1), as optimizer steps
@@ -55,6 +58,36 @@ def grid_index(anchor: float, lr: float) -> int:
     return round(2 * math.log10(lr / anchor))
 
 
+def grid_position(anchor: float, lr: float) -> float:
+    """Where ``lr`` sits on the grid of :func:`lr_at`: its k where it is a grid lr, else k plus the share of the way
+    (in log lr) from the grid lr below it (k) to the one above (k + 1): an lr run by hand between two grid lrs (5e-4 on
+    the 1e-3 grid, at −0.58: between 3e-4 at −1 and 1e-3 at 0) keeps a place of its own, in lr order."""
+    k = grid_index(anchor, lr)
+    if lr_at(anchor, k) == lr:
+        return k
+    below = k if lr_at(anchor, k) < lr else k - 1
+    low, high = math.log(lr_at(anchor, below)), math.log(lr_at(anchor, below + 1))
+    return below + (math.log(lr) - low) / (high - low)
+
+
+def records_by_position(anchor: float, records) -> dict[float, list[dict]]:
+    """``records`` (of one placement, any lr and seed) by the :func:`grid_position` of their lr: one lr a position."""
+    found: dict[float, list[dict]] = {}
+    for record in records:
+        found.setdefault(grid_position(anchor, float(record["config"]["optim"]["lr"])), []).append(record)
+    return found
+
+
+def _above(position: float) -> int:
+    """The first grid index above ``position``."""
+    return math.floor(position) + 1
+
+
+def _below(position: float) -> int:
+    """The first grid index below ``position``."""
+    return math.ceil(position) - 1
+
+
 @dataclass(frozen=True)
 class Rung:
     """One model size of a family: its ``task``, the lr grid's ``anchor`` and the settings every run of it takes."""
@@ -69,9 +102,10 @@ class Rung:
 
 @dataclass(frozen=True)
 class Step:
-    """What one (rung, placement) needs next: its runs ((k, seed) pairs) and, when it needs none, why it is done."""
+    """What one (rung, placement) needs next: its runs ((grid position, seed) pairs: a grid index, or the position of an
+    lr already run off the grid) and, when it needs none, why it is done."""
 
-    runs: tuple[tuple[int, int], ...] = ()
+    runs: tuple[tuple[float, int], ...] = ()
     done: str = ""
 
 
@@ -124,9 +158,10 @@ def _starts(placements: dict, rung: dict) -> tuple[tuple[str, float | None], ...
 
 
 def next_step(
-    records_by_k: dict[int, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int, seeds_first: bool = False
+    records_by_k: dict[float, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int, seeds_first: bool = False
 ) -> Step:
-    """The next runs of one (rung, placement) from its finished records by grid index (see the module's rules); with
+    """The next runs of one (rung, placement) from its finished records by grid position (:func:`records_by_position`;
+    see the module's rules: a best lr off the grid gets its seeds, and steps go to the grid lrs beside it); with
     ``seeds_first``, a sweep round also asks for the missing seeds at the best lr so far, ahead of its own runs."""
     step = _next_step(records_by_k, start, higher_is_better, seeds, max_lrs)
     if not seeds_first or not step.runs or not records_by_k:
@@ -138,15 +173,15 @@ def next_step(
     return Step((*first, *(run for run in step.runs if run not in first)))
 
 
-def _best_index(records_by_k: dict[int, list[dict]], higher_is_better: bool) -> tuple[Sweep, int | None]:
-    """The sweep over every lr tried and its best lr's grid index (None where every lr tried failed)."""
+def _best_index(records_by_k: dict[float, list[dict]], higher_is_better: bool) -> tuple[Sweep, float | None]:
+    """The sweep over every lr tried and its best lr's grid position (None where every lr tried failed)."""
     sweep = Sweep.from_records([r for k in sorted(records_by_k) for r in records_by_k[k]], LR_KEY, higher_is_better)
     if sweep.best is None:
         return sweep, None
     return sweep, next(k for k in sorted(records_by_k) if records_by_k[k][0]["config"]["optim"]["lr"] == sweep.best)
 
 
-def _missing_seeds(records: list[dict], best: int, sweep: Sweep, seeds: dict) -> tuple[tuple[int, int], ...]:
+def _missing_seeds(records: list[dict], best: float, sweep: Sweep, seeds: dict) -> tuple[tuple[int, int], ...]:
     """The seeds the best lr (grid index ``best``, its finished ``records``) still needs: ``seeds.best``, or
     ``seeds.disagree`` where its seeds disagree (some trained, some stalled or diverged)."""
     cell = sweep.cells[sweep.best]
@@ -156,7 +191,7 @@ def _missing_seeds(records: list[dict], best: int, sweep: Sweep, seeds: dict) ->
     return tuple((best, s) for s in range(wanted) if s not in have)
 
 
-def _next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int) -> Step:
+def _next_step(records_by_k: dict[float, list[dict]], start: int, higher_is_better: bool, seeds: dict, max_lrs: int) -> Step:
     sweep_start = [k for k in (start - 1, start, start + 1) if k not in records_by_k]
     if sweep_start:
         return Step(tuple((k, 0) for k in sweep_start))
@@ -164,22 +199,22 @@ def _next_step(records_by_k: dict[int, list[dict]], start: int, higher_is_better
     tried = sorted(records_by_k)
     if best is None:  # every lr tried failed
         if not failed_everywhere(records_by_k[k][0]["config"]["optim"]["lr"] for k in tried):
-            return _within(Step(((tried[0] - 1, 0),)), tried, max_lrs)
+            return _within(Step(((_below(tried[0]), 0),)), tried, max_lrs)
         if not sweep.lowest_improving:
             return Step(done=f"failed at every lr tried ({len(tried)} lrs spanning ≥ a decade)")
         # the lowest lr was still learning when its budget ended: its seeds, and one lr lower
         have = {r["seed"] for r in records_by_k[tried[0]]}
         missing = tuple((tried[0], s) for s in range(LOWEST_FAILED_SEEDS) if s not in have)
-        return _within(Step(((tried[0] - 1, 0), *missing)), tried, max_lrs)
+        return _within(Step(((_below(tried[0]), 0), *missing)), tried, max_lrs)
     if best == tried[-1]:
-        return _within(Step(((best + 1, 0),)), tried, max_lrs)
+        return _within(Step(((_above(best), 0),)), tried, max_lrs)
     if best == tried[0]:
-        return _within(Step(((best - 1, 0),)), tried, max_lrs)
+        return _within(Step(((_below(best), 0),)), tried, max_lrs)
     missing = _missing_seeds(records_by_k[best], best, sweep, seeds)
     return Step(missing) if missing else Step(done=f"best lr bracketed, {len({r['seed'] for r in records_by_k[best]})} seeds there")
 
 
-def _within(step: Step, tried: list[int], max_lrs: int) -> Step:
+def _within(step: Step, tried: list[float], max_lrs: int) -> Step:
     """``step``, or done where it would take the lrs tried past ``max_lrs``."""
     return step if len(tried) < max_lrs else Step(done=f"stopped at max_lrs={max_lrs} lrs, best lr not bracketed")
 
@@ -217,22 +252,19 @@ def plan(name: str, extras: tuple[str, ...] = (), only: tuple[str, ...] = (), ro
             if not all(item in [*base, *extra] for item in only if not item.startswith((f"{LR_KEY}=", "seed="))):
                 continue
             cfg = compose([*base, *extra], root)
-            by_k = _finished_by_index(cfg, rung.anchor)
+            by_k = records_by_position(rung.anchor, finished_runs(cfg, norm_spec(cfg).label(), aside=(LR_KEY,)))
             start = grid_index(rung.anchor, start_lr if start_lr is not None else rung.anchor)
             step = next_step(by_k, start, _higher_is_better(cfg), seeds, max_lrs, seeds_first=rung.seeds_first)
-            runs = [(abs(k - start), [*base, f"{LR_KEY}={lr_at(rung.anchor, k)}", f"seed={seed}", *extra]) for k, seed in step.runs]
+            runs = [(abs(k - start), [*base, f"{LR_KEY}={_lr(rung.anchor, k, by_k)}", f"seed={seed}", *extra]) for k, seed in step.runs]
             ranked += [(rank, argv) for rank, argv in runs if all(item in argv for item in only)]
-            lrs = ", ".join(f"{lr_at(rung.anchor, k):g}×{len(rs)}" for k, rs in sorted(by_k.items())) or "none"
+            lrs = ", ".join(f"{_lr(rung.anchor, k, by_k):g}×{len(rs)}" for k, rs in sorted(by_k.items())) or "none"
             lines.append(f"{rung.task} {placement}: finished {lrs}; " + (step.done or f"next {len(runs)} run(s)"))
     return [argv for _, argv in sorted(ranked, key=lambda item: item[0])], lines  # stable: rungs and placements in order
 
 
-def _finished_by_index(cfg, anchor: float) -> dict[int, list[dict]]:
-    """The finished records of ``cfg`` at any lr and seed, by their lr's grid index (the lr aside, the same settings)."""
-    found: dict[int, list[dict]] = {}
-    for record in finished_runs(cfg, norm_spec(cfg).label(), aside=(LR_KEY,)):
-        found.setdefault(grid_index(anchor, float(record["config"]["optim"]["lr"])), []).append(record)
-    return found
+def _lr(anchor: float, position: float, by_k: dict[float, list[dict]]) -> float:
+    """The lr at ``position``: that of its records where it has some (an lr run off the grid), else the grid's."""
+    return float(by_k[position][0]["config"]["optim"]["lr"]) if position in by_k else lr_at(anchor, int(position))
 
 
 def best_lr(cfg) -> float | None:

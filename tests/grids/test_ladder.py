@@ -1,20 +1,22 @@
 """The size ladder (``mixbench reproduce ladder``): its lr grid, budgets, and the planner's rules round by round."""
 
+import logging
 import math
+import shutil
 
 import pytest
 
 from mixbench.cli.app import main
 from mixbench.core.errors import ConfigError
-from mixbench.grids.ladder import family_settings, grid_index, lm_budget, lr_at, next_step, rungs
+from mixbench.grids.ladder import family_settings, grid_index, grid_position, lm_budget, lr_at, next_step, records_by_position, rungs
 from mixbench.results.records import SCHEMA
 
 SEEDS = {"best": 3, "disagree": 5}
 ANCHOR = 1e-3
 
 
-def run(ppl, k, seed=0, status="completed"):
-    """A finished LM record at the k-th lr of the 1e-3 grid."""
+def run(ppl, k, seed=0, status="completed", lr=None):
+    """A finished LM record at the k-th lr of the 1e-3 grid (or at ``lr``, one run by hand off the grid)."""
     return {
         "schema": SCHEMA,
         "task": "c4_llama_71m",
@@ -27,15 +29,12 @@ def run(ppl, k, seed=0, status="completed"):
         "primary_metric": {"name": "val/ppl", "higher_is_better": False, "value": ppl},
         "dataset": {"name": "textmix"},
         "scale": "proxy",
-        "config": {"optim": {"lr": lr_at(ANCHOR, k)}, "seed": seed},
+        "config": {"optim": {"lr": lr_at(ANCHOR, k) if lr is None else lr}, "seed": seed},
     }
 
 
 def by_k(*records):
-    found = {}
-    for r in records:
-        found.setdefault(grid_index(ANCHOR, r["config"]["optim"]["lr"]), []).append(r)
-    return found
+    return records_by_position(ANCHOR, records)
 
 
 def step(*records, start=0, max_lrs=7):
@@ -48,6 +47,26 @@ def test_the_lr_grid_is_half_decades_around_its_anchor_and_indexes_back():
     assert [lr_at(4e-3, k) for k in (-1, 0, 1, 2)] == [1.2e-3, 4e-3, 1.2e-2, 4e-2]  # the ViT recipe's
     for anchor in (1e-3, 5e-4, 4e-3):
         assert all(grid_index(anchor, lr_at(anchor, k)) == k for k in range(-6, 5))
+
+
+def test_an_lr_run_by_hand_off_the_grid_keeps_a_place_of_its_own_between_its_grid_neighbours():
+    assert grid_position(1e-3, 3e-4) == -1 and grid_position(1e-3, 1e-3) == 0 and grid_position(5e-4, 1.5e-4) == -1
+    assert -1 < grid_position(1e-3, 3.1e-4) < grid_position(1e-3, 5e-4) < grid_position(1e-3, 9.9e-4) < 0
+    assert 0 < grid_position(1e-3, 2e-3) < 1 and -2 < grid_position(1e-3, 2e-4) < -1
+    positions = by_k(run(41.5, -1), run(35.8, 0, lr=5e-4), run(37.1, 0), run(38.4, 0, seed=1))
+    assert [[r["config"]["optim"]["lr"] for r in positions[k]] for k in sorted(positions)] == [[3e-4], [5e-4], [1e-3, 1e-3]]
+
+
+def test_a_best_lr_run_by_hand_off_the_grid_gets_its_seeds_and_steps_go_to_its_grid_neighbours():
+    # LLaMA-250M Pre-LN at 25M tokens: 5e-4, run by hand between 3e-4 and 1e-3, beat 1e-3's three seeds on one seed
+    by_hand = run(35.83, 0, lr=5e-4)
+    at_5e_4 = grid_position(ANCHOR, 5e-4)
+    swept = (run(41.50, -1), by_hand, run(37.09, 0), run(38.37, 0, seed=1), run(34.16, 0, seed=2), run(113.52, 1))
+    assert step(*swept).runs == ((at_5e_4, 1), (at_5e_4, 2))  # bracketed by 3e-4 and 1e-3: its seeds
+    assert step(*swept, run(36.0, 0, seed=1, lr=5e-4), run(36.5, 0, seed=2, lr=5e-4)).done.startswith("best lr bracketed")
+    assert step(by_hand, run(40, 0), run(60, 1)).runs == ((-1, 0),)  # best at the bottom: the grid lr below it, 3e-4
+    assert step(run(60, -1), run(40, 0), run(30, 0, lr=2e-3)).runs == ((1, 0),)  # at the top: the grid lr above, 3e-3
+    assert step(run(1e9, 0, lr=5e-4, status="diverged"), run(1e9, 0, status="diverged"), run(1e9, 1, status="diverged")).runs == ((-1, 0),)
 
 
 def test_lm_budgets_are_the_same_fraction_of_each_sizes_paper_tokens():
@@ -241,3 +260,21 @@ def test_dry_run_of_the_equal_data_ladder_lists_the_four_sizes_at_764_steps(tmp_
     for task in ("c4_llama_71m", "c4_llama_130m", "c4_llama_250m", "c4_llama_1b"):
         mine = [line for line in lines if f"task={task} " in line]
         assert len(mine) == 4 * 3 and all("trainer.max_steps=764" in line for line in mine)
+
+
+def test_the_committed_fixed_token_records_plan_the_seeds_of_an_lr_run_by_hand(tmp_path, capsys, caplog):
+    """As bench/device/ladder.sh plans a lease: LLaMA-250M Pre-LN's 5e-4, run by hand between the grid's 3e-4 and
+    1e-3, is its best so far on one seed; the plan asks for its seeds (the planner once crashed on it mid-lease)."""
+    shutil.copytree("results/proxy/ladder_tokens/runs/c4_llama_250m", tmp_path / "runs" / "c4_llama_250m")
+    settings = ["llama:data.path=.data/textmix3/pkgtext-train.*.json.gz", "llama:data.tokenizer=embedded"]
+    settings += ["llama:model.vocab_size=8192", "llama:data.num_workers=2", "save_weights=false", "compile=true"]
+    settings += ["trainer.enable_progress_bar=false", f"results_dir={tmp_path}", "resume=auto"]
+    caplog.set_level(logging.INFO)
+    only = ["--only", "task=c4_llama_250m", "--only", "norm=pre"]
+    assert main(["reproduce", "ladder_tokens", "--dry-run", "--data-elsewhere", *only, *settings]) == 0
+    planned = capsys.readouterr().out.splitlines()
+    assert [(line.split("optim.lr=")[1].split()[0], line.split("seed=")[1].split()[0]) for line in planned] == [
+        ("0.0005", "1"),
+        ("0.0005", "2"),
+    ]
+    assert "c4_llama_250m pre: finished 0.0003×1, 0.0005×1, 0.001×3, 0.003×1; next 2 run(s)" in caplog.text
