@@ -47,7 +47,7 @@ from .profiling import make_profiler, stop_profiling
 from .run_lock import RunLock
 from .status import FINISHED, classify  # FINISHED: statuses of a run that need not run again
 from .step_graph import module_obstacle, wants_capture
-from .strategy import accumulation_steps, make_strategy, world_size
+from .strategy import accumulation_steps, make_strategy, val_check_batches, world_size
 from .weights import WeightsError, describe_model, init_from, save_weights
 
 log = logging.getLogger(__name__)
@@ -252,6 +252,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, block_class: 
     kwargs["precision"] = lightning_precision(kwargs.get("precision"), kwargs.get("accelerator"))
     kwargs["strategy"] = make_strategy(cfg, block_class, kwargs["precision"])
     kwargs["accumulate_grad_batches"] = accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer))
+    kwargs["val_check_interval"] = val_check_batches(kwargs.get("val_check_interval"), kwargs["accumulate_grad_batches"])
     callbacks = [
         *callbacks,
         LearningRateMonitor(logging_interval="step"),

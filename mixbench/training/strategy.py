@@ -102,3 +102,13 @@ def accumulation_steps(global_batch: int | None, micro_batch: int, world: int) -
             "change data.batch_size (the per-device micro-batch)"
         )
     return global_batch // (micro_batch * world)
+
+
+def val_check_batches(interval: int | float | None, accumulation: int) -> int | float | None:
+    """Lightning's ``val_check_interval`` for mixbench's: an int counts optimizer steps in mixbench (as ``max_steps``
+    and ``log_every_n_steps`` do) but training batches in Lightning, so it is multiplied by the gradient accumulation
+    (without that, 764 steps at ``trainer.val_check_interval=191`` and 2 micro-batches a step validate every 95.5 steps);
+    a float (a share of an epoch) or None is Lightning's as it is."""
+    if isinstance(interval, bool) or not isinstance(interval, int):
+        return interval
+    return interval * accumulation

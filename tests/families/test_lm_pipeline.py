@@ -17,7 +17,7 @@ from mixbench.core.errors import ConfigError
 from mixbench.grids.reproduce import expand
 from mixbench.training.callbacks import DivergenceMonitor
 from mixbench.training.config import MAX_LR
-from mixbench.training.strategy import accumulation_steps
+from mixbench.training.strategy import accumulation_steps, val_check_batches
 
 SHARED_TEXTMIX = SHARED_DATA / "textmix"
 TINY_LM = [
@@ -71,6 +71,20 @@ def test_c4_task_runs_offline_on_local_shards(tmp_path, c4_folder, mode):
     assert rec["model"]["label"] == "llama_debug[vocab_size=8192]"
     assert rec["effective"]["accumulate_grad_batches"] == 2 and rec["effective"]["global_batch_size"] == 4
     assert rec["norm"]["plan"] == ["post", "pre", "pre", "pre"] and math.isfinite(rec["metrics"]["val/ppl"])
+
+
+@pytest.mark.parametrize("micro_batch", [4, 2])
+def test_validation_comes_every_n_optimizer_steps_with_or_without_gradient_accumulation(tmp_path, c4_folder, micro_batch):
+    """``trainer.val_check_interval=2`` of a 4-step run validates after steps 2 and 4, also where each step is two
+    micro-batches (Lightning's int counts micro-batches: it validated at steps 1, 2, 3 and 4)."""
+    args = ["run", "task=c4_llama_71m", "norm=pre", f"data.path={c4_folder}/c4-train.*.json.gz", "data.tokenizer=embedded"]
+    args += ["data.mode=pack", "data.seq_len=32", f"data.batch_size={micro_batch}", "data.global_batch_size=4"]
+    args += ["trainer.max_steps=4", "data.max_val_tokens=300", f"results_dir={tmp_path / 'results'}", *TINY_LM]
+    assert main([*args, "trainer.val_check_interval=2"]) == 0  # the last value of a key wins: TINY_LM's null is replaced
+    (rec,) = records(tmp_path / "results")
+    assert rec["effective"]["accumulate_grad_batches"] == 4 // micro_batch and rec["steps"] == 4
+    assert [v["step"] for v in rec["validations"]] == [2, 4]
+    assert val_check_batches(191, 2) == 382 and val_check_batches(0.25, 2) == 0.25 and val_check_batches(None, 4) is None
 
 
 TEXTMIX = {
