@@ -14,7 +14,9 @@ The target (issue 49) is ratio ≤ 1.15 at 764 steps on one H200.  Variants (``-
 ``model`` (whole-model compile: the ladder's runs until 2026-12-07), ``blocks`` (``compile.scope=blocks``: the
 repeated block compiled once), ``reuse`` (``blocks`` + ``final_validation=reuse_fit``: fit's validation at the last step
 is the record's, no second full pass) and ``cuda_init`` (``reuse`` + ``init_device=cuda``: the model built on the
-GPU).  Rows run one after another on the same card, in the order given, each with empty Inductor and Triton caches (a
+GPU); ``recompute`` (``reuse`` + ``activation_checkpointing=true``: each block recomputed in the backward pass, the
+1B run on an 80 GB card) measures what recomputing costs.  Each row says the run's peak GPU memory.  Rows run one
+after another on the same card, in the order given, each with empty Inductor and Triton caches (a
 fresh machine's first run; a lease's later runs of the same shapes compile faster).
 
     python bench/speed/run_overhead.py --text '.data/textmix3/pkgtext-train.*.json.gz' --out bench/speed/results/run_overhead_1b.json
@@ -38,6 +40,8 @@ VARIANTS = {
     "blocks": ["compile.scope=blocks"],
     "reuse": ["compile.scope=blocks", "final_validation=reuse_fit"],  # + fit's last validation is the record's metrics
     "cuda_init": ["compile.scope=blocks", "final_validation=reuse_fit", "init_device=cuda"],  # + the model built on the GPU
+    # reuse + each block's activations recomputed in the backward pass: the 1B run on an 80 GB card (its peak memory)
+    "recompute": ["compile.scope=blocks", "final_validation=reuse_fit", "activation_checkpointing=true"],
 }
 VALIDATIONS = 4
 
@@ -69,6 +73,7 @@ def run_args(args, variant: str) -> list[str]:
 def row(variant: str, record: dict, full_steps: int) -> dict:
     parts = record.get("time_parts") or {}
     out = {"variant": variant, "status": record.get("status"), "error": record.get("error"), **parts}
+    out["peak_allocated_gib"] = (record.get("peak_gpu_memory") or {}).get("allocated_gib")
     steady, wall, steps = parts.get("steady_step_s"), parts.get("wall_s"), parts.get("steps")
     if steady and wall and steps:
         out["overhead_s"] = round(wall - steps * steady, 1)
@@ -94,6 +99,7 @@ def table(rows: list[dict], markdown: bool = False) -> str:
         ("overhead s", 11, num("overhead_s")),
         ("proj. wall", 11, num("projected_wall_s")),
         ("ratio", 7, num("projected_ratio", ".3f")),
+        ("peak GiB", 9, num("peak_allocated_gib")),
     ]
     return text_table(rows, columns, ok=lambda r: r.get("status") in ("completed", "stalled"), lead=1, markdown=markdown)
 

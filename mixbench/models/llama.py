@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..core.constants import IGNORE_INDEX
 from ..core.traits import ModelTraits
@@ -170,7 +171,13 @@ class Llama(nn.Module):
         cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        self.grad_checkpointing = False
         self.reset_parameters()
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in the backward pass instead of keeping them (timm's switch, same name):
+        the same gradients, a block's input kept instead of all its intermediates, one more forward of compute."""
+        self.grad_checkpointing = enable
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -220,8 +227,9 @@ class Llama(nn.Module):
             raise ValueError(f"sequence length {t} exceeds model.max_seq_len={self.cfg.max_seq_len}")
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         x = self.embed_tokens(input_ids)
+        recompute = self.grad_checkpointing and torch.is_grad_enabled()
         for block in self.blocks:
-            x = block(x, cos, sin)
+            x = checkpoint(block, x, cos, sin, use_reentrant=False) if recompute else block(x, cos, sin)
         return self.norm(x)
 
     def forward_masked(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:

@@ -116,6 +116,19 @@ def hardware() -> dict:
     return info
 
 
+def peak_gpu_memory() -> dict | None:
+    """The most GPU memory this process's tensors held (``allocated``) and its caching allocator kept (``reserved``) on
+    the current device since it started, in GiB; None without CUDA (or before CUDA was used)."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return {
+        "allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m mixbench.results.provenance which-commit DIGEST``: the commits whose source matches a record's digest."""
     parser = argparse.ArgumentParser(prog="python -m mixbench.results.provenance", description=main.__doc__)

@@ -168,6 +168,7 @@ NOT_RECIPE = (
     "save_weights",
     "final_validation",
     "init_device",
+    "activation_checkpointing",
     "checkpoint",
     "checkpoint_every_n_steps",  # the key before checkpoint.every_n_steps
     "logger",

@@ -81,5 +81,19 @@ def build_run_model(cfg: DictConfig, spec, datamodule, options: dict):
     return model, omegas
 
 
+def checkpoint_activations(cfg: DictConfig, model) -> bool:
+    """With ``activation_checkpointing=true``, switch the model's blocks to recompute their activations in the backward
+    pass (``set_grad_checkpointing``: timm's switch, which the LLaMA model shares); whether it did."""
+    if not cfg.get("activation_checkpointing", False):
+        return False
+    if cfg.trainer.strategy == "fsdp":
+        raise ConfigError("activation_checkpointing=true: under FSDP set fsdp.activation_checkpointing=true (FSDP wraps the blocks)")
+    if not hasattr(model, "set_grad_checkpointing"):
+        name = type(model).__name__
+        raise ConfigError(f"activation_checkpointing=true: {name} has no set_grad_checkpointing; set activation_checkpointing=false")
+    model.set_grad_checkpointing(True)
+    return True
+
+
 def build_lightning_module(cfg: DictConfig, model, datamodule) -> L.LightningModule:
     return get_family(cfg.task.family).lightning_module(cfg, model, datamodule)

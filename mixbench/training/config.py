@@ -319,6 +319,8 @@ def check_ranges(cfg: DictConfig) -> None:
         raise ConfigError(
             "init_device=cuda builds the model on the run's one GPU: set trainer.devices=1 trainer.num_nodes=1, or init_device=cpu"
         )
+    if not isinstance(cfg.get("activation_checkpointing", False), bool):
+        raise ConfigError(f"activation_checkpointing must be true or false, got {cfg.activation_checkpointing!r}")
 
 
 def validate(cfg: DictConfig) -> None:

@@ -30,9 +30,9 @@ from ..core.storage import atomic_write_text, disk_full_under, refuse_link
 from ..core.tasks import get_task
 from ..layers.placements import plan_summary
 from ..models import model_defaults
-from ..results.provenance import git_commit, hardware, package_versions
+from ..results.provenance import git_commit, hardware, package_versions, peak_gpu_memory
 from ..results.records import SCHEMA, write_record
-from .builders import build_datamodule, build_lightning_module, build_run_model, model_options
+from .builders import build_datamodule, build_lightning_module, build_run_model, checkpoint_activations, model_options
 from .callbacks import DivergenceMonitor, ExactResumeNotice, RunClock, ThroughputMonitor, ValidationHistory
 from .checkpointing import CHECKPOINT_DIR, AtomicCheckpointIO, RNGStateCallback, checkpoint_callback, newest_checkpoint
 from .compile import compile_model, uses_cudagraphs
@@ -71,8 +71,9 @@ def finished_record(run_dir: Path) -> dict | None:
 LOCATION_KEYS = ("run_dir", "results_dir", "resume", "command", "slurm", "profiler")  # where and how a run runs, not what it is
 # what a run may use or how it gets there, not what it computes: data workers (capped by a grid's --jobs), whether the
 # model is compiled whole or block by block, whether the final validation repeats fit's last one (the same weights), and
-# where the initial weights are drawn (the same distribution: a seed drawn on the GPU stands for that seed)
-RESOURCE_KEYS = ("data.num_workers", "compile.scope", "final_validation", "init_device")
+# where the initial weights are drawn (the same distribution: a seed drawn on the GPU stands for that seed), and whether
+# the blocks' activations are kept or recomputed (the same gradients)
+RESOURCE_KEYS = ("data.num_workers", "compile.scope", "final_validation", "init_device", "activation_checkpointing")
 
 
 def same_run_settings(theirs: dict, cfg: DictConfig | dict, defaults) -> bool:
@@ -432,6 +433,8 @@ def _run_locked(
         extra = [GradNormMonitor(cfg.grad_norm_every_n_steps)] if cfg.grad_norm_every_n_steps else []
         if (fp8 := apply_fp8(cfg, model)) is not None:
             record["fp8"] = fp8
+        if checkpoint_activations(cfg, model):
+            record["activation_checkpointing"] = True
         if (compiled := compile_model(cfg, model)) is not None:
             record["compile"] = compiled
         module = build_lightning_module(cfg, model, datamodule)
@@ -520,6 +523,8 @@ def _run_locked(
             if primary:
                 monitor.save(run_dir / "gradnorm.json")
         record["time_parts"] = clock.parts(trainer.global_step, final_validation_s, time.perf_counter() - t0)
+        if (peak := peak_gpu_memory()) is not None:
+            record["peak_gpu_memory"] = peak
     except BaseException as err:
         refused = isinstance(err, WeightsError) and trainer is None
         stop = resumable_stop(err, run_dir, trainer.global_step if trainer is not None else 0)

@@ -49,6 +49,8 @@ def capture_obstacle(cfg: DictConfig) -> str | None:
         return "FSDP gathers and frees parameters inside the step"
     if cfg.trainer.precision == FP8:
         return "float8 layers (trainer.precision=fp8) are not captured"
+    if cfg.get("activation_checkpointing", False):
+        return "activation checkpointing recomputes the blocks inside the backward pass (not captured)"
     if uses_cudagraphs(cfg):
         return f"compile.mode={cfg.compile.mode} replays CUDA graphs of its own"
     if accumulation_steps(cfg.data.get("global_batch_size"), cfg.data.batch_size, world_size(cfg.trainer)) > 1:

@@ -21,6 +21,7 @@ def args(**over):
         ("blocks", "blocks", "always", "cpu"),
         ("reuse", "blocks", "reuse_fit", "cpu"),
         ("cuda_init", "blocks", "reuse_fit", "cuda"),
+        ("recompute", "blocks", "reuse_fit", "cpu"),
     ],
 )
 def test_each_variant_is_the_ladder_run_with_its_changes(variant, scope, final, init):
@@ -30,6 +31,7 @@ def test_each_variant_is_the_ladder_run_with_its_changes(variant, scope, final, 
     assert cfg.compile.enabled and cfg.model.name == "llama_1b" and cfg.trainer.max_steps == 80
     assert cfg.trainer.val_check_interval == 20 and cfg.data.global_batch_size == cfg.data.batch_size == 128  # 4 validations
     assert cfg.optim.lr == 5e-4 and cfg.data.max_val_tokens == 1_000_000
+    assert cfg.activation_checkpointing == (variant == "recompute")
 
 
 def test_cuda_init_adds_the_gpu_build():
@@ -46,3 +48,5 @@ def test_a_row_projects_the_short_run_to_the_full_one():
     assert row["projected_wall_s"] == 100.0 + 684 * 0.5
     assert row["projected_ratio"] == round((100.0 + 684 * 0.5) / (764 * 0.5), 3)
     assert row["tokens_per_s"] == 128 * 256 / 0.5
+    assert row["peak_allocated_gib"] is None  # a record from a CPU run (or from before peak_gpu_memory) says none
+    assert run_overhead.row("model", {**record, "peak_gpu_memory": {"allocated_gib": 36.5}}, 764)["peak_allocated_gib"] == 36.5

@@ -27,3 +27,17 @@ def test_source_digest_names_the_code_a_stale_checkout_ran(tmp_path):
     _git(tmp_path, "commit", "-qm", "second")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
     assert which_commits(second, tmp_path) == [head] and len(which_commits(first, tmp_path)) == 1
+
+
+def test_peak_gpu_memory_is_said_in_gib_where_cuda_ran_and_absent_on_a_cpu(monkeypatch):
+    import torch
+
+    from mixbench.results.provenance import peak_gpu_memory
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert peak_gpu_memory() is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 36 * 2**30 + 2**29)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 40 * 2**30)
+    assert peak_gpu_memory() == {"allocated_gib": 36.5, "reserved_gib": 40.0}
