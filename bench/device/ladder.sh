@@ -108,7 +108,7 @@ chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASK
                 cp ".plans/${GRID}_$name.txt" "$LOGS/plan_${name}_$round.txt"
             else
                 plan_rung "$task" "$cores" > "$LOGS/plan_${name}_$round.txt" 2> "$LOGS/plan_${name}_$round.log" \
-                    || { echo "== $task: planning failed"; break; }
+                    || { echo "== $task: planning failed: $(tail -1 "$LOGS/plan_${name}_$round.log")"; break; }
             fi
             put_last "$LOGS/plan_${name}_$round.txt"   # a plan made ahead without LAST too
             n=$(grep -c '^mixbench' "$LOGS/plan_${name}_$round.txt")
@@ -116,6 +116,12 @@ chain() {  # chain TASKS GPUS CORES JOBS: the ladder's rounds for the rungs TASK
             [ "$n" -gt 0 ] || break
             CUDA_VISIBLE_DEVICES=$gpus taskset -c "$cores" python3 bench/grids/grid_lanes.py "$LOGS/plan_${name}_$round.txt" \
                 --gpus "$(echo "$gpus" | tr ',' '\n' | wc -l)" --jobs "$jobs" --logs "$LOGS/runs_${name}_$round" >> "$LOGS/lanes_$name.log" 2>&1
+            # every run of the round crashed (out of memory, a bad setting): the next round would plan the same runs
+            # again; the rung stops, as `mixbench reproduce` does, and the lane goes on to its next rung
+            if [[ $(grep "run(s) ended" "$LOGS/lanes_$name.log" | tail -1) =~ \ ([0-9]+)\ run\(s\)\ ended\ \(([0-9]+)\ non-zero ]] \
+                && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]; then
+                echo "== $task round $round: no run finished, the rung stops (runs_${name}_$round/ says why)"; break
+            fi
         done
         echo "== $task done at $(date +%T)"
     done
