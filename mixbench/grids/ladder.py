@@ -181,8 +181,8 @@ def _best_index(records_by_k: dict[float, list[dict]], higher_is_better: bool) -
     return sweep, next(k for k in sorted(records_by_k) if records_by_k[k][0]["config"]["optim"]["lr"] == sweep.best)
 
 
-def _missing_seeds(records: list[dict], best: float, sweep: Sweep, seeds: dict) -> tuple[tuple[int, int], ...]:
-    """The seeds the best lr (grid index ``best``, its finished ``records``) still needs: ``seeds.best``, or
+def _missing_seeds(records: list[dict], best: float, sweep: Sweep, seeds: dict) -> tuple[tuple[float, int], ...]:
+    """The seeds the best lr (grid position ``best``, its finished ``records``) still needs: ``seeds.best``, or
     ``seeds.disagree`` where its seeds disagree (some trained, some stalled or diverged)."""
     cell = sweep.cells[sweep.best]
     have = {r["seed"] for r in records}
