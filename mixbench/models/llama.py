@@ -227,10 +227,16 @@ class Llama(nn.Module):
             raise ValueError(f"sequence length {t} exceeds model.max_seq_len={self.cfg.max_seq_len}")
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         x = self.embed_tokens(input_ids)
-        recompute = self.grad_checkpointing and torch.is_grad_enabled()
         for block in self.blocks:
-            x = checkpoint(block, x, cos, sin, use_reentrant=False) if recompute else block(x, cos, sin)
+            x = self._run_block(block, x, cos, sin)
         return self.norm(x)
+
+    def _run_block(self, block: nn.Module, x: torch.Tensor, *args) -> torch.Tensor:
+        """``block(x, *args)``, recomputed in the backward pass where :meth:`set_grad_checkpointing` is on and this
+        forward records gradients (never with a KV cache: a second forward would append to it again)."""
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            return checkpoint(block, x, *args, use_reentrant=False)
+        return block(x, *args)
 
     def forward_masked(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Final hidden states (B, t, H) of rows with padding anywhere (generation: left-padded prompts, responses that
@@ -254,7 +260,7 @@ class Llama(nn.Module):
         mask = ((key <= query) & real[:, None, None, :]) | (key == query)
         x = self.embed_tokens(input_ids)
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, mask, cache, i)
+            x = block(x, cos, sin, mask, cache, i) if cache is not None else self._run_block(block, x, cos, sin, mask, None, i)
         if cache is not None:
             cache.advance(t)
         return self.norm(x)

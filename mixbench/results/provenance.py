@@ -116,9 +116,18 @@ def hardware() -> dict:
     return info
 
 
+def reset_peak_gpu_memory() -> None:
+    """Start :func:`peak_gpu_memory`'s count again (at a run's start): nothing to do without CUDA or before it was used."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+
+
 def peak_gpu_memory() -> dict | None:
     """The most GPU memory this process's tensors held (``allocated``) and its caching allocator kept (``reserved``) on
-    the current device since it started, in GiB; None without CUDA (or before CUDA was used)."""
+    the current device since :func:`reset_peak_gpu_memory` (or the process's start), in GiB; None without CUDA (or
+    before CUDA was used)."""
     import torch
 
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():

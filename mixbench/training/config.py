@@ -321,6 +321,8 @@ def check_ranges(cfg: DictConfig) -> None:
         )
     if not isinstance(cfg.get("activation_checkpointing", False), bool):
         raise ConfigError(f"activation_checkpointing must be true or false, got {cfg.activation_checkpointing!r}")
+    if cfg.get("activation_checkpointing", False) and OmegaConf.select(cfg, "trainer.strategy") == "fsdp":
+        raise ConfigError("activation_checkpointing=true: under FSDP set fsdp.activation_checkpointing=true (FSDP wraps the blocks)")
 
 
 def validate(cfg: DictConfig) -> None:

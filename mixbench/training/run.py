@@ -30,7 +30,7 @@ from ..core.storage import atomic_write_text, disk_full_under, refuse_link
 from ..core.tasks import get_task
 from ..layers.placements import plan_summary
 from ..models import model_defaults
-from ..results.provenance import git_commit, hardware, package_versions, peak_gpu_memory
+from ..results.provenance import git_commit, hardware, package_versions, peak_gpu_memory, reset_peak_gpu_memory
 from ..results.records import SCHEMA, write_record
 from .builders import build_datamodule, build_lightning_module, build_run_model, checkpoint_activations, model_options
 from .callbacks import DivergenceMonitor, ExactResumeNotice, RunClock, ThroughputMonitor, ValidationHistory
@@ -405,6 +405,7 @@ def _run_locked(
     trainer = None
     if interrupt is not None:
         interrupt.step = lambda: trainer.global_step if trainer is not None else None
+    reset_peak_gpu_memory()  # this run's own peak (a grid runs its runs one after another in one process)
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build_datamodule(cfg)
@@ -523,8 +524,6 @@ def _run_locked(
             if primary:
                 monitor.save(run_dir / "gradnorm.json")
         record["time_parts"] = clock.parts(trainer.global_step, final_validation_s, time.perf_counter() - t0)
-        if (peak := peak_gpu_memory()) is not None:
-            record["peak_gpu_memory"] = peak
     except BaseException as err:
         refused = isinstance(err, WeightsError) and trainer is None
         stop = resumable_stop(err, run_dir, trainer.global_step if trainer is not None else 0)
@@ -538,6 +537,8 @@ def _run_locked(
     finally:
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
         record["wall_time_s"] = round(time.perf_counter() - t0, 2)
+        if (peak := peak_gpu_memory()) is not None:  # also of a run that failed (out of memory: how far it got)
+            record["peak_gpu_memory"] = peak
         if primary and refused and fresh:
             (run_dir / CONFIG_FILE).unlink(missing_ok=True)  # the config this attempt wrote: the folder as it was
         elif primary and not refused:

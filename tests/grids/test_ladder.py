@@ -262,10 +262,22 @@ def test_dry_run_of_the_equal_data_ladder_lists_the_four_sizes_at_764_steps(tmp_
         assert len(mine) == 4 * 3 and all("trainer.max_steps=764" in line for line in mine)
 
 
+SIXTH_LEASE_250M_PRE = [  # LLaMA-250M Pre-LN at 25M tokens after the sixth lease
+    "seed0-20261207T154725-547d49",  # 3e-4
+    "seed0-20261207T164914-8576cd",  # 5e-4, run by hand
+    "seed0-20261207T153841-31f4b2",  # 1e-3, seeds 0-2
+    "seed1-20261207T155102-b667dd",
+    "seed2-20261207T155447-f20c7a",
+    "seed0-20261207T142712-a20490",  # 3e-3
+]
+
+
 def test_the_committed_fixed_token_records_plan_the_seeds_of_an_lr_run_by_hand(tmp_path, capsys, caplog):
     """As bench/device/ladder.sh plans a lease: LLaMA-250M Pre-LN's 5e-4, run by hand between the grid's 3e-4 and
     1e-3, is its best so far on one seed; the plan asks for its seeds (the planner once crashed on it mid-lease)."""
-    shutil.copytree("results/proxy/ladder_tokens/runs/c4_llama_250m", tmp_path / "runs" / "c4_llama_250m")
+    pre = "results/proxy/ladder_tokens/runs/c4_llama_250m/llama_250m/pre"
+    for run in SIXTH_LEASE_250M_PRE:  # the records as they were: later seeds at 5e-4 would change the plan
+        shutil.copytree(f"{pre}/{run}", tmp_path / "runs" / "c4_llama_250m" / "llama_250m" / "pre" / run)
     settings = ["llama:data.path=.data/textmix3/pkgtext-train.*.json.gz", "llama:data.tokenizer=embedded"]
     settings += ["llama:model.vocab_size=8192", "llama:data.num_workers=2", "save_weights=false", "compile=true"]
     settings += ["trainer.enable_progress_bar=false", f"results_dir={tmp_path}", "resume=auto"]

@@ -29,6 +29,15 @@ def llama_loss(model):
     return model(ids, labels=ids) / ids.numel()
 
 
+def llama_masked_loss(model):
+    """The policy's forward in RLHF (left-padded prompts and responses: ``forward_masked``)."""
+    torch.manual_seed(1)
+    ids = torch.randint(0, model.cfg.vocab_size, (2, 16))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # row 0: five pad tokens on the left
+    return model.head(model.forward_masked(ids, mask)).logsumexp(-1).mean()
+
+
 def vit_loss(model):
     torch.manual_seed(1)
     images = torch.randn(2, 3, 32, 32)
@@ -40,6 +49,7 @@ def vit_loss(model):
     "name, options, loss_of",
     [
         ("llama_debug", {"vocab_size": 256}, llama_loss),
+        ("llama_debug", {"vocab_size": 256}, llama_masked_loss),
         ("vit_debug", {"img_size": 32, "num_classes": 10, "drop_path_rate": 0.2}, vit_loss),
     ],
 )
@@ -71,6 +81,9 @@ def test_only_a_forward_that_records_gradients_checkpoints_its_blocks(monkeypatc
     assert calls == []
     model(ids)
     assert calls == list(model.blocks)
+    calls.clear()
+    model.forward_masked(ids, torch.ones_like(ids), model.new_cache(8))  # a KV cache: each block runs once, as it is
+    assert calls == []
 
 
 @pytest.mark.slow

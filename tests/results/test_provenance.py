@@ -29,10 +29,10 @@ def test_source_digest_names_the_code_a_stale_checkout_ran(tmp_path):
     assert which_commits(second, tmp_path) == [head] and len(which_commits(first, tmp_path)) == 1
 
 
-def test_peak_gpu_memory_is_said_in_gib_where_cuda_ran_and_absent_on_a_cpu(monkeypatch):
+def test_peak_gpu_memory_is_said_in_gib_where_cuda_ran_counted_from_each_runs_start(monkeypatch):
     import torch
 
-    from mixbench.results.provenance import peak_gpu_memory
+    from mixbench.results.provenance import peak_gpu_memory, reset_peak_gpu_memory
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert peak_gpu_memory() is None
@@ -41,3 +41,7 @@ def test_peak_gpu_memory_is_said_in_gib_where_cuda_ran_and_absent_on_a_cpu(monke
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 36 * 2**30 + 2**29)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 40 * 2**30)
     assert peak_gpu_memory() == {"allocated_gib": 36.5, "reserved_gib": 40.0}
+    resets = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: resets.append(1))
+    reset_peak_gpu_memory()
+    assert resets == [1]

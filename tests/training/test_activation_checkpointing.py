@@ -5,6 +5,7 @@ as one made without it, for resume, planning and tables."""
 import json
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from mixbench.cli.app import main
@@ -38,9 +39,11 @@ def test_a_run_recomputes_its_blocks_and_is_the_same_run_as_one_without(tmp_path
 def test_bad_settings_name_the_fix():
     with pytest.raises(ConfigError, match="activation_checkpointing must be true or false, got 'yes'"):
         check_ranges(OmegaConf.merge(compose(TINY), {"activation_checkpointing": "yes"}))
-    fsdp = compose([*TINY, "activation_checkpointing=true", "trainer.strategy=fsdp"])
+    fsdp = OmegaConf.merge(compose(TINY), {"activation_checkpointing": True, "trainer": {"strategy": "fsdp"}})
     with pytest.raises(ConfigError, match="under FSDP set fsdp.activation_checkpointing=true"):
-        checkpoint_activations(fsdp, llama.build_llama("llama_debug"))
+        check_ranges(fsdp)
+    with pytest.raises(ConfigError, match="has no set_grad_checkpointing; set activation_checkpointing=false"):
+        checkpoint_activations(compose([*TINY, "activation_checkpointing=true"]), torch.nn.Linear(2, 2))
 
 
 def test_a_step_that_recomputes_is_not_captured_in_cuda_graphs(monkeypatch):
