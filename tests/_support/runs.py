@@ -15,6 +15,16 @@ TINY_VIT = [
     "trainer.enable_progress_bar=false",
 ]
 
+# the debug LLaMA for 2 steps, no weights written (training/test_init_device's and test_activation_checkpointing's runs)
+LM_TWO_STEPS = [
+    "task=llama_lm",
+    "model=llama_debug",
+    "model.vocab_size=8192",
+    "data.seq_len=32",
+    "trainer.max_steps=2",
+    "save_weights=false",
+]
+
 # the debug LLaMA for 4 steps, validated at 2 and 4 (grids/test_search's trials, training/test_status_and_loggers' runs)
 LM_FOUR_STEPS = [
     "task=llama_lm",

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from _support.runs import LM_TWO_STEPS
 from omegaconf import OmegaConf
 
 from mixbench.cli.app import main
@@ -18,7 +19,7 @@ from mixbench.training.config import check_ranges, compose
 from mixbench.training.run import run_defaults, same_run_settings
 from mixbench.training.step_graph import capture_obstacle
 
-TINY = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=32", "trainer.max_steps=2", "save_weights=false"]
+TINY = LM_TWO_STEPS
 
 
 def test_a_run_recomputes_its_blocks_and_is_the_same_run_as_one_without(tmp_path, monkeypatch):

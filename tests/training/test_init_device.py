@@ -3,6 +3,7 @@ GPU — refused, before any run folder, where the run has no GPU or more than on
 
 import pytest
 import torch
+from _support.runs import LM_TWO_STEPS
 from omegaconf import OmegaConf
 
 from mixbench.cli.app import main
@@ -11,7 +12,7 @@ from mixbench.models import build_model
 from mixbench.training import builders
 from mixbench.training.config import check_ranges, compose
 
-TINY = ["task=llama_lm", "model=llama_debug", "model.vocab_size=8192", "data.seq_len=32", "trainer.max_steps=2", "save_weights=false"]
+TINY = LM_TWO_STEPS
 
 
 ONE_GPU = "set trainer.devices=1 trainer.num_nodes=1, or init_device=cpu"
