@@ -4,11 +4,16 @@ after the overhead fixes, on one GPU.
 Each variant is one ``mixbench run`` of the ladder's 1B settings (``task=c4_llama_1b``, packed 256-token text, micro-batch
 = global batch 128, bf16, ``compile=true``, the captured step) for ``--steps`` steps with four validations of the whole
 validation shard, as the ladder's 764-step run has, and the record's ``time_parts``
-(:class:`mixbench.training.callbacks.RunClock`): before fit (data, model build), Lightning's setup, the first 10 steps
-(compilation and capture), each validation, the final validation, the median steady step.  A short run measures every
-fixed cost of the full one; the projection to ``--full-steps`` adds the steady steps it lacks:
+(:class:`mixbench.training.callbacks.RunClock`): before the run (Python, imports, the config), before fit (data, model
+build), Lightning's setup, the first 10 steps (compilation and capture), each validation, the later steps, the final
+validation, after fit (teardown, the record), the median steady step; and the process's wall time as this bench
+clocked it.  A short run measures every fixed cost of the full one; the projection to ``--full-steps`` adds the steady
+steps it lacks, to the run's wall time and to the process's:
 
     projected wall = wall + (full_steps − steps) × steady_step;   ratio = projected wall / (full_steps × steady_step)
+
+The steady step is the median of the 10-step windows between validations, so ``--steps`` ≥ 40: four validations at
+least 10 steps apart.
 
 The target (issue 49) is ratio ≤ 1.15 at 764 steps on one H200.  Variants (``--variants``, comma-separated):
 ``model`` (whole-model compile: the ladder's runs until 2026-12-07), ``blocks`` (``compile.scope=blocks``: the
@@ -44,6 +49,7 @@ VARIANTS = {
     "recompute": ["compile.scope=blocks", "final_validation=reuse_fit", "activation_checkpointing=true"],
 }
 VALIDATIONS = 4
+MIN_STEPS = VALIDATIONS * 10  # a 10-step window (RunClock.WINDOW) between validations: the steady step
 
 
 def run_args(args, variant: str) -> list[str]:
@@ -74,11 +80,14 @@ def row(variant: str, record: dict, full_steps: int) -> dict:
     parts = record.get("time_parts") or {}
     out = {"variant": variant, "status": record.get("status"), "error": record.get("error"), **parts}
     out["peak_allocated_gib"] = (record.get("peak_gpu_memory") or {}).get("allocated_gib")
+    out["process_s"] = round(record["bench_wall_s"], 1) if record.get("bench_wall_s") else None
     steady, wall, steps = parts.get("steady_step_s"), parts.get("wall_s"), parts.get("steps")
     if steady and wall and steps:
         out["overhead_s"] = round(wall - steps * steady, 1)
         out["projected_wall_s"] = round(wall + (full_steps - steps) * steady, 1)
         out["projected_ratio"] = round(out["projected_wall_s"] / (full_steps * steady), 3)
+        if out["process_s"]:
+            out["projected_process_ratio"] = round((out["process_s"] + (full_steps - steps) * steady) / (full_steps * steady), 3)
         out["tokens_per_s"] = round(record["effective"]["global_batch_size"] * 256 / steady) if record.get("effective") else None
     return out
 
@@ -89,16 +98,21 @@ def table(rows: list[dict], markdown: bool = False) -> str:
 
     columns = [
         ("variant", -8, lambda r: r["variant"]),
+        ("process s", 10, num("process_s")),
+        ("before run", 11, num("before_run_s")),
         ("wall s", 8, num("wall_s")),
         ("before fit", 11, num("before_fit_s")),
         ("setup", 7, num("setup_s")),
         ("first 10 steps", 15, num("first_steps_s")),
         ("validations", 24, lambda r: "+".join(f"{v:.1f}" for v in r.get("validations_s") or []) or "-"),
+        ("later steps", 12, num("later_steps_s")),
         ("final val", 10, num("final_validation_s")),
+        ("after fit", 10, num("after_fit_s")),
         ("steady step", 12, num("steady_step_s", ".4f")),
         ("overhead s", 11, num("overhead_s")),
         ("proj. wall", 11, num("projected_wall_s")),
         ("ratio", 7, num("projected_ratio", ".3f")),
+        ("process ratio", 14, num("projected_process_ratio", ".3f")),
         ("peak GiB", 9, num("peak_allocated_gib")),
     ]
     return text_table(rows, columns, ok=lambda r: r.get("status") in ("completed", "stalled"), lead=1, markdown=markdown)
@@ -110,7 +124,7 @@ def main() -> None:
     ap.add_argument("--task", default="c4_llama_1b")
     ap.add_argument("--norm", default="pre")
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=120, help="steps of each short run (a multiple of 4: four validations)")
+    ap.add_argument("--steps", type=int, default=120, help="steps of each short run (a multiple of 4, ≥ 40: validations 10+ steps apart)")
     ap.add_argument("--full-steps", type=int, default=764, help="the full run the short one is projected to (the 1B ladder run)")
     ap.add_argument("--variants", default="model,cuda_init")
     ap.add_argument("--gpu", default="0")
@@ -120,8 +134,8 @@ def main() -> None:
     start_logging()
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
-    if unknown or args.steps % VALIDATIONS:
-        ap.error(f"variants must be among {', '.join(VARIANTS)} and --steps a multiple of {VALIDATIONS}")
+    if unknown or args.steps % VALIDATIONS or args.steps < MIN_STEPS:
+        ap.error(f"variants must be among {', '.join(VARIANTS)} and --steps a multiple of {VALIDATIONS}, at least {MIN_STEPS}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="run_overhead_") as work:
         runner = Runner(Path(work), args.dry_run, timeout=580)

@@ -312,12 +312,19 @@ def new_record(cfg: DictConfig, spec, task, run_dir: Path, started: datetime) ->
     }
 
 
-def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = (), record_extra: dict | None = None) -> dict:
+def run(
+    cfg: DictConfig,
+    command: list[str] | None = None,
+    callbacks: tuple = (),
+    record_extra: dict | None = None,
+    before_run_s: float | None = None,
+) -> dict:
     """Train + evaluate ``cfg`` (from :func:`mixbench.training.config.compose`); returns the record (written by rank 0).
     ``command``: the command line that asked for it, stored in the record (None from the Python API).
     ``callbacks``: extra Lightning callbacks of this run; one with an ``annotate(record)`` method may amend the record
     after its status is decided (e.g. a search trial stopped by its pruner).  ``record_extra``: fields added to the
-    record (e.g. ``{"search": {...}}``)."""
+    record (e.g. ``{"search": {...}}``).  ``before_run_s``: the seconds its process spent before this call (a
+    command-line run: Python, imports, the config), for ``time_parts``."""
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     spec = norm_spec(cfg)
     task = get_task(cfg.task.name)
@@ -326,7 +333,7 @@ def run(cfg: DictConfig, command: list[str] | None = None, callbacks: tuple = ()
     run_dir = run_directory(cfg, spec.label())
     try:
         with nullcontext() if is_child_rank() else RunLock(run_dir), interrupts_stop() as interrupt:
-            return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra, interrupt)
+            return _run_locked(cfg, command, run_dir, spec, task, started, t0, callbacks, record_extra, interrupt, before_run_s)
     except WeightsError:  # init_from's weights refused: no run took place, and the folder made for it goes again
         if cfg.run_dir is None and not is_child_rank():
             with contextlib.suppress(OSError):
@@ -350,11 +357,11 @@ def report_stop(err: Exception) -> int:
     return err.exit_status if isinstance(err, Preempted) else RESUMABLE_EXIT
 
 
-def run_and_report(cfg: DictConfig, command: list[str]) -> int:
+def run_and_report(cfg: DictConfig, command: list[str], before_run_s: float | None = None) -> int:
     """``mixbench run``'s body: :func:`run` ``cfg``, log its outcome, return the exit status (0, or
     :data:`RESUMABLE_EXIT` when a signal or a full disk stopped it: :data:`RESUMABLE_STOPS`)."""
     try:
-        record = run(cfg, command=command)
+        record = run(cfg, command=command, before_run_s=before_run_s)
     except RESUMABLE_STOPS as err:
         return report_stop(err)
     pm = record["primary_metric"]
@@ -381,6 +388,7 @@ def _run_locked(
     callbacks: tuple = (),
     record_extra: dict | None = None,
     interrupt=None,
+    before_run_s: float | None = None,
 ) -> dict:
     """:func:`run` in its run folder, whose lock this process holds; ``interrupt``: the run's Ctrl-C handler
     (:func:`mixbench.training.preemption.interrupts_stop`), told the step a Ctrl-C outside training stops at."""
@@ -523,7 +531,7 @@ def _run_locked(
         for monitor in extra:
             if primary:
                 monitor.save(run_dir / "gradnorm.json")
-        record["time_parts"] = clock.parts(trainer.global_step, final_validation_s, time.perf_counter() - t0)
+        record["time_parts"] = clock.parts(trainer.global_step, final_validation_s, time.perf_counter() - t0, before_run_s)
     except BaseException as err:
         refused = isinstance(err, WeightsError) and trainer is None
         stop = resumable_stop(err, run_dir, trainer.global_step if trainer is not None else 0)

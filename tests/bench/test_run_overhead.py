@@ -2,6 +2,7 @@
 plus what the variant changes, and a row's projection to the full run is the formula of its docstring."""
 
 import argparse
+import logging
 
 import pytest
 from _support.bench import bench_module
@@ -49,4 +50,33 @@ def test_a_row_projects_the_short_run_to_the_full_one():
     assert row["projected_ratio"] == round((100.0 + 684 * 0.5) / (764 * 0.5), 3)
     assert row["tokens_per_s"] == 128 * 256 / 0.5
     assert row["peak_allocated_gib"] is None  # a record from a CPU run (or from before peak_gpu_memory) says none
+    assert row["process_s"] is None and "projected_process_ratio" not in row  # a record the bench did not clock
     assert run_overhead.row("model", {**record, "peak_gpu_memory": {"allocated_gib": 36.5}}, 764)["peak_allocated_gib"] == 36.5
+
+
+def test_a_row_projects_the_process_too():
+    """The bench's clock of the whole process (Python, imports, the run, the exit) projects like the run's wall time."""
+    run_overhead = bench_module("speed", "run_overhead")
+    record = {"status": "completed", "time_parts": {"steady_step_s": 0.5, "wall_s": 100.0, "steps": 80}, "bench_wall_s": 121.04}
+    row = run_overhead.row("cuda_init", record, full_steps=764)
+    assert row["process_s"] == 121.0
+    assert row["projected_process_ratio"] == round((121.04 + 684 * 0.5) / (764 * 0.5), 3)
+    assert row["projected_ratio"] < row["projected_process_ratio"]
+
+
+@pytest.mark.parametrize("steps", ["36", "42"])
+def test_steps_too_few_for_a_steady_step_or_not_four_validations_are_refused(steps, monkeypatch, capsys):
+    """Fewer than 40 steps leave no 10-step window between validations (no steady step); 42 is no multiple of 4."""
+    run_overhead = bench_module("speed", "run_overhead")
+    monkeypatch.setattr("sys.argv", ["run_overhead.py", "--text", "x/*.json.gz", "--steps", steps, "--dry-run"])
+    with pytest.raises(SystemExit) as stop:
+        run_overhead.main()
+    assert stop.value.code == 2 and "at least 40" in capsys.readouterr().err
+
+
+def test_forty_steps_are_enough(monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    run_overhead = bench_module("speed", "run_overhead")
+    monkeypatch.setattr("sys.argv", ["run_overhead.py", "--text", "x/*.json.gz", "--steps", "40", "--variants", "cuda_init", "--dry-run"])
+    run_overhead.main()
+    assert "trainer.max_steps=40" in caplog.text and "trainer.val_check_interval=10" in caplog.text

@@ -48,6 +48,7 @@ def test_llama_run_records_perplexity(tmp_path):
     assert rec["status"] == "completed" and rec["norm"]["plan"] == ["post", "pre", "pre", "pre"]
     assert rec["metrics"]["val/ppl"] == pytest.approx(2.718281828 ** rec["metrics"]["val/loss"], rel=1e-4)
     assert rec["primary_metric"] == {"name": "val/ppl", "higher_is_better": False, "value": rec["metrics"]["val/ppl"]}
+    assert rec["time_parts"]["before_run_s"] > 0  # the command line's run says how long its process took to reach it
 
 
 def test_vocab_mismatch_fails_with_the_fix(tmp_path, caplog):

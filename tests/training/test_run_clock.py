@@ -1,5 +1,8 @@
-"""RunClock: where a run's wall time goes (the record's time_parts), on a scripted clock."""
+"""RunClock: where a run's wall time goes (the record's time_parts), on a scripted clock; the process's age."""
 
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -16,29 +19,74 @@ class Clock:
         return self.now
 
 
-def test_the_parts_of_a_run_on_a_scripted_clock(monkeypatch):
+def trainer(sanity_checking=False):
+    device = SimpleNamespace(root_device=SimpleNamespace(type="cpu"))
+    return SimpleNamespace(strategy=device, state=SimpleNamespace(fn="fit"), sanity_checking=sanity_checking)
+
+
+def validate(run, clock, seconds, sanity_checking=False):
+    run.on_validation_start(trainer(sanity_checking), None)
+    clock.now += seconds
+    run.on_validation_end(trainer(sanity_checking), None)
+
+
+def scripted_run(monkeypatch, steps: int, every: int, step_s=0.5, validation_s=3.0, slow_steps=()):
+    """A run on a scripted clock: 10 s before fit, 2 s of setup (with a 1 s sanity check), a 5 s first step, the others
+    ``step_s`` (or 2 s at ``slow_steps``), a ``validation_s`` validation every ``every`` steps, 1 s to fit's end, a 4 s
+    final validation, 0.5 s for the record."""
     clock = Clock()
     monkeypatch.setattr(callbacks.time, "perf_counter", clock)
-    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=SimpleNamespace(type="cpu")), state=SimpleNamespace(fn="fit"))
-    run = RunClock(t0=90.0)  # 10 s before fit: data and model
-    run.on_fit_start(trainer, None)
-    clock.now += 2.0  # Lightning's setup
-    for step in range(1, 61):
-        run.on_train_batch_start(trainer, None, None, step - 1)
-        clock.now += 5.0 if step == 1 else 0.5  # the first step compiles
-        run.on_train_batch_end(trainer, None, None, None, step - 1)
-        if step in (30, 60):  # a validation every 30 steps
-            run.on_validation_start(trainer, None)
-            clock.now += 3.0
-            run.on_validation_end(trainer, None)
-    run.on_fit_end(trainer, None)
+    run = RunClock(t0=90.0)
+    run.on_fit_start(trainer(), None)
+    clock.now += 1.0
+    validate(run, clock, 1.0, sanity_checking=True)  # Lightning's sanity check: setup's, no validation of the run
+    for step in range(1, steps + 1):
+        run.on_train_batch_start(trainer(), None, None, step - 1)
+        clock.now += 5.0 if step == 1 else 2.0 if step in slow_steps else step_s
+        run.on_train_batch_end(trainer(), None, None, None, step - 1)
+        if step % every == 0:
+            validate(run, clock, validation_s)
+    clock.now += 1.0  # the loop's end
+    run.on_fit_end(trainer(), None)
     clock.now += 4.0  # the final validation
-    parts = run.parts(steps=60, final_validation_s=4.0, wall_s=clock.now - 90.0)
-    assert parts["before_fit_s"] == 10.0 and parts["setup_s"] == 2.0
+    clock.now += 0.5  # the record
+    return run, run.parts(steps=steps, final_validation_s=4.0, wall_s=clock.now - 90.0, before_run_s=7.25)
+
+
+def test_the_parts_of_a_run_on_a_scripted_clock(monkeypatch):
+    run, parts = scripted_run(monkeypatch, steps=60, every=30)
+    assert parts["before_run_s"] == 7.25 and parts["before_fit_s"] == 10.0 and parts["setup_s"] == 2.0
     assert parts["first_steps_s"] == pytest.approx(5.0 + 9 * 0.5) and parts["first_steps_over_steady_s"] == pytest.approx(4.5)
-    assert parts["validations_s"] == [3.0, 3.0] and parts["final_validation_s"] == 4.0
-    assert run.windows == pytest.approx([0.5] * 4)  # windows 11-20, 21-30, 41-50, 51-60: 31-40 holds a validation
-    assert parts["steady_step_s"] == pytest.approx(0.5)
-    assert parts["steady_s"] == pytest.approx(30.0)
-    wall = 10 + 2 + 5 + 59 * 0.5 + 6 + 4
+    assert parts["validations_s"] == [3.0, 3.0] and parts["final_validation_s"] == 4.0  # the sanity check is not one
+    assert run.windows == pytest.approx([0.5] * 5)  # 11-20, 21-30, then (after the validation) 31-40, 41-50, 51-60
+    assert parts["steady_step_s"] == pytest.approx(0.5) and parts["steady_s"] == pytest.approx(30.0)
+    assert parts["later_steps_s"] == pytest.approx(50 * 0.5 + 1.0) and parts["step_excess_s"] == pytest.approx(1.0)
+    assert parts["after_fit_s"] == pytest.approx(0.5)
+    wall = 10 + 2 + 5 + 59 * 0.5 + 6 + 1 + 4 + 0.5
     assert parts["wall_s"] == pytest.approx(wall) and parts["wall_over_steady"] == pytest.approx(wall / 30.0, abs=1e-3)
+    pieces = ("before_fit_s", "setup_s", "first_steps_s", "later_steps_s", "final_validation_s", "after_fit_s")
+    assert sum(parts[k] for k in pieces) + sum(parts["validations_s"]) == pytest.approx(parts["wall_s"])
+
+
+def test_a_short_run_with_close_validations_still_has_a_steady_step(monkeypatch):
+    """48 steps with a validation every 12 (the bench's short run): each 10-step window from the end of the first steps
+    holds a validation, so only the windows started after a validation (13-22, 25-34, 37-46) measure the steps."""
+    run, parts = scripted_run(monkeypatch, steps=48, every=12)
+    assert run.windows == pytest.approx([0.5] * 3) and parts["steady_step_s"] == pytest.approx(0.5)
+    assert parts["validations_s"] == [3.0] * 4
+
+
+def test_slow_steps_count_as_excess_not_as_the_steady_step(monkeypatch):
+    run, parts = scripted_run(monkeypatch, steps=60, every=30, slow_steps=(35,))  # one step waits 1.5 s more on data
+    assert parts["steady_step_s"] == pytest.approx(0.5)  # the median window
+    assert sorted(run.windows)[-1] == pytest.approx(0.65)  # the window 31-40 holds it
+    assert parts["step_excess_s"] == pytest.approx(1.0 + 1.5)
+
+
+def test_the_process_age_is_the_process_s_own():
+    """A child that sleeps 0.3 s and imports the clock says an age between that and the parent's clock of it."""
+    code = "import time; time.sleep(0.3); from mixbench.training.callbacks import process_age_s; print(process_age_s())"
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    elapsed = time.perf_counter() - started
+    assert 0.3 <= float(out) <= elapsed + 0.02  # /proc's start time is in 10 ms ticks
