@@ -227,26 +227,28 @@ class RunClock(Callback):
 
     Counted from ``t0`` (the run's start, ``time.perf_counter``): ``before_fit_s`` (data, model build, trainer) up to
     ``on_fit_start``; ``setup_s`` from there to the first training batch (Lightning's setup, sanity checks, loaders);
-    ``first_steps_s``, the first :data:`WINDOW` training steps (compilation and the step's capture happen here);
-    ``validations_s``, each validation inside fit; ``later_steps_s``, the rest of fit outside validations (the later
-    steps, and Lightning's end of the loop); ``steady_step_s``, the median over the later windows of :data:`WINDOW`
-    steps that hold no validation, per step (a window starts after the first steps and again after each validation;
-    the host's clock at each window's end: the steps queue behind the device's work, and the divergence check waits
-    for the device every 10 steps); ``steady_s`` = steady step × all steps, what the run would take at its steady rate
-    with nothing else; ``step_excess_s`` = later steps − steady step × their count (waits on data, the first steps after
-    a validation).  The caller adds the final validation, the wall time and, for a command-line run, ``before_run_s``
-    (the process's start to ``t0``: Python, imports, the config); ``after_fit_s`` is the rest (Lightning's teardown,
+    ``first_steps_s``, the first :data:`WINDOW` training batches (compilation and the step's capture happen here; the
+    whole loop in a shorter run); ``validations_s``, each validation inside fit; ``later_steps_s``, the rest of the
+    training loop outside validations, to ``on_train_end``; ``steady_step_s``, the median over the later windows of
+    :data:`WINDOW` batches that hold no validation, per batch (an optimizer step without gradient accumulation; a window
+    starts after the first batches and again after each validation, and ends when the device has finished its
+    batches); ``steady_s`` = steady step × the batches this process ran (``batches``: fewer than ``steps`` in a
+    resumed run), what they would take at the steady rate with nothing else; ``step_excess_s`` = later steps − steady
+    step × their count (waits on data, the first batches after a validation).  The caller adds the final validation,
+    the wall time and, for a command-line run, ``before_run_s`` (the process's start to ``t0``: Python, imports, the
+    config); ``after_fit_s`` is the rest (Lightning's teardown — the model and optimizer state moved to the CPU — and
     the record).  So wall = before fit + setup + first steps + validations + later steps + final validation + after
-    fit (:meth:`parts`), when no validation falls inside the first steps."""
+    fit (:meth:`parts`), when no validation falls inside the first batches."""
 
     WINDOW = 10
 
     def __init__(self, t0: float):
         self.t0 = t0
-        self.fit_start = self.train_start = self.first_steps_end = self.fit_end = None
+        self.fit_start = self.train_start = self.first_steps_end = self.train_end = None
+        self.batches = 0  # training batches this process ran
         self.validations: list[float] = []
-        self.later_validations_s = 0.0  # the validations after the first steps (inside later_steps_s's span)
-        self.windows: list[float] = []  # seconds per step of each full window without a validation
+        self.later_validations_s = 0.0  # the validations after the first batches (inside later_steps_s's span)
+        self.windows: list[float] = []  # seconds per batch of each full window without a validation
         self._window_t0, self._window_steps, self._window_clean, self._val_t0 = None, 0, True, None
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -257,19 +259,17 @@ class RunClock(Callback):
             self.train_start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self.batches += 1
+        self._window_steps += 1
+        if self._window_steps < self.WINDOW:
+            return
+        _sync(trainer)  # the window ends when the device has done its batches, not when the host queued them
         now = time.perf_counter()
         if self.first_steps_end is None:
-            self._window_steps += 1
-            if self._window_steps >= self.WINDOW:
-                _sync(trainer)
-                self.first_steps_end = time.perf_counter()
-                self._start_window(self.first_steps_end)
-            return
-        self._window_steps += 1
-        if self._window_steps == self.WINDOW:
-            if self._window_clean:
-                self.windows.append((now - self._window_t0) / self.WINDOW)
-            self._start_window(now)
+            self.first_steps_end = now
+        elif self._window_clean:
+            self.windows.append((now - self._window_t0) / self.WINDOW)
+        self._start_window(now)
 
     def _start_window(self, now: float) -> None:
         self._window_t0, self._window_steps, self._window_clean = now, 0, True
@@ -288,39 +288,41 @@ class RunClock(Callback):
             self.validations.append(now - self._val_t0)
             if self.first_steps_end is not None:
                 self.later_validations_s += now - self._val_t0
-                self._start_window(now)  # the next WINDOW steps make a clean window
+                self._start_window(now)  # the next WINDOW batches make a clean window
         self._val_t0 = None
 
-    def on_fit_end(self, trainer, pl_module) -> None:
+    def on_train_end(self, trainer, pl_module) -> None:  # before Lightning's teardown (on_fit_end comes after it)
         _sync(trainer)
-        self.fit_end = time.perf_counter()
+        self.train_end = time.perf_counter()
 
     def parts(self, steps: int, final_validation_s: float | None, wall_s: float, before_run_s: float | None = None) -> dict:
-        """The record's ``time_parts``: the pieces above, the final validation, the run's ``steps`` and wall time, and the
-        run against its steady time (``wall_over_steady``)."""
+        """The record's ``time_parts``: the pieces above, the final validation, the run's ``steps`` (its optimizer steps,
+        ``trainer.global_step``) and ``batches``, its wall time, and the run against its steady time (``wall_over_steady``)."""
         steady = statistics.median(self.windows) if self.windows else None
-        first_steps = (self.first_steps_end - self.train_start) if self.first_steps_end and self.train_start else None
-        later = self.fit_end - self.first_steps_end - self.later_validations_s if self.fit_end and self.first_steps_end else None
-        fit_end_s = self.fit_end - self.t0 if self.fit_end else None
+        first_end = self.first_steps_end or self.train_end  # a run of fewer than WINDOW batches: its whole loop
+        first_steps = first_end - self.train_start if first_end and self.train_start else None
+        later = self.train_end - self.first_steps_end - self.later_validations_s if self.train_end and self.first_steps_end else None
+        train_end_s = self.train_end - self.t0 if self.train_end else None
         out = {
             "before_run_s": _round(before_run_s),
             "before_fit_s": _round(self.fit_start - self.t0 if self.fit_start else None),
             "setup_s": _round(self.train_start - self.fit_start if self.train_start and self.fit_start else None),
-            "first_steps": self.WINDOW,
+            "first_steps": min(self.WINDOW, self.batches),
             "first_steps_s": _round(first_steps),
             "validations_s": [_round(v) for v in self.validations],
-            "later_steps_s": _round(later),
+            "later_steps_s": _round(later if later is not None else (0.0 if first_steps is not None else None)),
             "final_validation_s": _round(final_validation_s),
-            "after_fit_s": _round(wall_s - fit_end_s - (final_validation_s or 0.0) if fit_end_s is not None else None),
+            "after_fit_s": _round(wall_s - train_end_s - (final_validation_s or 0.0) if train_end_s is not None else None),
             "steady_step_s": _round(steady, 5),
             "steps": steps,
-            "steady_s": _round(steady * steps if steady else None),
+            "batches": self.batches,
+            "steady_s": _round(steady * self.batches if steady else None),
             "wall_s": _round(wall_s),
         }
         if steady:
             out["first_steps_over_steady_s"] = _round(first_steps - steady * self.WINDOW if first_steps else None)
-            out["step_excess_s"] = _round(later - steady * (steps - self.WINDOW) if later is not None else None)
-            out["wall_over_steady"] = _round(wall_s / (steady * steps), 3)
+            out["step_excess_s"] = _round(later - steady * (self.batches - self.WINDOW) if later is not None else None)
+            out["wall_over_steady"] = _round(wall_s / (steady * self.batches), 3)
         return out
 
 

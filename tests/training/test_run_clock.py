@@ -30,10 +30,11 @@ def validate(run, clock, seconds, sanity_checking=False):
     run.on_validation_end(trainer(sanity_checking), None)
 
 
-def scripted_run(monkeypatch, steps: int, every: int, step_s=0.5, validation_s=3.0, slow_steps=()):
+def scripted_run(monkeypatch, steps: int, every: int, step_s=0.5, validation_s=3.0, slow_steps=(), global_step=None):
     """A run on a scripted clock: 10 s before fit, 2 s of setup (with a 1 s sanity check), a 5 s first step, the others
-    ``step_s`` (or 2 s at ``slow_steps``), a ``validation_s`` validation every ``every`` steps, 1 s to fit's end, a 4 s
-    final validation, 0.5 s for the record."""
+    ``step_s`` (or 2 s at ``slow_steps``), a ``validation_s`` validation every ``every`` steps, 1 s to the loop's end,
+    0.25 s of teardown, a 4 s final validation, 0.25 s for the record.  ``global_step``: the step it ends at (a resumed
+    run's is more than the ``steps`` it ran)."""
     clock = Clock()
     monkeypatch.setattr(callbacks.time, "perf_counter", clock)
     run = RunClock(t0=90.0)
@@ -47,10 +48,12 @@ def scripted_run(monkeypatch, steps: int, every: int, step_s=0.5, validation_s=3
         if step % every == 0:
             validate(run, clock, validation_s)
     clock.now += 1.0  # the loop's end
+    run.on_train_end(trainer(), None)
+    clock.now += 0.25  # Lightning's teardown (the model to the CPU), then on_fit_end
     run.on_fit_end(trainer(), None)
     clock.now += 4.0  # the final validation
-    clock.now += 0.5  # the record
-    return run, run.parts(steps=steps, final_validation_s=4.0, wall_s=clock.now - 90.0, before_run_s=7.25)
+    clock.now += 0.25  # the record
+    return run, run.parts(steps=global_step or steps, final_validation_s=4.0, wall_s=clock.now - 90.0, before_run_s=7.25)
 
 
 def test_the_parts_of_a_run_on_a_scripted_clock(monkeypatch):
@@ -61,11 +64,27 @@ def test_the_parts_of_a_run_on_a_scripted_clock(monkeypatch):
     assert run.windows == pytest.approx([0.5] * 5)  # 11-20, 21-30, then (after the validation) 31-40, 41-50, 51-60
     assert parts["steady_step_s"] == pytest.approx(0.5) and parts["steady_s"] == pytest.approx(30.0)
     assert parts["later_steps_s"] == pytest.approx(50 * 0.5 + 1.0) and parts["step_excess_s"] == pytest.approx(1.0)
-    assert parts["after_fit_s"] == pytest.approx(0.5)
-    wall = 10 + 2 + 5 + 59 * 0.5 + 6 + 1 + 4 + 0.5
+    assert parts["after_fit_s"] == pytest.approx(0.5)  # the teardown after on_train_end, and the record
+    wall = 10 + 2 + 5 + 59 * 0.5 + 6 + 1 + 0.25 + 4 + 0.25
     assert parts["wall_s"] == pytest.approx(wall) and parts["wall_over_steady"] == pytest.approx(wall / 30.0, abs=1e-3)
     pieces = ("before_fit_s", "setup_s", "first_steps_s", "later_steps_s", "final_validation_s", "after_fit_s")
     assert sum(parts[k] for k in pieces) + sum(parts["validations_s"]) == pytest.approx(parts["wall_s"])
+
+
+def test_a_resumed_run_counts_the_batches_it_ran(monkeypatch):
+    """Resumed at step 940 and run to 1000: its steady time, excess and ratio are of the 60 batches this process ran."""
+    run, parts = scripted_run(monkeypatch, steps=60, every=30, global_step=1000)
+    assert parts["steps"] == 1000 and parts["batches"] == 60
+    assert parts["steady_s"] == pytest.approx(30.0) and parts["step_excess_s"] == pytest.approx(1.0)
+    assert parts["wall_over_steady"] == pytest.approx(parts["wall_s"] / 30.0, abs=1e-3)
+
+
+def test_a_run_shorter_than_a_window_puts_its_loop_in_the_first_steps(monkeypatch):
+    run, parts = scripted_run(monkeypatch, steps=4, every=100)
+    assert parts["first_steps"] == 4 and parts["first_steps_s"] == pytest.approx(5.0 + 3 * 0.5 + 1.0)
+    assert parts["later_steps_s"] == 0.0 and parts["steady_step_s"] is None and "wall_over_steady" not in parts
+    pieces = ("before_fit_s", "setup_s", "first_steps_s", "later_steps_s", "final_validation_s", "after_fit_s")
+    assert sum(parts[k] for k in pieces) == pytest.approx(parts["wall_s"])
 
 
 def test_a_short_run_with_close_validations_still_has_a_steady_step(monkeypatch):
