@@ -13,7 +13,9 @@ steps it lacks, to the run's wall time and to the process's:
     projected wall = wall + (full_steps − steps) × steady_step;   ratio = projected wall / (full_steps × steady_step)
 
 The steady step is the median of the 10-step windows between validations, so ``--steps`` ≥ 40: four validations at
-least 10 steps apart.
+least 10 steps apart.  Before the variants, one ``python -X importtime`` of what ``mixbench run`` imports before its
+run starts (``imports`` in the JSON: the process's wall time, the imports' total and the slowest modules): the part
+of ``before_run_s`` that is imports.
 
 The target (issue 49) is ratio ≤ 1.15 at 764 steps on one H200.  Variants (``--variants``, comma-separated):
 ``model`` (whole-model compile: the ladder's runs until 2026-12-07), ``blocks`` (``compile.scope=blocks``: the
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -49,6 +52,8 @@ VARIANTS = {
     "recompute": ["compile.scope=blocks", "final_validation=reuse_fit", "activation_checkpointing=true"],
 }
 VALIDATIONS = 4
+IMPORTS = "import mixbench.cli.app, mixbench.training.run"  # what `mixbench run` imports before its run starts
+IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( +)(\S+)")
 MIN_STEPS = VALIDATIONS * 10  # a 10-step window (RunClock.WINDOW) between validations: the steady step
 
 
@@ -90,6 +95,36 @@ def row(variant: str, record: dict, full_steps: int) -> dict:
             out["projected_process_ratio"] = round((out["process_s"] + (full_steps - steps) * steady) / (full_steps * steady), 3)
         out["tokens_per_s"] = round(record["effective"]["global_batch_size"] * 256 / steady) if record.get("effective") else None
     return out
+
+
+def import_times(text: str, top: int = 8) -> dict:
+    """``python -X importtime``'s report → ``total_s`` (the top-level imports' cumulative time) and the ``top`` slowest
+    package entries: each module first imported by another package's module (or at the top), with its cumulative
+    seconds (its own time and its imports').  The report lists a module after its imports, each level below the top
+    indented by two more spaces, so read backwards a module's importer is the latest line one level up."""
+    modules = []  # (level, cumulative µs, name)
+    for line in text.splitlines():
+        if found := IMPORT_LINE.match(line):
+            modules.append(((len(found.group(3)) - 1) // 2, int(found.group(2)), found.group(4)))
+    total = sum(cumulative for level, cumulative, _ in modules if level == 0)
+    importer: dict[int, str] = {}
+    entries = []
+    for level, cumulative, name in reversed(modules):
+        importer[level] = name
+        parent = importer.get(level - 1) if level else None
+        if parent is None or parent.split(".")[0] != name.split(".")[0]:
+            entries.append((cumulative, name))
+    slowest = sorted(entries, reverse=True)[:top]
+    return {"total_s": round(total / 1e6, 2), "slowest": [{"module": name, "s": round(us / 1e6, 2)} for us, name in slowest]}
+
+
+def measure_imports(runner: Runner, gpu: str) -> dict | None:
+    """One fresh process's :data:`IMPORTS` under ``-X importtime``: its wall time and :func:`import_times`."""
+    log_path = runner.work / "importtime.log"
+    status, wall = runner.command([sys.executable, "-X", "importtime", "-c", IMPORTS], gpu, log_path)
+    if runner.dry_run or status != 0:
+        return None
+    return {"process_s": round(wall, 2), **import_times(log_path.read_text(errors="replace"))}
 
 
 def table(rows: list[dict], markdown: bool = False) -> str:
@@ -139,6 +174,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="run_overhead_") as work:
         runner = Runner(Path(work), args.dry_run, timeout=580)
+        imports = measure_imports(runner, args.gpu)
+        log.info("imports: %s", imports)
         for variant in variants:
             for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # each variant compiles from nothing, as a
                 os.environ[name] = str(Path(work) / f"{name.split('_')[0].lower()}_{variant}")  # fresh machine's first run does
@@ -146,9 +183,9 @@ def main() -> None:
             rows.append(row(variant, record, args.full_steps))
             log.info("%s: %s", variant, rows[-1])
             if not args.dry_run:
-                write_table_result(args, "run_overhead", rows, table, final=False)
+                write_table_result(args, "run_overhead", rows, table, final=False, imports=imports)
     if not args.dry_run:
-        write_table_result(args, "run_overhead", rows, table)
+        write_table_result(args, "run_overhead", rows, table, imports=imports)
     print(table(rows))
 
 

@@ -80,3 +80,27 @@ def test_forty_steps_are_enough(monkeypatch, caplog):
     monkeypatch.setattr("sys.argv", ["run_overhead.py", "--text", "x/*.json.gz", "--steps", "40", "--variants", "cuda_init", "--dry-run"])
     run_overhead.main()
     assert "trainer.max_steps=40" in caplog.text and "trainer.val_check_interval=10" in caplog.text
+
+
+IMPORTTIME = """\
+import time: self [us] | cumulative | imported package
+import time:       100 |        100 |   _io
+import time:       300 |        300 |       torch._C
+import time:       200 |        500 |     torch
+import time:        50 |         50 |     lightning.fabric
+import time:       400 |        950 |   lightning
+import time:        20 |       1070 | mixbench.training.run
+import time:        10 |         10 | mixbench.cli.app
+"""
+
+
+def test_import_times_sums_the_top_level_and_names_each_package_where_it_enters():
+    run_overhead = bench_module("speed", "run_overhead")
+    result = run_overhead.import_times(IMPORTTIME, top=4)
+    assert result["total_s"] == round((1070 + 10) / 1e6, 2)
+    big = run_overhead.import_times(IMPORTTIME.replace("|       1070 |", "|    1070000 |").replace("|        500 |", "|     500000 |"))
+    assert big["total_s"] == 1.07
+    # torch enters under lightning (another package): listed; lightning.fabric and torch._C under their own: not
+    assert [(e["module"], e["s"]) for e in big["slowest"][:2]] == [("mixbench.training.run", 1.07), ("torch", 0.5)]
+    names = {e["module"] for e in big["slowest"]}
+    assert {"lightning", "_io", "mixbench.cli.app"} <= names and not names & {"lightning.fabric", "torch._C"}
