@@ -88,11 +88,12 @@ def row(variant: str, record: dict, full_steps: int) -> dict:
     out["process_s"] = round(record["bench_wall_s"], 1) if record.get("bench_wall_s") else None
     steady, wall, steps = parts.get("steady_step_s"), parts.get("wall_s"), parts.get("steps")
     if steady and wall and steps:
+        lacking = (full_steps - steps) * steady  # the steady steps the short run lacks
         out["overhead_s"] = round(wall - steps * steady, 1)
-        out["projected_wall_s"] = round(wall + (full_steps - steps) * steady, 1)
+        out["projected_wall_s"] = round(wall + lacking, 1)
         out["projected_ratio"] = round(out["projected_wall_s"] / (full_steps * steady), 3)
         if out["process_s"]:
-            out["projected_process_ratio"] = round((out["process_s"] + (full_steps - steps) * steady) / (full_steps * steady), 3)
+            out["projected_process_ratio"] = round((out["process_s"] + lacking) / (full_steps * steady), 3)
         out["tokens_per_s"] = round(record["effective"]["global_batch_size"] * 256 / steady) if record.get("effective") else None
     return out
 

@@ -71,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.write(OmegaConf.to_yaml(cfg))
         return 0
     check_local_sources(cfg.data)  # a missing data path named before the training stack (Lightning) loads
-    from ..training.callbacks import process_age_s
+    from ..results.provenance import process_age_s
     from ..training.run import run_and_report
 
     return run_and_report(cfg, ["mixbench", *args.command_line], before_run_s=process_age_s())

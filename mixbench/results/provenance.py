@@ -1,4 +1,5 @@
-"""What a result was produced with: package versions, git commit and source digest, hardware.
+"""What a result was produced with: package versions, git commit and source digest, hardware (and its peak GPU
+memory, its process's age).
 
 The source digest names the code itself: a copy of the checkout whose ``.git`` is stale (a GPU machine that receives
 the working tree but not the history) still records what ran, and ``python -m mixbench.results.provenance which-commit DIGEST``
@@ -136,6 +137,18 @@ def peak_gpu_memory() -> dict | None:
         "allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
     }
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: ``/proc/self/stat``'s start time against ``/proc/uptime``, to 10 ms);
+    None where there is no ``/proc``."""
+    try:
+        after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_ticks = int(after_name[19])  # field 22, starttime, in clock ticks after boot
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,10 @@ warning where the resume is exact."""
 from __future__ import annotations
 
 import math
-import os
 import re
 import statistics
 import time
 import warnings
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -324,18 +322,6 @@ class RunClock(Callback):
             out["step_excess_s"] = _round(later - steady * (self.batches - self.WINDOW) if later is not None else None)
             out["wall_over_steady"] = _round(wall_s / (steady * self.batches), 3)
         return out
-
-
-def process_age_s() -> float | None:
-    """Seconds since this process started (Linux: ``/proc/self/stat``'s start time against ``/proc/uptime``, to 10 ms);
-    None where there is no ``/proc``."""
-    try:
-        after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        started_ticks = int(after_name[19])  # field 22, starttime, in clock ticks after boot
-        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
-        return max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _sync(trainer) -> None:

@@ -1,4 +1,6 @@
 import subprocess
+import sys
+import time
 
 from mixbench.results.provenance import digest_at, source_digest, which_commits
 
@@ -45,3 +47,12 @@ def test_peak_gpu_memory_is_said_in_gib_where_cuda_ran_counted_from_each_runs_st
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: resets.append(1))
     reset_peak_gpu_memory()
     assert resets == [1]
+
+
+def test_the_process_age_is_the_process_s_own():
+    """A child that sleeps 0.3 s and imports the clock says an age between that and the parent's clock of it."""
+    code = "import time; time.sleep(0.3); from mixbench.results.provenance import process_age_s; print(process_age_s())"
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    elapsed = time.perf_counter() - started
+    assert 0.3 <= float(out) <= elapsed + 0.02  # /proc's start time is in 10 ms ticks
