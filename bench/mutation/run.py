@@ -89,6 +89,53 @@ TARGETS = {
             ),
             names=("mixbench.models.llama.*forward*", "mixbench.models.llama.*embed_tokens*", "mixbench.models.llama.*apply_rope*"),
         ),
+        Target(  # the ladder's equal-token view (issue 49): token counts, the loss at a token count, Δ cells; not the figure
+            "equal_tokens",
+            ("mixbench/results/equal_tokens.py",),
+            ("tests/results/test_equal_tokens.py", "tests/results/test_readme_numbers.py"),
+            names=tuple(
+                f"mixbench.results.equal_tokens.*{f}*"
+                for f in (
+                    "validation_tokens",
+                    "final_tokens",
+                    "loss_near",
+                    "targets",
+                    "equal_token_points",
+                    "cell_text",
+                    "signed",
+                    "tokens_text",
+                    "marked",
+                    "markdown",
+                )
+            ),
+        ),
+        Target(  # the ladder's planner (issue 49): grid positions, budgets, and the rules that pick each round's runs
+            "ladder_rules",
+            ("mixbench/grids/ladder.py",),
+            ("tests/grids/test_ladder.py",),
+            names=tuple(
+                f"mixbench.grids.ladder.*{f}*"
+                for f in (
+                    "lr_at",
+                    "grid_index",
+                    "grid_position",
+                    "records_by_position",
+                    "above",
+                    "below",
+                    "lm_budget",
+                    "next_step",
+                    "best_index",
+                    "missing_seeds",
+                    "within",
+                )
+            ),
+        ),
+        Target(  # a record's time_parts (issue 49 item 4): where a run's wall time goes
+            "run_clock",
+            ("mixbench/training/callbacks.py",),
+            ("tests/training/test_run_clock.py", "tests/training/test_final_validation.py"),
+            names=("mixbench.training.callbacks.*RunClock*",),
+        ),
     )
 }
 

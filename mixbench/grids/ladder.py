@@ -6,10 +6,11 @@ in ``results_dir`` and plans the next runs of every (rung, placement) on the run
 ``anchor × {…, 0.1, 0.3, 1, 3, 10, …}``:
 
 1. **sweep** (seed 0): the start lr (the placement's, else the rung's) and one half-decade step on each side; then one
-   step beyond the best lr wherever the best is the highest or the lowest lr tried; where every lr tried failed
-   (stalled or diverged), one step below the lowest, until ≥ 3 failed lrs span a decade — and where the lowest of
-   them was still improving when its budget ended (:func:`mixbench.results.sweep.still_improving`), its seeds (2) and
-   one step lower, until the lowest failed lr stops improving or ``max_lrs`` is reached;
+   step beyond the best lr wherever the best is the highest or the lowest lr tried.  Where every lr tried failed
+   (stalled or diverged), those three already are ≥ 3 failed lrs spanning a decade
+   (:func:`mixbench.results.sweep.failed_everywhere`): the placement fails at every lr — unless the lowest of them was
+   still improving when its budget ended (:func:`mixbench.results.sweep.still_improving`): then its seeds (2) and one
+   step lower, until the lowest failed lr stops improving or ``max_lrs`` is reached;
 2. **seeds**: 3 at the best lr (chosen by the tuned table's rule, :class:`mixbench.results.sweep.Sweep`), up to 5 where
    they disagree (some train, some stall or diverge).  A rung with ``seeds_first: true`` asks for the seeds at the best
    lr so far in every sweep round too, ahead of the sweep's runs: where a run is so costly (1B) that a lease may end
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 from ..core.errors import ConfigError
 from ..core.tasks import get_task
-from ..results.sweep import Sweep, failed_everywhere
+from ..results.sweep import Sweep
 from ..training.config import compose, norm_spec
 from ..training.run import finished_runs
 from .paper import grid
@@ -197,9 +198,7 @@ def _next_step(records_by_k: dict[float, list[dict]], start: int, higher_is_bett
         return Step(tuple((k, 0) for k in sweep_start))
     sweep, best = _best_index(records_by_k, higher_is_better)
     tried = sorted(records_by_k)
-    if best is None:  # every lr tried failed
-        if not failed_everywhere(records_by_k[k][0]["config"]["optim"]["lr"] for k in tried):
-            return _within(Step(((_below(tried[0]), 0),)), tried, max_lrs)
+    if best is None:  # every lr tried failed: at least the start and its neighbours, a decade (failed_everywhere)
         if not sweep.lowest_improving:
             return Step(done=f"failed at every lr tried ({len(tried)} lrs spanning ≥ a decade)")
         # the lowest lr was still learning when its budget ended: its seeds, and one lr lower

@@ -247,7 +247,7 @@ class RunClock(Callback):
         self.validations: list[float] = []
         self.later_validations_s = 0.0  # the validations after the first batches (inside later_steps_s's span)
         self.windows: list[float] = []  # seconds per batch of each full window without a validation
-        self._window_t0, self._window_steps, self._window_clean, self._val_t0 = None, 0, True, None
+        self._window_t0, self._window_steps, self._val_t0 = None, 0, None
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.fit_start = time.perf_counter()
@@ -265,19 +265,18 @@ class RunClock(Callback):
         now = time.perf_counter()
         if self.first_steps_end is None:
             self.first_steps_end = now
-        elif self._window_clean:
+        else:  # a validation inside the window restarted it (on_validation_end): this one holds none
             self.windows.append((now - self._window_t0) / self.WINDOW)
         self._start_window(now)
 
     def _start_window(self, now: float) -> None:
-        self._window_t0, self._window_steps, self._window_clean = now, 0, True
+        self._window_t0, self._window_steps = now, 0
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
         _sync(trainer)
         self._val_t0 = time.perf_counter()
-        self._window_clean = False
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if self._val_t0 is not None and trainer.state.fn == "fit":
@@ -318,7 +317,7 @@ class RunClock(Callback):
             "wall_s": _round(wall_s),
         }
         if steady:
-            out["first_steps_over_steady_s"] = _round(first_steps - steady * self.WINDOW if first_steps else None)
+            out["first_steps_over_steady_s"] = _round(first_steps - steady * self.WINDOW if first_steps is not None else None)
             out["step_excess_s"] = _round(later - steady * (self.batches - self.WINDOW) if later is not None else None)
             out["wall_over_steady"] = _round(wall_s / (steady * self.batches), 3)
         return out

@@ -53,6 +53,9 @@ def test_an_lr_run_by_hand_off_the_grid_keeps_a_place_of_its_own_between_its_gri
     assert grid_position(1e-3, 3e-4) == -1 and grid_position(1e-3, 1e-3) == 0 and grid_position(5e-4, 1.5e-4) == -1
     assert -1 < grid_position(1e-3, 3.1e-4) < grid_position(1e-3, 5e-4) < grid_position(1e-3, 9.9e-4) < 0
     assert 0 < grid_position(1e-3, 2e-3) < 1 and -2 < grid_position(1e-3, 2e-4) < -1
+    # the share of the way, in log lr, from the grid lr below: 5e-4 (nearest grid lr 3e-4, below it), 8e-4 (nearest 1e-3, above)
+    assert grid_position(1e-3, 5e-4) == pytest.approx(-1 + math.log(5 / 3) / math.log(10 / 3))  # −0.576
+    assert grid_position(1e-3, 8e-4) == pytest.approx(-1 + math.log(8 / 3) / math.log(10 / 3))  # −0.185
     positions = by_k(run(41.5, -1), run(35.8, 0, lr=5e-4), run(37.1, 0), run(38.4, 0, seed=1))
     assert [[r["config"]["optim"]["lr"] for r in positions[k]] for k in sorted(positions)] == [[3e-4], [5e-4], [1e-3, 1e-3]]
 
@@ -74,8 +77,14 @@ def test_lm_budgets_are_the_same_fraction_of_each_sizes_paper_tokens():
     steps = [lm_budget(budget, tokens) for tokens in (1.1e9, 2.2e9, 3.9e9, 5e9)]
     assert steps == [168, 336, 596, 764]  # multiples of 4: validations at 25 / 50 / 75 / 100 %
     assert all(abs(s * 32768 / t - 0.005) < 0.0002 for s, t in zip(steps, (1.1e9, 2.2e9, 3.9e9, 5e9)))
-    with pytest.raises(ConfigError, match="fraction"):
-        lm_budget({"fraction": 0, "tokens_per_step": 1}, 1e9)
+    assert lm_budget({"fraction": 1, "tokens_per_step": 32768}, 2.5e7) == 764  # the whole paper budget
+    for fraction in (0, 1.5):
+        with pytest.raises(ConfigError, match=r"fraction must be in \(0, 1\]"):
+            lm_budget({"fraction": fraction, "tokens_per_step": 1}, 1e9)
+    assert lm_budget({"tokens": 1, "tokens_per_step": 1}, None) == 4  # at least one step a validation
+    for budget in ({"tokens": 0, "tokens_per_step": 1}, {"tokens": 100, "tokens_per_step": 0}):
+        with pytest.raises(ConfigError, match="must be > 0"):
+            lm_budget(budget, None)
 
 
 def test_the_committed_ladder_has_four_llama_sizes_and_two_vit_sizes():
@@ -130,12 +139,32 @@ def test_a_best_lr_whose_seeds_disagree_gets_five():
     assert step(*rows).runs == ((0, 3), (0, 4))
 
 
-def test_a_placement_that_fails_everywhere_steps_down_until_three_lrs_span_a_decade():
-    failed = [run(1e9, k, status="diverged") for k in (-1, 0, 1)]
+def test_a_placement_that_fails_at_its_start_lr_and_both_neighbours_fails_at_every_lr():
+    failed = [run(1e9, k, status="diverged") for k in (-1, 0, 1)]  # 3e-4, 1e-3, 3e-3: three lrs spanning a decade
     end = step(*failed)
-    assert end.runs == () and "failed at every lr" in end.done
-    two = next_step(by_k(*failed[1:]), 0, False, SEEDS, 7)  # only 1e-3 and 3e-3 tried (the third crashed)
+    assert end.runs == () and "failed at every lr tried (3 lrs" in end.done
+    two = next_step(by_k(*failed[1:]), 0, False, SEEDS, 7)  # only 1e-3 and 3e-3 tried (the third crashed): it again
     assert two.runs == ((-1, 0),)
+    seeded = next_step(by_k(*failed), 0, False, SEEDS, 7, seeds_first=True)  # no lr trained: no seeds to ask for
+    assert seeded == end
+    bracketed = (run(60, -1), run(50, 0), run(55, 1), run(51, 0, seed=1), run(49, 0, seed=2))
+    assert next_step(by_k(*bracketed), 0, False, SEEDS, 7, seeds_first=True).done == "best lr bracketed, 3 seeds there"
+
+
+def accuracy(acc, k, seed=0):
+    """A finished image-classification record at the k-th lr: higher is better."""
+    record = run(1.0, k, seed=seed)
+    record["metrics"] = {"val/acc1": acc}
+    record["primary_metric"] = {"name": "val/acc1", "higher_is_better": True, "value": acc}
+    return record
+
+
+def test_where_higher_is_better_the_best_lr_is_the_highest_scoring_one():
+    swept = by_k(accuracy(60.0, -1), accuracy(70.0, 0), accuracy(65.0, 1))
+    assert next_step(swept, 0, True, SEEDS, 7).runs == ((0, 1), (0, 2))  # bracketed at 1e-3: its seeds
+    assert next_step(swept, 0, True, SEEDS, 7, seeds_first=True).runs == ((0, 1), (0, 2))
+    rising = by_k(accuracy(60.0, -1), accuracy(65.0, 0), accuracy(70.0, 1))
+    assert next_step(rising, 0, True, SEEDS, 7, seeds_first=True).runs == ((1, 1), (1, 2), (2, 0))  # best at the top
 
 
 def test_max_lrs_stops_a_sweep_that_never_brackets():

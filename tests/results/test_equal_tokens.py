@@ -6,7 +6,7 @@ import math
 import pytest
 from _support.paths import REPO_ROOT
 
-from mixbench.results.equal_tokens import FAILED, equal_token_points, loss_near, markdown, targets
+from mixbench.results.equal_tokens import FAILED, cell_text, equal_token_points, loss_near, markdown, targets, validation_tokens
 from mixbench.results.ladder_figures import ladders
 from mixbench.results.records import SCHEMA, load_records
 
@@ -93,3 +93,73 @@ def test_the_committed_ladder_at_equal_tokens_gives_the_issues_numbers():
     assert points[(110, "c4_llama_250m", "mix(α=0.25)")].delta == pytest.approx(-0.533, abs=5e-4)  # 9.8M, 50 %
     one_b = points[(110, "c4_llama_1b", "mix(α=0.25)")]
     assert one_b.delta == pytest.approx(-0.069, abs=5e-4) and one_b.low is None  # 12.5M, one seed
+
+
+def test_the_nearest_of_two_close_validations_wins_whatever_their_losses():
+    r = record("small", 10, "pre", 0, 400, [5.0, 4.0, 3.5, 3.0])
+    r["validations"][1:3] = [
+        {"step": 200, "fraction": 0.5, "metrics": {"val/loss": 4.0}},
+        {"step": 220, "fraction": 0.55, "metrics": {"val/loss": 3.9}},
+    ]
+    tokens = 128 * 256
+    assert loss_near(r, 200 * tokens) == (4.0, 200 * tokens, 0.5)  # the later one is nearer in loss, not in tokens
+    assert loss_near(r, 221 * tokens) == (3.9, 220 * tokens, 0.55)
+
+
+def test_a_run_without_a_validation_at_its_end_counts_its_final_metrics_there():
+    r = record("small", 10, "pre", 0, 400, [5.0, 4.0, 3.5, 3.0])
+    r["validations"].pop()
+    r["metrics"]["val/loss"] = 2.9
+    end = 400 * 128 * 256
+    assert loss_near(r, end) == (2.9, end, 1.0)
+    r["validations"].append({"step": 400, "fraction": 1.0, "metrics": {"val/loss": 3.0}})  # then the validation's own
+    assert loss_near(r, end) == (3.0, end, 1.0)
+
+
+def test_a_validation_that_gave_no_finite_loss_or_no_token_count_is_not_a_point():
+    r = record("small", 10, "pre", 0, 400, [5.0, float("nan"), 3.5, 3.0])
+    assert loss_near(r, 200 * 128 * 256) is None
+    for flag in (True, "128"):  # a count that is not a number (a bool is no batch size)
+        assert validation_tokens({**r, "effective": {"global_batch_size": flag}}, {"step": 10}) is None
+
+
+def test_budgets_within_the_tolerance_are_one_target():
+    runs = [record("a", 10, "pre", 0, steps, [5, 4, 3, 2]) for steps in (400, 440, 480, 530)]
+    # 440 is 10 % above 400: the same target; 480 is 20 % above it, a new one; 530, 10 % above 480, is 480's
+    assert targets(runs) == pytest.approx([400 * 32768, 480 * 32768])
+
+
+def test_each_point_is_its_cells_finished_seeds_at_its_best_lr_against_a_baseline_not_itself():
+    rows = [
+        record("small", 10, norm, seed, 400, [5.0, 4.0, 3.5, 3.0 - 0.1 * (norm == "mix") + 0.01 * seed])
+        for norm in ("pre", "mix")
+        for seed in (0, 1)
+    ]
+    rows.append(record("small", 10, "pre", 2, 400, [5.0, 4.0, 9.0, 9.0], status="diverged"))  # not a finished seed
+    for r in rows:  # validations that do not say where in the run they are
+        for v in r["validations"]:
+            v.pop("fraction")
+    (ladder,) = ladders(rows).values()
+    points = {(p.row, round(p.target)): p for p in equal_token_points(ladder, rows)}
+    mid = 200 * 128 * 256
+    pre, mix = points[("pre", 400 * 32768)], points[("mix", 400 * 32768)]
+    assert pre.losses == [3.0, 3.01] and pre.delta is None and pre.lr == 1e-3
+    assert mix.delta == pytest.approx(-0.1) and mix.baseline_n == 2 and mix.fraction is None
+    assert cell_text(pre, "pre") == "3.005 ± 0.007 (n=2) " and cell_text(mix, "pre").endswith("(n=2, base n=2) ")  # no "of its run"
+    assert points.get(("pre", mid)) is None  # 6.55M is no run's budget: no target there
+    assert validation_tokens(rows[0], rows[0]["validations"][1]) == mid
+
+
+def test_a_cell_whose_baseline_has_no_validation_near_the_target_says_so_without_the_baselines_lr_note():
+    rows = [
+        record(task, params, norm, 0, steps, [5.0, 4.0, 3.5, 3.0])
+        for task, params, steps in (("small", 10, 400), ("big", 20, 800))
+        for norm in ("pre", "mix")
+    ]
+    del next(r for r in rows if r["task"] == "big" and r["norm"]["label"] == "pre")["validations"][1]  # its 50 %
+    (ladder,) = ladders(rows).values()
+    table = markdown(ladder, equal_token_points(ladder, rows))
+    small_budget = table.split("### 13.1M tokens")[1].split("###")[0]
+    mix_row = next(line for line in small_budget.splitlines() if line.startswith("| mix |"))
+    big_cell = mix_row.split(" | ")[-1]
+    assert big_cell == "4.000 (n=1; no baseline here) at 13.1M, 50% of its run (lr not bracketed) |"

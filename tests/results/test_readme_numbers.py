@@ -1,8 +1,8 @@
 """The READMEs' headline numbers are what ``mixbench table`` computes from the committed records: the tuned table of
 the lr sweep (results/proxy/lr_sensitivity), the ladder's tuned table by size and its equal-token view
 (results/proxy/ladder), the fixed-token ladder's tables (results/proxy/ladder_tokens), and the top README's claims about
-them.  A record added, removed or re-classified that moves a headline number fails here until the README says the new
-one."""
+them, and the generated tables committed beside the ladders' records.  A record added, removed or re-classified that
+moves a headline number fails here until the README says the new one."""
 
 import re
 
@@ -11,7 +11,9 @@ from _support.paths import REPO_ROOT
 
 from mixbench.cli.app import main
 from mixbench.results.equal_tokens import equal_token_points
+from mixbench.results.equal_tokens import markdown as equal_token_markdown
 from mixbench.results.ladder_figures import ladders
+from mixbench.results.ladder_figures import markdown as ladder_markdown
 from mixbench.results.records import load_records
 
 SWEEP = REPO_ROOT / "results" / "proxy" / "lr_sensitivity"
@@ -252,3 +254,18 @@ def test_the_fixed_token_ladders_answer_is_the_records(tokens_lm):
             assert says_delta(said_nats, point.delta, point.low, point.high), (line, said_nats)
             checked += 1
     assert checked >= 11
+
+
+@pytest.mark.parametrize("folder", [LADDER, TOKENS], ids=["ladder", "ladder_tokens"])
+def test_the_committed_ladder_tables_are_what_plot_ladder_writes_from_the_records(folder):
+    """``ladder_<family>.md`` and ``ladder_equal_tokens_<family>.md`` beside the records are ``mixbench plot ladder``'s
+    output of those records today: a record added or a rule changed without re-plotting fails here."""
+    records, _ = load_records(folder)
+    replot = f"re-run mixbench plot ladder --results-dir {folder.relative_to(REPO_ROOT)}"
+    for family, ladder in ladders(records).items():
+        assert (folder / f"ladder_{family}.md").read_text() == ladder_markdown(ladder), replot
+        points = equal_token_points(ladder, records)
+        committed = folder / f"ladder_equal_tokens_{family}.md"
+        assert committed.exists() == bool(points)  # images count no tokens: no equal-token table
+        if points:
+            assert committed.read_text() == equal_token_markdown(ladder, points), replot

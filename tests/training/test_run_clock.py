@@ -1,5 +1,6 @@
 """RunClock: where a run's wall time goes (the record's time_parts), on a scripted clock."""
 
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -97,3 +98,47 @@ def test_slow_steps_count_as_excess_not_as_the_steady_step(monkeypatch):
     assert parts["steady_step_s"] == pytest.approx(0.5)  # the median window
     assert sorted(run.windows)[-1] == pytest.approx(0.65)  # the window 31-40 holds it
     assert parts["step_excess_s"] == pytest.approx(1.0 + 1.5)
+
+
+def test_the_record_keeps_the_step_to_five_digits_and_the_ratio_to_three(monkeypatch):
+    run, parts = scripted_run(monkeypatch, steps=60, every=30, step_s=0.1234567)
+    assert parts["steady_step_s"] == 0.12346
+    wall = 10 + 2 + 5 + 59 * 0.1234567 + 2 * 3.0 + 1 + 0.25 + 4 + 0.25  # the scripted run's, unrounded
+    ratio = wall / (statistics.median(run.windows) * 60)  # 4.83083…
+    assert parts["wall_over_steady"] == round(ratio, 3) == 4.831
+
+
+def test_without_a_final_validation_the_rest_after_the_loop_is_teardown(monkeypatch):
+    run, _ = scripted_run(monkeypatch, steps=20, every=100)
+    parts = run.parts(steps=20, final_validation_s=None, wall_s=40.0)  # the loop ended 90 + 10 + 2 + 5 + 19·0.5 + 1 = 117.5 − 90
+    assert parts["final_validation_s"] is None and parts["after_fit_s"] == pytest.approx(40.0 - 27.5)
+
+
+def test_parts_of_a_fit_that_ran_no_batch_say_none_rather_than_fail(monkeypatch):
+    """A resume at its last step runs no batch; a record is still written, so parts never raises on missing hooks."""
+    clock = Clock()
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    untouched = RunClock(t0=90.0).parts(steps=0, final_validation_s=None, wall_s=20.0)
+    assert all(untouched[k] is None for k in ("before_fit_s", "setup_s", "first_steps_s", "later_steps_s", "after_fit_s"))
+    run = RunClock(t0=90.0)
+    run.on_fit_start(trainer(), None)
+    clock.now += 2.0
+    run.on_train_end(trainer(), None)
+    parts = run.parts(steps=764, final_validation_s=3.0, wall_s=16.0)
+    assert parts["before_fit_s"] == 10.0 and parts["setup_s"] is None and parts["first_steps_s"] is None
+    assert parts["later_steps_s"] is None and parts["after_fit_s"] == pytest.approx(16.0 - 12.0 - 3.0)
+    assert parts["batches"] == 0 and parts["steady_s"] is None and "wall_over_steady" not in parts
+
+
+def test_parts_of_a_loop_that_never_reached_its_end_leave_the_loops_rest_open(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    run = RunClock(t0=90.0)
+    run.on_fit_start(trainer(), None)
+    for step in range(30):
+        run.on_train_batch_start(trainer(), None, None, step)
+        clock.now += 0.5
+        run.on_train_batch_end(trainer(), None, None, None, step)
+    parts = run.parts(steps=30, final_validation_s=None, wall_s=30.0)  # on_train_end never came
+    assert parts["steady_step_s"] == pytest.approx(0.5) and parts["first_steps_s"] == pytest.approx(5.0)
+    assert parts["step_excess_s"] is None and parts["after_fit_s"] is None
